@@ -1,0 +1,40 @@
+"""Command handlers, registered by name into one dispatch dict.
+
+A handler is a plain function `handler(c: Client, argv: list[bytes]) -> bytes` that returns the
+encoded reply. argv[0] is the command name as the client sent it; the dispatcher has already
+checked arity against `node.command_table`. Errors are raised as `ReplyError`; a read that must
+wait raises `node.blocking.Blocked`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from node.client import Client
+
+Handler = Callable[["Client", list[bytes]], bytes]
+
+COMMANDS: dict[bytes, Handler] = {}
+
+
+def command(*names: bytes) -> Callable[[Handler], Handler]:
+    """Register a handler under lower-case command names."""
+
+    def register(fn: Handler) -> Handler:
+        for name in names:
+            COMMANDS[name.lower()] = fn
+        return fn
+
+    return register
+
+
+def load_all() -> dict[bytes, Handler]:
+    """Import every command module so that their handlers register themselves."""
+    import importlib
+    import pkgutil
+
+    for mod in pkgutil.iter_modules(__path__):
+        importlib.import_module(f"{__name__}.{mod.name}")
+    return COMMANDS

@@ -1,0 +1,105 @@
+"""Blocking reads on Redis's ready-keys model.
+
+A read with BLOCK and nothing to return raises `Blocked`; the server parks the client here. A
+write marks its key ready, and before control returns to the event loop the clients blocked on
+that key are re-run in FIFO order (Redis handleClientsBlockedOnKeys). Timeouts are loop timers,
+never polling. A client that disconnects is forgotten at once.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import TYPE_CHECKING
+
+from node.resp import null_array
+
+if TYPE_CHECKING:
+    import asyncio
+
+    from node.client import Client
+    from node.server import Server
+
+
+class Blocked(Exception):  # noqa: N818 - it is a control-flow signal, not an error
+    """Raised by a read handler that must wait; `argv` is what to re-run (with `$` resolved)."""
+
+    def __init__(self, keys: list[bytes], timeout_ms: int, argv: list[bytes]) -> None:
+        self.keys = keys
+        self.timeout_ms = timeout_ms
+        self.argv = argv
+        self.timer: asyncio.TimerHandle | None = None
+
+
+class BlockingManager:
+    __slots__ = ("server", "waiting", "ready", "_serving")
+
+    def __init__(self, server: Server) -> None:
+        self.server = server
+        self.waiting: dict[bytes, deque[Client]] = {}
+        self.ready: dict[bytes, None] = {}  # an ordered set
+        self._serving = False
+
+    @property
+    def blocked_clients(self) -> int:
+        return len({id(c) for q in self.waiting.values() for c in q})
+
+    def block(self, c: Client, b: Blocked) -> None:
+        c.blocked = b
+        for key in b.keys:
+            q = self.waiting.get(key)
+            if q is None:
+                q = self.waiting[key] = deque()
+            q.append(c)
+        if b.timeout_ms > 0:
+            b.timer = self.server.loop.call_later(b.timeout_ms / 1000, self.timeout, c)
+
+    def signal_ready(self, key: bytes) -> None:
+        if key in self.waiting:
+            self.ready[key] = None
+
+    def serve_ready(self) -> None:
+        """Re-run the blocked clients of every ready key, FIFO, until nothing more is ready."""
+        if self._serving:
+            return
+        self._serving = True
+        try:
+            while self.ready:
+                key = next(iter(self.ready))
+                del self.ready[key]
+                q = self.waiting.get(key)
+                if not q:
+                    continue
+                for c in list(q):
+                    b = c.blocked
+                    if b is None or key not in b.keys:
+                        continue
+                    reply = self.server.rerun_blocked(c, b.argv)
+                    if reply is not None and c.blocked is b:
+                        self.unblock(c, reply)
+        finally:
+            self._serving = False
+
+    def timeout(self, c: Client) -> None:
+        if c.blocked is not None:
+            self.unblock(c, null_array(c.proto))
+
+    def unblock(self, c: Client, reply: bytes | None) -> None:
+        """Release a client; `reply` None means it went away and gets nothing."""
+        b = c.blocked
+        if b is None:
+            return
+        c.blocked = None
+        if b.timer is not None:
+            b.timer.cancel()
+        for key in b.keys:
+            q = self.waiting.get(key)
+            if q is not None:
+                try:
+                    q.remove(c)
+                except ValueError:
+                    pass
+                if not q:
+                    del self.waiting[key]
+                    self.ready.pop(key, None)
+        if reply is not None:
+            c.unblocked(reply)

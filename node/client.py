@@ -1,0 +1,72 @@
+"""Per-connection client state: what Redis keeps in `client` apart from the socket buffers."""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from node.blocking import Blocked
+    from node.keyspace import Keyspace
+    from node.server import Connection, Server
+
+
+class Client:
+    __slots__ = (
+        "id", "server", "conn", "proto", "name", "authenticated", "addr", "laddr", "ctime",
+        "last_interaction", "last_cmd", "in_multi", "multi_queue", "multi_failed", "in_exec",
+        "watched", "dirty_cas", "blocked", "rerunning", "readonly", "asking", "lib_name",
+        "lib_ver", "close_after_reply", "obuf_soft_since", "no_evict",
+    )
+
+    def __init__(self, server: Server, conn: Connection | None, client_id: int,
+                 addr: str = "", laddr: str = "") -> None:
+        self.id = client_id
+        self.server = server
+        self.conn = conn
+        self.proto = 2
+        self.name: bytes | None = None
+        self.authenticated = not server.config.requirepass
+        self.addr = addr
+        self.laddr = laddr
+        self.ctime = time.time()
+        self.last_interaction = self.ctime
+        self.last_cmd = b"NULL"
+        self.in_multi = False
+        self.multi_queue: list[list[bytes]] = []
+        self.multi_failed = False
+        self.in_exec = False
+        self.watched: set[bytes] = set()
+        self.dirty_cas = False
+        self.blocked: Blocked | None = None
+        self.rerunning = False  # True while a blocked command is re-run after its key was ready
+        self.readonly = False
+        self.asking = False
+        self.lib_name = b""
+        self.lib_ver = b""
+        self.close_after_reply = False
+        self.obuf_soft_since = 0.0
+        self.no_evict = False
+
+    @property
+    def db(self) -> Keyspace:
+        return self.server.db
+
+    def unblocked(self, reply: bytes) -> None:
+        """Called by the blocking manager with the reply that releases this client."""
+        if self.conn is not None:
+            self.conn.on_unblocked(reply)
+
+    def reset(self) -> None:
+        """RESET: back to a fresh connection's state, keeping the id and the socket."""
+        self.server.db.unwatch_all(self)
+        self.server.blocking.unblock(self, None)
+        self.proto = 2
+        self.name = None
+        self.authenticated = not self.server.config.requirepass
+        self.in_multi = False
+        self.multi_queue = []
+        self.multi_failed = False
+        self.readonly = False
+        self.asking = False
+        self.no_evict = False

@@ -1,0 +1,213 @@
+"""Node settings: one table that serves the command line, redis.conf files and CONFIG GET/SET.
+
+Names and value syntax follow redis.conf (`stream-node-max-entries 100`, `proto-max-bulk-len 512mb`,
+`appendonly yes`), so a user's existing habits and files work.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import shlex
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+_UNITS = {b"k": 1000, b"kb": 1024, b"m": 1000**2, b"mb": 1024**2, b"g": 1000**3, b"gb": 1024**3}
+
+
+class ConfigError(ValueError):
+    """A bad value; the message is Redis's reason text (after 'argument ... - ')."""
+
+
+def parse_memory(v: bytes) -> int:
+    """Redis memtoull: a number with an optional k/kb/m/mb/g/gb suffix (case-insensitive)."""
+    s = v.strip().lower()
+    for suffix in (b"kb", b"mb", b"gb", b"k", b"m", b"g"):
+        if s.endswith(suffix):
+            num, mul = s[: -len(suffix)], _UNITS[suffix]
+            break
+    else:
+        num, mul = s, 1
+    if not num.isdigit():
+        raise ConfigError("argument must be a memory value")
+    return int(num) * mul
+
+
+def _parse_int(v: bytes) -> int:
+    s = v.strip()
+    if not s.lstrip(b"-").isdigit():
+        raise ConfigError("argument couldn't be parsed into an integer")
+    return int(s)
+
+
+def _parse_bool(v: bytes) -> bool:
+    s = v.lower()
+    if s == b"yes":
+        return True
+    if s == b"no":
+        return False
+    raise ConfigError("argument must be 'yes' or 'no'")
+
+
+@dataclass(frozen=True)
+class Setting:
+    name: str
+    kind: str  # int | memory | bool | str | enum | list
+    default: Any
+    mutable: bool = True
+    choices: tuple[str, ...] = ()
+    minimum: int | None = None
+    maximum: int | None = None
+    aliases: tuple[str, ...] = ()
+
+    @property
+    def attr(self) -> str:
+        return self.name.replace("-", "_")
+
+    def parse(self, raw: bytes) -> Any:
+        if self.kind == "int":
+            v = _parse_int(raw)
+        elif self.kind == "memory":
+            v = parse_memory(raw)
+        elif self.kind == "bool":
+            return _parse_bool(raw)
+        elif self.kind == "enum":
+            s = raw.decode(errors="replace").lower()
+            if s not in self.choices:
+                raise ConfigError(f"argument(s) must be one of the following: {', '.join(self.choices)}")
+            return s
+        else:
+            return raw.decode(errors="surrogateescape")
+        if self.minimum is not None and v < self.minimum or self.maximum is not None and v > self.maximum:
+            raise ConfigError(f"argument must be between {self.minimum} and {self.maximum} inclusive")
+        return v
+
+    def render(self, v: Any) -> bytes:
+        if self.kind == "bool":
+            return b"yes" if v else b"no"
+        if isinstance(v, int):
+            return b"%d" % v
+        return str(v).encode(errors="surrogateescape")
+
+
+_LL = (1 << 63) - 1
+
+SETTINGS: tuple[Setting, ...] = (
+    Setting("port", "int", 6379, mutable=False, minimum=0, maximum=65535),
+    Setting("bind", "str", "127.0.0.1", mutable=False),
+    Setting("dir", "str", ".", mutable=False),
+    Setting("requirepass", "str", ""),
+    Setting("masterauth", "str", ""),
+    Setting("enable-debug-command", "enum", "no", mutable=False, choices=("yes", "no", "local")),
+    Setting("stream-node-max-entries", "int", 100, minimum=0, maximum=_LL),
+    Setting("stream-node-max-bytes", "memory", 4096, minimum=0, maximum=_LL),
+    Setting("proto-max-bulk-len", "memory", 512 * 1024 * 1024, minimum=1024 * 1024, maximum=_LL),
+    Setting("client-query-buffer-limit", "memory", 1024 * 1024 * 1024, minimum=1024 * 1024, maximum=_LL),
+    Setting("client-output-buffer-limit", "str",
+            "normal 0 0 0 slave 268435456 67108864 60 pubsub 33554432 8388608 60"),
+    Setting("maxclients", "int", 10000, minimum=1, maximum=_LL),
+    Setting("timeout", "int", 0, minimum=0, maximum=_LL),
+    Setting("databases", "int", 16, mutable=False, minimum=1, maximum=1 << 31),
+    Setting("hz", "int", 10, minimum=1, maximum=500),
+    Setting("loglevel", "enum", "notice", choices=("debug", "verbose", "notice", "warning", "nothing")),
+    Setting("logfile", "str", "", mutable=False),
+    Setting("daemonize", "bool", False, mutable=False),
+    Setting("maxmemory", "memory", 0, minimum=0, maximum=_LL),
+    Setting("save", "str", ""),
+    Setting("appendonly", "bool", False),
+    Setting("appendfsync", "enum", "everysec", choices=("always", "everysec", "no")),
+    Setting("appendfilename", "str", "appendonly.aof", mutable=False),
+    Setting("dbfilename", "str", "dump.rdb"),
+    Setting("cluster-enabled", "bool", False, mutable=False),
+    Setting("tcp-backlog", "int", 511, mutable=False, minimum=0, maximum=_LL),
+    Setting("tcp-keepalive", "int", 300, minimum=0, maximum=_LL),
+    Setting("protected-mode", "bool", False),
+    Setting("lua-time-limit", "int", 5000, aliases=("busy-reply-threshold",)),
+)
+
+BY_NAME: dict[str, Setting] = {}
+for _s in SETTINGS:
+    BY_NAME[_s.name] = _s
+    for _a in _s.aliases:
+        BY_NAME[_a] = _s
+
+
+class Config:
+    """Current values as attributes (`config.stream_node_max_entries`), plus change hooks."""
+
+    def __init__(self) -> None:
+        for s in SETTINGS:
+            setattr(self, s.attr, s.default)
+        self._hooks: dict[str, list[Callable[[Any], None]]] = {}
+
+    def on_change(self, name: str, fn: Callable[[Any], None]) -> None:
+        self._hooks.setdefault(name, []).append(fn)
+
+    def apply(self, name: str, raw: bytes, startup: bool = False) -> None:
+        """Set one value from its text form; raises KeyError (unknown) or ConfigError."""
+        s = BY_NAME[name.lower()]
+        if not startup and not s.mutable:
+            raise ConfigError("can't set immutable config")
+        v = s.parse(raw)
+        if s.name == "client-output-buffer-limit":
+            v = _merge_obuf_limits(getattr(self, s.attr), raw)
+        setattr(self, s.attr, v)
+        for fn in self._hooks.get(s.name, ()):
+            fn(v)
+
+    def get(self, pattern: bytes) -> list[tuple[bytes, bytes]]:
+        """CONFIG GET: glob-match names (aliases too), as Redis does."""
+        pat = pattern.decode(errors="replace").lower()
+        out = []
+        seen = set()
+        for name, s in BY_NAME.items():
+            if name in seen or not fnmatch.fnmatchcase(name, pat):
+                continue
+            seen.add(name)
+            out.append((name.encode(), s.render(getattr(self, s.attr))))
+        return out
+
+    def obuf_limit(self, klass: str) -> tuple[int, int, int]:
+        """(hard bytes, soft bytes, soft seconds) for a client class."""
+        words = self.client_output_buffer_limit.split()
+        for i in range(0, len(words) - 3, 4):
+            if words[i] == klass:
+                return int(words[i + 1]), int(words[i + 2]), int(words[i + 3])
+        return 0, 0, 0
+
+
+def _merge_obuf_limits(current: str, raw: bytes) -> str:
+    """client-output-buffer-limit takes `class hard soft seconds` groups and replaces only those."""
+    words = raw.decode(errors="replace").split()
+    if not words or len(words) % 4:
+        raise ConfigError("argument(s) must be in the format <class> <hard> <soft> <soft_seconds>")
+    table = {}
+    cur = current.split()
+    for i in range(0, len(cur) - 3, 4):
+        table[cur[i]] = cur[i + 1:i + 4]
+    for i in range(0, len(words), 4):
+        klass = words[i].lower()
+        if klass == "replica":
+            klass = "slave"
+        if klass not in ("normal", "slave", "pubsub"):
+            raise ConfigError("Invalid client class specified in buffer limit configuration.")
+        vals = [str(parse_memory(w.encode())) for w in words[i + 1:i + 3]]
+        if not words[i + 3].isdigit():
+            raise ConfigError("Error in soft_seconds setting in buffer limit configuration.")
+        table[klass] = [*vals, words[i + 3]]
+    return " ".join(f"{k} {' '.join(v)}" for k, v in table.items())
+
+
+def parse_config_file(text: str) -> list[tuple[str, list[str]]]:
+    """redis.conf syntax: `name value...` per line, '#' comments, quoted arguments allowed."""
+    out = []
+    for lineno, line in enumerate(text.splitlines(), 1):
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        try:
+            words = shlex.split(line, posix=True)
+        except ValueError as e:
+            raise ConfigError(f"line {lineno}: {e}") from None
+        out.append((words[0].lower(), words[1:]))
+    return out

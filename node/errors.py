@@ -1,0 +1,170 @@
+"""Every error text of the node, once, byte-identical to Redis, plus the parse-or-error helpers.
+
+Texts are the message without the leading '-'; raise them as `ReplyError(TEXT)`. The parse
+helpers follow Redis's own parsing rules (string2ll, string2ull, streamParseID) so that the same
+odd input gets the same reply.
+"""
+
+from __future__ import annotations
+
+from node.resp import ReplyError
+
+# --- generic ---------------------------------------------------------------------------------
+SYNTAX = b"ERR syntax error"
+NOT_INTEGER = b"ERR value is not an integer or out of range"
+NOT_FLOAT = b"ERR value is not a valid float"
+WRONGTYPE = b"WRONGTYPE Operation against a key holding the wrong kind of value"
+NO_SUCH_KEY = b"ERR no such key"
+NOAUTH = b"NOAUTH Authentication required."
+WRONGPASS = b"WRONGPASS invalid username-password pair or user is disabled."
+AUTH_NOT_CONFIGURED = (
+    b"ERR AUTH <password> called without any password configured for the default user. "
+    b"Are you sure your configuration is correct?"
+)
+DB_INDEX_OUT_OF_RANGE = b"ERR DB index is out of range"
+SELECT_NOT_ALLOWED = b"ERR SELECT is not allowed in cluster mode"
+NOPROTO = b"NOPROTO unsupported protocol version"
+TIMEOUT_NEGATIVE = b"ERR timeout is negative"
+TIMEOUT_NOT_INTEGER = b"ERR timeout is not an integer or out of range"
+INVALID_EXPIRE = b"ERR invalid expire time in '%s' command"
+MULTI_NESTED = b"ERR MULTI calls can not be nested"
+EXEC_WITHOUT_MULTI = b"ERR EXEC without MULTI"
+DISCARD_WITHOUT_MULTI = b"ERR DISCARD without MULTI"
+WATCH_IN_MULTI = b"ERR WATCH inside MULTI is not allowed"
+EXECABORT = b"EXECABORT Transaction discarded because of previous errors."
+UNBLOCKED_BY_CLIENT = b"UNBLOCKED client unblocked via CLIENT UNBLOCK"
+DEBUG_DISABLED = (
+    b"ERR DEBUG command not allowed. If the enable-debug-command option is set to \"local\", "
+    b"you can run it from a local connection, otherwise you need to set this option in the "
+    b"configuration file, and then restart the server."
+)
+READONLY = b"READONLY You can't write against a read only replica."
+
+
+def unknown_command(name: bytes, args: list[bytes]) -> bytes:
+    """Redis: "unknown command 'x', with args beginning with: 'a' 'b' "."""
+    shown = b"".join(b"'%s' " % _sanitize(a[:128]) for a in args)
+    return b"ERR unknown command '%s', with args beginning with: %s" % (_sanitize(name[:128]), shown)
+
+
+def unknown_subcommand(sub: bytes, cmd: bytes) -> bytes:
+    return b"ERR unknown subcommand '%s'. Try %s HELP." % (_sanitize(sub[:128]), cmd.upper())
+
+
+def wrong_arity(name: bytes) -> bytes:
+    return b"ERR wrong number of arguments for '%s' command" % name.lower()
+
+
+def _sanitize(b: bytes) -> bytes:
+    """Redis replaces newlines in error arguments so the reply stays one line."""
+    return b.replace(b"\r", b" ").replace(b"\n", b" ")
+
+
+# --- integers, Redis rules ------------------------------------------------------------------
+LLONG_MAX = (1 << 63) - 1
+LLONG_MIN = -(1 << 63)
+ULLONG_MAX = (1 << 64) - 1
+
+
+def string2ll(b: bytes) -> int | None:
+    """Redis string2ll: strict decimal, no spaces, no '+', no leading zeros, fits in int64."""
+    n = len(b)
+    if n == 0 or n > 20:
+        return None
+    if n == 1 and b == b"0":
+        return 0
+    s = b[1:] if b[0] == 45 else b  # '-'
+    if not s or s[0] < 49 or s[0] > 57 or not s.isdigit():
+        return None
+    v = int(b)
+    if v > LLONG_MAX or v < LLONG_MIN:
+        return None
+    return v
+
+
+_SPACE = b" \t\n\v\f\r"
+
+
+def string2ull(b: bytes) -> int | None:
+    """Redis string2ull: string2ll for non-negatives, else C strtoull (spaces, sign, wraparound)."""
+    v = string2ll(b)
+    if v is not None:
+        return v if v >= 0 else None
+    s = b.lstrip(_SPACE)
+    neg = False
+    if s[:1] in (b"+", b"-"):
+        neg = s[:1] == b"-"
+        s = s[1:]
+    if not s or not s.isdigit():
+        return None
+    v = int(s)
+    if v > ULLONG_MAX:
+        return None
+    return (-v) & ULLONG_MAX if neg else v
+
+
+def parse_int_or_error(b: bytes, error: bytes = NOT_INTEGER) -> int:
+    v = string2ll(b)
+    if v is None:
+        raise ReplyError(error)
+    return v
+
+
+def parse_timeout_ms_or_error(b: bytes) -> int:
+    """A BLOCK argument in milliseconds: 0 means forever."""
+    v = string2ll(b)
+    if v is None:
+        raise ReplyError(TIMEOUT_NOT_INTEGER)
+    if v < 0:
+        raise ReplyError(TIMEOUT_NEGATIVE)
+    return v
+
+
+# --- stream IDs ----------------------------------------------------------------------------
+# An ID is one int, ms << 64 | seq, so that comparisons are single int comparisons.
+INVALID_STREAM_ID = b"ERR Invalid stream ID specified as stream command argument"
+SEQ_MAX = ULLONG_MAX
+MAX_ID = (ULLONG_MAX << 64) | ULLONG_MAX
+
+
+def format_id(sid: int) -> bytes:
+    return b"%d-%d" % (sid >> 64, sid & SEQ_MAX)
+
+
+def parse_id(b: bytes, missing_seq: int = 0, strict: bool = False) -> int | None:
+    """Redis streamGenericParseIDOrReply without the '*' sequence form; None if invalid."""
+    if len(b) > 127:
+        return None
+    if not strict:
+        if b == b"-":
+            return 0
+        if b == b"+":
+            return MAX_ID
+    elif b in (b"-", b"+"):
+        return None
+    dash = b.find(b"-")
+    if dash >= 0:
+        ms = string2ull(b[:dash])
+        seq = string2ull(b[dash + 1:])
+        if ms is None or seq is None:
+            return None
+    else:
+        ms = string2ull(b)
+        if ms is None:
+            return None
+        seq = missing_seq
+    return ms << 64 | seq
+
+
+def parse_id_or_error(b: bytes, missing_seq: int = 0, strict: bool = False) -> int:
+    sid = parse_id(b, missing_seq, strict)
+    if sid is None:
+        raise ReplyError(INVALID_STREAM_ID)
+    return sid
+
+
+def parse_range_id_or_error(b: bytes, missing_seq: int) -> tuple[int, bool]:
+    """An XRANGE/XPENDING bound: returns (id, exclusive). '(' makes it exclusive."""
+    if b[:1] == b"(" and len(b) > 1:
+        return parse_id_or_error(b[1:], missing_seq, strict=True), True
+    return parse_id_or_error(b, missing_seq), False

@@ -1,0 +1,141 @@
+"""The key space of one node: values, expiry, WATCH invalidation and ready keys.
+
+Values are typed by their Python class: `Stream` for streams, `bytes` for strings, `deque` for
+lists and `set` for sets (the non-stream types exist so that mixed workloads produce WRONGTYPE).
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from typing import TYPE_CHECKING, Any
+
+from node import errors
+from node.resp import ReplyError
+from node.stream import Stream
+
+if TYPE_CHECKING:
+    from node.client import Client
+    from node.server import Server
+
+TYPE_NAMES: dict[type, bytes] = {Stream: b"stream", bytes: b"string", deque: b"list", set: b"set"}
+
+
+def type_name(value: Any) -> bytes:
+    return TYPE_NAMES.get(type(value), b"none")
+
+
+class Keyspace:
+    __slots__ = ("data", "expires", "watchers", "server", "expired_keys", "hits", "misses")
+
+    def __init__(self, server: Server) -> None:
+        self.data: dict[bytes, Any] = {}
+        self.expires: dict[bytes, int] = {}  # key -> unix ms
+        self.watchers: dict[bytes, set[Client]] = {}
+        self.server = server
+        self.expired_keys = 0
+        self.hits = 0
+        self.misses = 0
+
+    # --- lookup -----------------------------------------------------------------------------
+    def get(self, key: bytes) -> Any:
+        v = self.data.get(key)
+        if v is not None and self.expires and key in self.expires:
+            if self.expires[key] <= self.server.now_ms():
+                self._expire(key)
+                return None
+        return v
+
+    def get_stream(self, key: bytes) -> Stream | None:
+        v = self.get(key)
+        if v is None or type(v) is Stream:
+            return v
+        raise ReplyError(errors.WRONGTYPE)
+
+    def get_typed(self, key: bytes, kind: type) -> Any:
+        v = self.get(key)
+        if v is None or type(v) is kind:
+            return v
+        raise ReplyError(errors.WRONGTYPE)
+
+    def exists(self, key: bytes) -> bool:
+        return self.get(key) is not None
+
+    # --- modification -----------------------------------------------------------------------
+    def set(self, key: bytes, value: Any, keep_ttl: bool = False) -> None:
+        self.data[key] = value
+        if not keep_ttl and self.expires:
+            self.expires.pop(key, None)
+        self.changed(key, ready=True)
+
+    def delete(self, key: bytes) -> bool:
+        if self.get(key) is None:
+            return False
+        del self.data[key]
+        self.expires.pop(key, None)
+        self.changed(key, ready=True)
+        return True
+
+    def changed(self, key: bytes, ready: bool = False) -> None:
+        """Every modification calls this: it breaks WATCHes and can wake blocked readers."""
+        w = self.watchers.get(key)
+        if w:
+            for c in w:
+                c.dirty_cas = True
+        if ready:
+            self.server.blocking.signal_ready(key)
+
+    def flush(self) -> int:
+        n = len(self.data)
+        for key in list(self.watchers):
+            if key in self.data:
+                self.changed(key)
+        keys = list(self.data)
+        self.data.clear()
+        self.expires.clear()
+        for key in keys:
+            self.server.blocking.signal_ready(key)
+        return n
+
+    # --- expiry -----------------------------------------------------------------------------
+    def set_expire(self, key: bytes, when_ms: int) -> None:
+        self.expires[key] = when_ms
+        self.changed(key)
+
+    def ttl_ms(self, key: bytes) -> int | None:
+        when = self.expires.get(key)
+        return None if when is None else when - self.server.now_ms()
+
+    def _expire(self, key: bytes) -> None:
+        del self.data[key]
+        del self.expires[key]
+        self.expired_keys += 1
+        self.changed(key, ready=True)
+        self.server.propagate([b"DEL", key])
+
+    def active_expire(self, budget_s: float = 0.001) -> None:
+        """Redis's active expiry cycle, bounded in time so it never stalls the loop."""
+        if not self.expires:
+            return
+        now = self.server.now_ms()
+        deadline = time.perf_counter() + budget_s
+        for key, when in list(self.expires.items())[:200]:
+            if when <= now and key in self.data:
+                self._expire(key)
+            if time.perf_counter() > deadline:
+                break
+
+    # --- WATCH ------------------------------------------------------------------------------
+    def watch(self, c: Client, key: bytes) -> None:
+        self.watchers.setdefault(key, set()).add(c)
+        c.watched.add(key)
+
+    def unwatch_all(self, c: Client) -> None:
+        for key in c.watched:
+            w = self.watchers.get(key)
+            if w:
+                w.discard(c)
+                if not w:
+                    del self.watchers[key]
+        c.watched.clear()
+        c.dirty_cas = False

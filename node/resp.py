@@ -1,0 +1,304 @@
+"""The one RESP codec of xshard: reply encoding for RESP2 and RESP3, request framing.
+
+Handlers return encoded bytes. Hot paths build their bytes directly with the small helpers
+(`bulk`, `integer`, ...); everything else builds a tree of plain Python values and calls
+`encode(value, proto)`, which maps them as follows:
+
+    bytes            -> bulk string              str      -> bulk string (utf-8)
+    int / bool       -> integer                  float    -> double (RESP3) / bulk (RESP2)
+    None             -> null bulk ($-1 / _)      NULL_ARRAY -> null array (*-1 / _)
+    list / tuple     -> array                    Map      -> map (%) / flat array (RESP2)
+    Status           -> simple string (+)        ReplyError -> error (-)
+    Verbatim         -> verbatim (=txt:) / bulk  RespSet  -> set (~) / array
+    Raw              -> embedded as is (already encoded, protocol independent)
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = [
+    "Status", "Verbatim", "Raw", "Map", "RespSet", "ReplyError", "NULL_ARRAY",
+    "OK", "PONG", "QUEUED", "NULL_BULK", "NULL3", "EMPTY_ARRAY", "ZERO", "ONE",
+    "encode", "bulk", "integer", "status", "error", "array_header", "null", "null_array",
+    "encode_command",
+]
+
+
+class Status(bytes):
+    """A simple string reply (`+OK`)."""
+
+
+class Verbatim(bytes):
+    """A verbatim text reply (RESP3 `=`, RESP2 bulk), used by INFO and CLIENT INFO."""
+
+
+class Raw(bytes):
+    """Bytes that are already RESP-encoded and identical in RESP2 and RESP3."""
+
+
+class RespSet(list):
+    """A set reply (RESP3 `~`, RESP2 array)."""
+
+
+class Map(list):
+    """A map reply as a list of (key, value) pairs; RESP2 flattens it into an array."""
+
+    @classmethod
+    def of(cls, *flat: Any) -> Map:
+        it = iter(flat)
+        return cls(zip(it, it, strict=True))
+
+
+class ReplyError(Exception):
+    """An error reply. `message` is the full text without the leading '-', e.g. b'ERR syntax error'."""
+
+    def __init__(self, message: bytes | str) -> None:
+        if isinstance(message, str):
+            message = message.encode()
+        super().__init__(message)
+        self.message = message
+
+    @property
+    def code(self) -> bytes:
+        """The first word (ERR, WRONGTYPE, NOGROUP...), as counted in INFO errorstats."""
+        return self.message.split(b" ", 1)[0]
+
+
+class _NullArray:
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "NULL_ARRAY"
+
+
+NULL_ARRAY = _NullArray()
+
+OK = b"+OK\r\n"
+PONG = b"+PONG\r\n"
+QUEUED = b"+QUEUED\r\n"
+NULL_BULK = b"$-1\r\n"
+NULL3 = b"_\r\n"
+EMPTY_ARRAY = b"*0\r\n"
+ZERO = b":0\r\n"
+ONE = b":1\r\n"
+
+
+def bulk(b: bytes) -> bytes:
+    return b"$%d\r\n%s\r\n" % (len(b), b)
+
+
+def integer(n: int) -> bytes:
+    return b":%d\r\n" % n
+
+
+def status(s: bytes) -> bytes:
+    return b"+%s\r\n" % s
+
+
+def error(message: bytes) -> bytes:
+    return b"-%s\r\n" % message
+
+
+def array_header(n: int) -> bytes:
+    return b"*%d\r\n" % n
+
+
+def null(proto: int) -> bytes:
+    return NULL3 if proto == 3 else NULL_BULK
+
+
+def null_array(proto: int) -> bytes:
+    return NULL3 if proto == 3 else b"*-1\r\n"
+
+
+def _format_double(x: float) -> bytes:
+    if x != x:
+        return b"nan"
+    if x in (float("inf"), float("-inf")):
+        return b"inf" if x > 0 else b"-inf"
+    if x == int(x) and abs(x) < 1e17:
+        return b"%d" % int(x)
+    return repr(x).encode()
+
+
+def encode(value: Any, proto: int = 2) -> bytes:
+    """Encode a reply tree; see the module docstring for the mapping."""
+    out: list[bytes] = []
+    _encode_into(value, proto, out)
+    return b"".join(out)
+
+
+def _encode_into(v: Any, proto: int, out: list[bytes]) -> None:
+    t = type(v)
+    if t is bytes:
+        out.append(b"$%d\r\n%s\r\n" % (len(v), v))
+    elif t is list or t is tuple:
+        out.append(b"*%d\r\n" % len(v))
+        for item in v:
+            _encode_into(item, proto, out)
+    elif t is int:
+        out.append(b":%d\r\n" % v)
+    elif v is None:
+        out.append(NULL3 if proto == 3 else NULL_BULK)
+    elif t is Raw:
+        out.append(v)
+    elif t is Status:
+        out.append(b"+%s\r\n" % v)
+    elif t is Map:
+        out.append((b"%%%d\r\n" if proto == 3 else b"*%d\r\n") % (len(v) if proto == 3 else 2 * len(v)))
+        for k, item in v:
+            _encode_into(k, proto, out)
+            _encode_into(item, proto, out)
+    elif t is str:
+        b = v.encode()
+        out.append(b"$%d\r\n%s\r\n" % (len(b), b))
+    elif t is bool:
+        out.append(b":1\r\n" if v else b":0\r\n")
+    elif t is float:
+        d = _format_double(v)
+        out.append(b",%s\r\n" % d if proto == 3 else b"$%d\r\n%s\r\n" % (len(d), d))
+    elif v is NULL_ARRAY:
+        out.append(NULL3 if proto == 3 else b"*-1\r\n")
+    elif t is Verbatim:
+        if proto == 3:
+            out.append(b"=%d\r\ntxt:%s\r\n" % (len(v) + 4, v))
+        else:
+            out.append(b"$%d\r\n%s\r\n" % (len(v), v))
+    elif t is RespSet:
+        out.append((b"~%d\r\n" if proto == 3 else b"*%d\r\n") % len(v))
+        for item in v:
+            _encode_into(item, proto, out)
+    elif isinstance(v, ReplyError):
+        out.append(b"-%s\r\n" % v.message)
+    elif isinstance(v, dict):
+        _encode_into(Map(v.items()), proto, out)
+    elif isinstance(v, bytes):  # other bytes subclasses
+        out.append(b"$%d\r\n%s\r\n" % (len(v), v))
+    else:
+        raise TypeError(f"cannot encode {t.__name__} as RESP")
+
+
+def encode_command(argv: list[bytes] | tuple[bytes, ...]) -> bytes:
+    """A request (array of bulk strings): the wire form of effects and of upstream commands."""
+    parts = [b"*%d\r\n" % len(argv)]
+    for a in argv:
+        parts.append(b"$%d\r\n%s\r\n" % (len(a), a))
+    return b"".join(parts)
+
+
+# --- requests ----------------------------------------------------------------------------------
+# Requests are framed by hiredis on the hot path. These two functions cover what hiredis cannot:
+# inline commands (telnet, `redis-cli` pipes) and Redis's exact protocol-error texts and limits,
+# which must be known before a huge declared length is buffered.
+
+PROTO_INLINE_MAX_SIZE = 64 * 1024
+PROTO_UNAUTH_MULTIBULK = 10
+PROTO_UNAUTH_BULK = 16384
+INT_MAX = (1 << 31) - 1
+
+
+def check_request_header(buf: bytes, max_bulk: int, authed: bool) -> bytes | None:
+    """Validate the headers of a (possibly partial) multibulk request at the start of `buf`.
+
+    Returns Redis's protocol-error text (without 'ERR Protocol error: ') or None if nothing is
+    wrong so far. Mirrors processMultibulkBuffer in Redis's networking.c.
+    """
+    nl = buf.find(b"\r\n")
+    if nl < 0:
+        return b"too big mbulk count string" if len(buf) > PROTO_INLINE_MAX_SIZE else None
+    n = _ll(buf[1:nl])
+    if n is None or n > INT_MAX:
+        return b"invalid multibulk length"
+    if n > PROTO_UNAUTH_MULTIBULK and not authed:
+        return b"unauthenticated multibulk length"
+    pos = nl + 2
+    for _ in range(max(n, 0)):
+        if pos >= len(buf):
+            return None
+        if buf[pos] != 36:  # '$'
+            return b"expected '$', got '%s'" % buf[pos:pos + 1]
+        nl = buf.find(b"\r\n", pos)
+        if nl < 0:
+            return b"too big bulk count string" if len(buf) - pos > PROTO_INLINE_MAX_SIZE else None
+        ln = _ll(buf[pos + 1:nl])
+        if ln is None or ln < 0 or ln > max_bulk:
+            return b"invalid bulk length"
+        if ln > PROTO_UNAUTH_BULK and not authed:
+            return b"unauthenticated bulk length"
+        pos = nl + 2 + ln + 2
+    return None
+
+
+def _ll(b: bytes) -> int | None:
+    try:
+        return int(b) if b and b.strip() == b and b[:1] != b"+" else None
+    except ValueError:
+        return None
+
+
+_ESCAPES = {ord("n"): b"\n", ord("r"): b"\r", ord("t"): b"\t", ord("b"): b"\b", ord("a"): b"\a"}
+_HEX = b"0123456789abcdefABCDEF"
+
+
+def split_inline_args(line: bytes) -> list[bytes] | None:
+    """Redis sdssplitargs: spaces separate, "double" quotes take escapes, 'single' take \\'.
+
+    Returns None for unbalanced quotes (or a closing quote not followed by a space).
+    """
+    args: list[bytes] = []
+    i, n = 0, len(line)
+    while True:
+        while i < n and line[i] in b" \n\r\t\v\f":
+            i += 1
+        if i >= n:
+            return args
+        cur = bytearray()
+        inq = insq = False
+        while True:
+            if inq:
+                if i >= n:
+                    return None
+                ch = line[i]
+                if ch == 92 and i + 3 < n and line[i + 1] == 120 and line[i + 2] in _HEX \
+                        and line[i + 3] in _HEX:  # \xHH
+                    cur.append(int(line[i + 2:i + 4], 16))
+                    i += 3
+                elif ch == 92 and i + 1 < n:
+                    i += 1
+                    cur += _ESCAPES.get(line[i], bytes([line[i]]))
+                elif ch == 34:  # closing "
+                    if i + 1 < n and line[i + 1] not in b" \n\r\t\v\f":
+                        return None
+                    i += 1
+                    break
+                else:
+                    cur.append(ch)
+            elif insq:
+                if i >= n:
+                    return None
+                ch = line[i]
+                if ch == 92 and i + 1 < n and line[i + 1] == 39:
+                    i += 1
+                    cur.append(39)
+                elif ch == 39:
+                    if i + 1 < n and line[i + 1] not in b" \n\r\t\v\f":
+                        return None
+                    i += 1
+                    break
+                else:
+                    cur.append(ch)
+            else:
+                if i >= n:
+                    break
+                ch = line[i]
+                if ch in b" \n\r\t\v\f\0":
+                    break
+                if ch == 34:
+                    inq = True
+                elif ch == 39:
+                    insq = True
+                else:
+                    cur.append(ch)
+            i += 1
+        args.append(bytes(cur))

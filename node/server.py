@@ -1,0 +1,484 @@
+"""The node's RESP server: one asyncio Protocol per connection and the one dispatch path.
+
+The hot path is synchronous (DESIGN §6): data_received feeds hiredis, runs every complete command
+through `Server.execute`, and writes all replies of the batch with one transport.write. Nothing
+on it awaits; a read that must wait parks the client in `node.blocking` and the connection
+stops processing (and reading) until it is released.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import socket
+import time
+from collections.abc import Callable
+
+import hiredis
+
+from node import command_table, errors
+from node.blocking import Blocked, BlockingManager
+from node.client import Client
+from node.commands import COMMANDS, Handler, load_all
+from node.config import Config
+from node.effects import EffectLog
+from node.keyspace import Keyspace
+from node.resp import (
+    PROTO_INLINE_MAX_SIZE,
+    QUEUED,
+    ReplyError,
+    check_request_header,
+    null_array,
+    split_inline_args,
+)
+
+log = logging.getLogger("xshard.node")
+
+# Commands that run even inside MULTI instead of being queued (Redis processCommand).
+_MULTI_IMMEDIATE = frozenset((b"exec", b"discard", b"multi", b"watch", b"quit", b"reset"))
+# Commands an unauthenticated client may send.
+_NOAUTH_OK = frozenset((b"auth", b"hello", b"quit", b"reset"))
+
+_HIREDIS_ERRORS = {
+    "Bad multi-bulk length": b"invalid multibulk length",
+    "Bad bulk string length": b"invalid bulk length",
+}
+
+
+class CommandStats:
+    """INFO commandstats / errorstats counters."""
+
+    __slots__ = ("calls", "errors", "total_commands", "total_error_replies", "total_connections",
+                 "rejected_connections", "net_input_bytes", "net_output_bytes")
+
+    def __init__(self) -> None:
+        self.calls: dict[bytes, list] = {}  # name -> [calls, usec, rejected, failed]
+        self.errors: dict[bytes, int] = {}
+        self.total_commands = 0
+        self.total_error_replies = 0
+        self.total_connections = 0
+        self.rejected_connections = 0
+        self.net_input_bytes = 0
+        self.net_output_bytes = 0
+
+    def error(self, message: bytes) -> None:
+        self.total_error_replies += 1
+        code = message.split(b" ", 1)[0]
+        self.errors[code] = self.errors.get(code, 0) + 1
+
+    def entry(self, name: bytes) -> list:
+        e = self.calls.get(name)
+        if e is None:
+            e = self.calls[name] = [0, 0, 0, 0]
+        return e
+
+
+class Server:
+    """Process-wide node state: key space, clients, blocking, effects and dispatch."""
+
+    def __init__(self, config: Config) -> None:
+        self.config = config
+        self.loop: asyncio.AbstractEventLoop = asyncio.get_event_loop()
+        self.db = Keyspace(self)
+        self.blocking = BlockingManager(self)
+        self.effects = EffectLog()
+        self.stats = CommandStats()
+        self.clients: dict[int, Client] = {}
+        self.next_client_id = 1
+        self.start_time = time.time()
+        self.run_id = os.urandom(20).hex()
+        self.dirty = 0
+        self.role = "master"
+        self._cmd_time_ms = int(time.time() * 1000)
+        self.tcp_server: asyncio.AbstractServer | None = None
+        self.shutdown_hooks: list[Callable[[], None]] = []
+        self._dispatch: dict[bytes, tuple[Handler, int]] = {}
+        load_all()
+        for name, handler in COMMANDS.items():
+            spec = command_table.lookup(name)
+            self._dispatch[name] = (handler, spec.arity if spec is not None else 0)
+
+    # --- the command path ---------------------------------------------------------------------
+    def now_ms(self) -> int:
+        """The time of the running command, fixed for its duration (Redis commandTimeSnapshot)."""
+        return self._cmd_time_ms
+
+    def propagate(self, argv: list[bytes]) -> None:
+        self.dirty += 1
+        self.effects.emit(argv)
+
+    def execute(self, c: Client, argv: list[bytes]) -> bytes | None:
+        """Run one client command; None means the client is now blocked."""
+        name = argv[0].lower()
+        entry = self._dispatch.get(name)
+        if entry is None:
+            if c.in_multi:
+                c.multi_failed = True
+            return self._reject(None, errors.unknown_command(argv[0], argv[1:]))
+        handler, arity = entry
+        if (arity > 0 and len(argv) != arity) or len(argv) < -arity:
+            if c.in_multi:
+                c.multi_failed = True
+            return self._reject(name, errors.wrong_arity(name))
+        if not c.authenticated and name not in _NOAUTH_OK:
+            if c.in_multi:
+                c.multi_failed = True
+            return self._reject(name, errors.NOAUTH)
+        if c.in_multi and name not in _MULTI_IMMEDIATE:
+            c.multi_queue.append(argv)
+            return QUEUED
+        return self.call(c, argv, name, handler)
+
+    def call(self, c: Client, argv: list[bytes], name: bytes, handler: Handler) -> bytes | None:
+        """Redis call(): run the handler, count it, and serve keys it made ready."""
+        self._cmd_time_ms = int(time.time() * 1000)
+        c.last_cmd = name
+        t0 = time.perf_counter()
+        failed = 0
+        try:
+            reply = handler(c, argv)
+        except ReplyError as e:
+            failed = 1
+            self.stats.error(e.message)
+            reply = b"-%s\r\n" % e.message
+        except Blocked as b:
+            if c.blocked is not None:  # a re-run that is still unserved: keep waiting
+                reply = None
+            elif c.in_exec:
+                reply = null_array(c.proto)
+            else:
+                self.blocking.block(c, b)
+                reply = None
+        except Exception as e:  # a bug must never take the node down
+            log.exception("command %r failed", argv[:3])
+            failed = 1
+            msg = b"ERR internal error: %s" % str(e).encode(errors="replace")[:200]
+            self.stats.error(msg)
+            reply = b"-%s\r\n" % msg
+        st = self.stats.calls.get(name)
+        if st is None:
+            st = self.stats.entry(name)
+        st[0] += 1
+        st[1] += int((time.perf_counter() - t0) * 1e6)
+        st[3] += failed
+        self.stats.total_commands += 1
+        if self.blocking.ready and not c.in_exec:
+            self.blocking.serve_ready()
+        return reply
+
+    def rerun_blocked(self, c: Client, argv: list[bytes]) -> bytes | None:
+        """Re-run a blocked client's command after a key it waits on became ready."""
+        entry = self._dispatch[argv[0].lower()]
+        c.rerunning = True
+        try:
+            return self.call(c, argv, argv[0].lower(), entry[0])
+        finally:
+            c.rerunning = False
+
+    def _reject(self, name: bytes | None, message: bytes) -> bytes:
+        self.stats.error(message)
+        if name is not None:
+            self.stats.entry(name)[2] += 1
+        return b"-%s\r\n" % message
+
+    # --- clients --------------------------------------------------------------------------------
+    def add_client(self, conn: Connection | None, addr: str, laddr: str) -> Client:
+        c = Client(self, conn, self.next_client_id, addr, laddr)
+        self.next_client_id += 1
+        self.clients[c.id] = c
+        self.stats.total_connections += 1
+        return c
+
+    def remove_client(self, c: Client) -> None:
+        self.blocking.unblock(c, None)
+        self.db.unwatch_all(c)
+        self.clients.pop(c.id, None)
+
+    # --- lifecycle ------------------------------------------------------------------------------
+    async def start(self) -> None:
+        cfg = self.config
+        hosts = cfg.bind.split() or ["127.0.0.1"]
+        self.tcp_server = await self.loop.create_server(
+            lambda: Connection(self), hosts, cfg.port, reuse_address=True, backlog=cfg.tcp_backlog,
+        )
+        if cfg.port == 0:
+            cfg.port = self.tcp_server.sockets[0].getsockname()[1]
+        self.loop.call_later(1 / cfg.hz, self._cron)
+
+    def _cron(self) -> None:
+        """serverCron: active expiry and output-buffer soft limits, a few times a second."""
+        try:
+            self._cmd_time_ms = int(time.time() * 1000)
+            self.db.active_expire()
+            if self.blocking.ready:
+                self.blocking.serve_ready()
+            for c in list(self.clients.values()):
+                if c.conn is not None:
+                    c.conn.check_output_limit()
+        except Exception:
+            log.exception("cron failed")
+        self.loop.call_later(1 / self.config.hz, self._cron)
+
+    def close(self) -> None:
+        for fn in self.shutdown_hooks:
+            try:
+                fn()
+            except Exception:
+                log.exception("shutdown hook failed")
+        if self.tcp_server is not None:
+            self.tcp_server.close()
+        for c in list(self.clients.values()):
+            if c.conn is not None:
+                c.conn.close()
+
+
+class Connection(asyncio.Protocol):
+    """One client socket. Parses synchronously, replies once per batch, never awaits."""
+
+    __slots__ = ("server", "transport", "reader", "client", "_inline", "_closing",
+                 "_write_paused", "_read_paused", "_pending")
+
+    def __init__(self, server: Server) -> None:
+        self.server = server
+        self.transport: asyncio.Transport | None = None
+        self.reader = hiredis.Reader()
+        self.client: Client | None = None
+        self._inline = b""  # unparsed inline-protocol bytes
+        self._closing = False
+        self._write_paused = False
+        self._read_paused = False
+        self._pending = 0  # bytes received into an incomplete request
+
+    # --- asyncio callbacks --------------------------------------------------------------------
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+        sock = transport.get_extra_info("socket")
+        if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
+            # Replies are one write per batch; Nagle would only add latency.
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        peer = transport.get_extra_info("peername") or ("", 0)
+        local = transport.get_extra_info("sockname") or ("", 0)
+        server = self.server
+        if len(server.clients) >= server.config.maxclients:
+            server.stats.rejected_connections += 1
+            transport.write(b"-ERR max number of clients reached\r\n")
+            transport.close()
+            self._closing = True
+            return
+        self.client = server.add_client(self, f"{peer[0]}:{peer[1]}", f"{local[0]}:{local[1]}")
+        # Replies to one batch are written at once; pause the client's input when the socket
+        # backs up (asyncio's 64 KiB/16 KiB water marks) instead of buffering without bound.
+        transport.set_write_buffer_limits(high=256 * 1024, low=64 * 1024)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._closing = True
+        if self.client is not None:
+            self.server.remove_client(self.client)
+
+    def pause_writing(self) -> None:
+        self._write_paused = True
+        self._pause_reading()
+
+    def resume_writing(self) -> None:
+        self._write_paused = False
+        if self.client is not None and self.client.blocked is None:
+            self._resume_reading()
+            self._process()
+
+    def data_received(self, data: bytes) -> None:
+        if self._closing:
+            return
+        self.server.stats.net_input_bytes += len(data)
+        reader = self.reader
+        if self._inline or (data[:1] != b"*" and not reader.has_data()):
+            self._inline += data
+            self._process()
+            return
+        at_boundary = not reader.has_data()
+        reader.feed(data)
+        if self._process():
+            self._pending = len(data)
+        else:
+            self._pending += len(data)
+            if reader.has_data() and not self._closing:
+                self._check_pending(data if at_boundary else None)
+
+    def _check_pending(self, head: bytes | None) -> None:
+        """A chunk that completed no command: catch impossible declared lengths now, before
+        buffering them (hiredis would just wait for the bytes), as Redis does."""
+        c = self.client
+        err = None
+        if head is not None:
+            err = check_request_header(head, self.server.config.proto_max_bulk_len,
+                                       c is not None and c.authenticated)
+        if err is None and self._pending > self.server.config.client_query_buffer_limit:
+            err = b"query buffer limit exceeded"
+        if err is not None:
+            self._protocol_error(err)
+
+    def _process(self) -> int:
+        """Run every complete command that is ready, then write the replies at once.
+
+        Returns how many requests were taken from the parser."""
+        c = self.client
+        if c is None or self._closing:
+            return 0
+        n = 0
+        out: list[bytes] = []
+        execute = self.server.execute
+        reader = self.reader
+        if self._inline:
+            self._process_inline(out)
+        while c.blocked is None and not self._closing and not self._inline and not self._write_paused:
+            try:
+                argv = reader.gets()
+            except hiredis.ProtocolError as e:
+                msg = str(e)
+                if msg.startswith("Protocol error, got"):
+                    err = b"expected '$', got '%s'" % msg.split('"')[1].encode()
+                else:
+                    err = _HIREDIS_ERRORS.get(msg, b"invalid multibulk length")
+                out.append(self._protocol_error_reply(err))
+                break
+            if argv is False:
+                break
+            n += 1
+            if type(argv) is not list:
+                out.append(self._protocol_error_reply(b"expected '$', got '%s'" % _type_byte(argv)))
+                break
+            if not argv:
+                continue
+            try:
+                b"".join(argv)  # every argument must be a bulk string; C-speed check
+            except TypeError:
+                bad = next(a for a in argv if type(a) is not bytes)
+                out.append(self._protocol_error_reply(
+                    b"invalid bulk length" if bad is None else b"expected '$', got '%s'" % _type_byte(bad)))
+                break
+            reply = execute(c, argv)
+            if reply is not None:
+                out.append(reply)
+            if c.close_after_reply:
+                break
+            if not reader.has_data():
+                break
+        if out:
+            self._write(b"".join(out))
+        if c.close_after_reply:
+            self.close()
+        elif c.blocked is not None:
+            self._pause_reading()
+        return n
+
+    def _process_inline(self, out: list[bytes]) -> None:
+        """Inline commands: one per line, split like sdssplitargs (Redis processInlineBuffer)."""
+        c = self.client
+        assert c is not None
+        buf = self._inline
+        while buf and c.blocked is None and not c.close_after_reply:
+            if buf[:1] == b"*":  # back to the multibulk protocol
+                self._inline = b""
+                self.reader.feed(buf)
+                return
+            nl = buf.find(b"\n")
+            if nl < 0:
+                if len(buf) > PROTO_INLINE_MAX_SIZE:
+                    out.append(self._protocol_error_reply(b"too big inline request"))
+                    buf = b""
+                break
+            line, buf = buf[:nl], buf[nl + 1:]
+            if line.endswith(b"\r"):
+                line = line[:-1]
+            argv = split_inline_args(line)
+            if argv is None:
+                out.append(self._protocol_error_reply(b"unbalanced quotes in request"))
+                buf = b""
+                break
+            if not argv:
+                continue
+            reply = self.server.execute(c, argv)
+            if reply is not None:
+                out.append(reply)
+        self._inline = buf
+
+    def _protocol_error_reply(self, err: bytes) -> bytes:
+        """Redis replies to a protocol error and then closes the connection."""
+        msg = b"ERR Protocol error: %s" % err
+        self.server.stats.error(msg)
+        if self.client is not None:
+            self.client.close_after_reply = True
+        return b"-%s\r\n" % msg
+
+    def _protocol_error(self, err: bytes) -> None:
+        self._write(self._protocol_error_reply(err))
+        self.close()
+
+    # --- output -------------------------------------------------------------------------------
+    def _write(self, data: bytes) -> None:
+        t = self.transport
+        if t is None or self._closing:
+            return
+        self.server.stats.net_output_bytes += len(data)
+        t.write(data)
+        if self._write_paused:
+            self.check_output_limit()
+
+    def check_output_limit(self) -> None:
+        """client-output-buffer-limit for normal clients: hard limit, or soft for too long."""
+        t, c = self.transport, self.client
+        if t is None or c is None or self._closing:
+            return
+        size = t.get_write_buffer_size()
+        hard, soft, secs = self.server.config.obuf_limit("normal")
+        now = time.monotonic()
+        if soft and size > soft:
+            if not c.obuf_soft_since:
+                c.obuf_soft_since = now
+        else:
+            c.obuf_soft_since = 0.0
+        if (hard and size >= hard) or (soft and c.obuf_soft_since and now - c.obuf_soft_since >= secs):
+            log.warning("Client id=%d addr=%s scheduled to be closed ASAP for overcoming of "
+                        "output buffer limits.", c.id, c.addr)
+            self.close(force=True)
+
+    def on_unblocked(self, reply: bytes) -> None:
+        self._write(reply)
+        if self.client is not None and self.client.close_after_reply:
+            self.close()
+            return
+        self._resume_reading()
+        # Commands pipelined behind the blocked one run now, outside the releasing client's
+        # command so that its reply order is not disturbed.
+        self.server.loop.call_soon(self._process)
+
+    def _pause_reading(self) -> None:
+        if not self._read_paused and self.transport is not None and not self._closing:
+            self._read_paused = True
+            self.transport.pause_reading()
+
+    def _resume_reading(self) -> None:
+        if self._read_paused and self.transport is not None and not self._closing:
+            self._read_paused = False
+            self.transport.resume_reading()
+
+    def close(self, force: bool = False) -> None:
+        if self._closing or self.transport is None:
+            return
+        self._closing = True
+        if force:
+            self.transport.abort()
+        else:
+            self.transport.close()
+
+
+def _type_byte(v: object) -> bytes:
+    if isinstance(v, int):
+        return b":"
+    if isinstance(v, list):
+        return b"*"
+    if isinstance(v, hiredis.ReplyError):
+        return b"-"
+    if isinstance(v, float):
+        return b","
+    return b"+"
