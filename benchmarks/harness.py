@@ -1,0 +1,272 @@
+"""Shared helpers for the benchmarks: start servers, wait for PING, read /proc, talk raw RESP.
+
+Everything here binds and connects to 127.0.0.1 only. Every server started through this
+module is registered for an atexit kill, so an exception or Ctrl-C in a benchmark never
+leaves a redis-server or node process behind (the caller should still stop() in a finally).
+"""
+
+from __future__ import annotations
+
+import atexit
+import csv
+import io
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import hiredis
+
+HOST = "127.0.0.1"
+REPO_ROOT = Path(__file__).resolve().parent.parent
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+_started: list[ServerProc] = []
+
+
+def free_port() -> int:
+    """Ask the kernel for a free loopback port (there is a small race until the server binds)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((HOST, 0))
+        return s.getsockname()[1]
+
+
+def rss_kib(pid: int) -> int:
+    """VmRSS of a process in KiB, from /proc/<pid>/status (what the kernel actually holds)."""
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    raise RuntimeError(f"no VmRSS for pid {pid}")
+
+
+def cpu_seconds(pid: int) -> float:
+    """utime+stime of a process (all its threads) in seconds, from /proc/<pid>/stat.
+
+    Used to check whether the server under test was saturated during a measurement: a server
+    that used well under one core was waiting on the load generator, not the other way round.
+    """
+    with open(f"/proc/{pid}/stat") as f:
+        data = f.read()
+    # The command name (field 2) may contain spaces; the fields we want follow the last ')'.
+    fields = data[data.rindex(")") + 2:].split()
+    return (int(fields[11]) + int(fields[12])) / CLK_TCK
+
+
+class ServerProc:
+    """One server process under test (redis-server or our node) and how to reach it."""
+
+    def __init__(self, label: str, kind: str, port: int, proc: subprocess.Popen,
+                 workdir: Path, log_path: Path, owns_workdir: bool) -> None:
+        self.label = label  # what the tables call it, e.g. "redis-server" / "xshard node"
+        self.kind = kind  # "redis" or "node"
+        self.port = port
+        self.proc = proc
+        self.workdir = workdir
+        self.log_path = log_path
+        self._owns_workdir = owns_workdir
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def rss_kib(self) -> int:
+        return rss_kib(self.pid)
+
+    def cpu_seconds(self) -> float:
+        return cpu_seconds(self.pid)
+
+    def connect(self, timeout: float = 30.0) -> Conn:
+        return Conn(self.port, timeout=timeout)
+
+    def log_tail(self, n: int = 30) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-n:])
+        except OSError:
+            return "(no log)"
+
+    def stop(self) -> None:
+        """Kill the process (SIGTERM, then SIGKILL) and remove its private directory."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=5)
+        if self in _started:
+            _started.remove(self)
+        if self._owns_workdir:
+            shutil.rmtree(self.workdir, ignore_errors=True)
+
+
+def _kill_all() -> None:
+    for s in list(_started):
+        try:
+            s.stop()
+        except Exception:  # noqa: BLE001 - best effort at interpreter exit
+            pass
+
+
+atexit.register(_kill_all)
+
+
+def _pin(cpu: int | None):
+    """preexec_fn that pins the child to one CPU, so the server never shares with the load."""
+    if cpu is None:
+        return None
+
+    def f() -> None:
+        os.sched_setaffinity(0, {cpu})
+
+    return f
+
+
+def start_server(kind: str, *, label: str | None = None, port: int | None = None,
+                 workdir: Path | None = None, cpu: int | None = None,
+                 timeout: float = 20.0) -> ServerProc:
+    """Start redis-server ("redis") or our node ("node") on loopback and wait until it PINGs.
+
+    redis-server runs with persistence off (`--save '' --appendonly no`) so it measures the
+    same thing as a node with nothing to persist. Retries once on a port race.
+    """
+    for attempt in range(3):
+        p = port or free_port()
+        owns = workdir is None
+        wd = Path(tempfile.mkdtemp(prefix=f"bench-{kind}-")) if workdir is None else workdir
+        log_path = wd / "server.log"
+        if kind == "redis":
+            exe = shutil.which("redis-server") or "/usr/bin/redis-server"
+            argv = [exe, "--port", str(p), "--bind", HOST, "--save", "", "--appendonly", "no",
+                    "--daemonize", "no", "--dir", str(wd), "--logfile", ""]
+            env = None
+        elif kind == "node":
+            argv = [sys.executable, "-m", "control.cli", "node", "--port", str(p),
+                    "--dir", str(wd)]
+            env = dict(os.environ)
+            env["PYTHONPATH"] = str(REPO_ROOT) + os.pathsep + env.get("PYTHONPATH", "")
+        else:
+            raise ValueError(f"unknown server kind {kind!r}")
+        log = open(log_path, "wb")
+        proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                cwd=REPO_ROOT, env=env, preexec_fn=_pin(cpu))
+        log.close()
+        sp = ServerProc(label or kind, kind, p, proc, wd, log_path, owns)
+        _started.append(sp)
+        try:
+            wait_for_ping(p, timeout, proc)
+            return sp
+        except RuntimeError:
+            tail = sp.log_tail()
+            sp.stop()
+            if port is None and attempt < 2 and "in use" in tail.lower():
+                continue
+            raise RuntimeError(f"{kind} on port {p} did not answer PING:\n{tail}") from None
+    raise AssertionError("unreachable")
+
+
+def wait_for_ping(port: int, timeout: float, proc: subprocess.Popen | None = None) -> None:
+    """Poll until the server on `port` answers PING with +PONG, or raise RuntimeError."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc is not None and proc.poll() is not None:
+            raise RuntimeError(f"server exited with code {proc.returncode}")
+        try:
+            with Conn(port, timeout=1.0) as c:
+                if c.call(b"PING") == b"PONG":
+                    return
+        except (OSError, ConnectionError):
+            pass
+        time.sleep(0.05)
+    raise RuntimeError(f"no PONG from port {port} within {timeout}s")
+
+
+class Conn:
+    """A minimal blocking RESP2 connection: hiredis for parsing, bytes in, Python values out.
+
+    Deliberately thin (no redis-py) so that the load generators cost as little CPU per
+    request as Python allows. Errors come back as hiredis.ReplyError values, not raised,
+    unless `call()` is used.
+    """
+
+    def __init__(self, port: int, timeout: float = 30.0) -> None:
+        self.sock = socket.create_connection((HOST, port), timeout=timeout)
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.reader = hiredis.Reader()
+
+    def __enter__(self) -> Conn:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self.sock.close()
+
+    def send(self, payload: bytes) -> None:
+        self.sock.sendall(payload)
+
+    def read_reply(self):
+        """Block until one complete reply is available and return it."""
+        while True:
+            r = self.reader.gets()
+            if r is not False:
+                return r
+            data = self.sock.recv(1 << 18)
+            if not data:
+                raise ConnectionError("server closed the connection")
+            self.reader.feed(data)
+
+    def read_replies(self, n: int) -> list:
+        return [self.read_reply() for _ in range(n)]
+
+    def call(self, *args: bytes | str | int):
+        """Send one command and return its reply; raise on an error reply."""
+        self.send(hiredis.pack_command(args))
+        r = self.read_reply()
+        if isinstance(r, hiredis.ReplyError):
+            raise r
+        return r
+
+    def pipeline(self, commands: list[tuple]) -> list:
+        """Send many commands in one write and return their replies (errors not raised)."""
+        self.send(b"".join(hiredis.pack_command(c) for c in commands))
+        return self.read_replies(len(commands))
+
+
+def info_fields(conn: Conn, section: str = "memory") -> dict[str, str]:
+    """INFO <section> as a dict of strings (empty if the server does not implement it)."""
+    try:
+        raw = conn.call(b"INFO", section)
+    except hiredis.ReplyError:
+        return {}
+    out: dict[str, str] = {}
+    for line in raw.decode(errors="replace").splitlines():
+        if ":" in line and not line.startswith("#"):
+            k, v = line.split(":", 1)
+            out[k] = v.strip()
+    return out
+
+
+def redis_benchmark(port: int, args: list[str], *, timeout: float,
+                    cpu: int | None = None) -> float:
+    """Run redis-benchmark with --csv against `port` and return its requests per second.
+
+    `args` is everything after the connection options (e.g. ["-c", "50", "-n", "1000",
+    "XADD", "s", "*", ...]). A run that exceeds `timeout` is killed and raises.
+    """
+    exe = shutil.which("redis-benchmark") or "/usr/bin/redis-benchmark"
+    argv = [exe, "-h", HOST, "-p", str(port), "--csv", *args]
+    res = subprocess.run(argv, capture_output=True, timeout=timeout, preexec_fn=_pin(cpu),
+                         stdin=subprocess.DEVNULL)
+    text = res.stdout.decode(errors="replace")
+    rows = [r for r in csv.reader(io.StringIO(text)) if r and r[0] != "test"]
+    if res.returncode != 0 or not rows:
+        raise RuntimeError(f"redis-benchmark failed (rc={res.returncode}): "
+                           f"{text[-500:]} {res.stderr.decode(errors='replace')[-500:]}")
+    return float(rows[-1][1])
