@@ -168,3 +168,9 @@ def parse_range_id_or_error(b: bytes, missing_seq: int) -> tuple[int, bool]:
     if b[:1] == b"(" and len(b) > 1:
         return parse_id_or_error(b[1:], missing_seq, strict=True), True
     return parse_id_or_error(b, missing_seq), False
+
+# --- COMMAND GETKEYS / GETKEYSANDFLAGS (db.c getKeysSubcommandImpl) ---------------------------
+GETKEYS_INVALID_COMMAND = b"ERR Invalid command specified"
+GETKEYS_NO_KEYS = b"ERR The command has no key arguments"
+GETKEYS_WRONG_ARITY = b"ERR Invalid number of arguments specified for command"
+GETKEYS_INVALID_ARGS = b"ERR Invalid arguments specified for command"

@@ -1,0 +1,617 @@
+"""The command table: arity, flags, key positions and docs of every command xshard serves.
+
+Redis builds its table from src/commands/*.json; ours is node/commands.json, dumped from a real
+redis-server by tools/gen_command_table.py. This module reads it once at import and is the one
+source for: the dispatcher's arity check (`check_arity`), write detection (`is_write`), key
+extraction (`get_keys`, also used by router/keys.py and COMMAND GETKEYS), and the COMMAND
+replies (INFO, DOCS, COUNT, LIST, GETKEYS, GETKEYSANDFLAGS, HELP) in RESP2 and RESP3.
+
+It is a leaf: it imports only the codec and the error texts, never a client or the server.
+
+Key extraction follows Redis's getKeysFromCommandWithSpecs (db.c): the key specs
+(begin_search + find_keys) for every command, except where Redis has a getkeys procedure that
+knows better. XREAD/XREADGROUP use xreadGetKeys's rule (skip options to find the real STREAMS
+token, because "STREAMS" may also be a group, consumer or key name); Redis itself prefers the key
+spec there, which is fooled by e.g. `XREADGROUP COUNT 1 GROUP g STREAMS STREAMS k 0`, so in that
+corner our COMMAND GETKEYS answers with the key the command really touches. SET uses setGetKeys
+(only its key flags depend on GET).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable
+from typing import Any
+
+from node import errors
+from node.resp import Map, ReplyError, RespSet, Status, encode
+
+__all__ = [
+    "CommandSpec", "KeySpec", "lookup", "lookup_argv", "check_arity", "is_write", "get_keys",
+    "get_keys_and_flags", "CONTAINERS", "TABLE", "command_reply", "info_reply", "docs_reply",
+    "count_reply", "list_reply", "getkeys_reply", "help_reply", "HELP_LINES",
+]
+
+JSON_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "commands.json")
+
+
+class KeySpec:
+    """One Redis key spec: where the keys start (begin_search) and how many follow (find_keys)."""
+
+    __slots__ = ("flags", "bs_type", "index", "keyword", "startfrom", "fk_type", "lastkey",
+                 "keystep", "limit", "keynumidx", "firstkey", "raw")
+
+    def __init__(self, raw: dict[str, Any]) -> None:
+        self.raw = raw
+        self.flags: tuple[str, ...] = tuple(raw["flags"])
+        bs, fk = raw["begin_search"], raw["find_keys"]
+        self.bs_type: str = bs["type"]
+        self.index = int(bs["spec"].get("index", 0))
+        self.keyword: bytes = bs["spec"].get("keyword", "").encode()
+        self.startfrom = int(bs["spec"].get("startfrom", 0))
+        self.fk_type: str = fk["type"]
+        s = fk["spec"]
+        self.lastkey = int(s.get("lastkey", 0))
+        self.keystep = int(s.get("keystep", 1))
+        self.limit = int(s.get("limit", 0))
+        self.keynumidx = int(s.get("keynumidx", 0))
+        self.firstkey = int(s.get("firstkey", 0))
+
+
+class CommandSpec:
+    """One command or subcommand. `name` is Redis's fullname: b"xadd", b"xgroup|create"."""
+
+    __slots__ = ("name", "arity", "flags", "flag_list", "first_key", "last_key", "step", "acl_categories",
+                 "tips", "key_specs", "subcommands", "docs", "origin", "parent", "has_keys",
+                 "getkeys_proc", "_info", "_docs")
+
+    def __init__(self, raw: dict[str, Any], parent: CommandSpec | None = None) -> None:
+        self.name: bytes = raw["name"].encode()
+        self.arity: int = raw["arity"]
+        self.flags: frozenset[str] = frozenset(raw["flags"])
+        # In Redis's reply order (addReplyCommandFlags walks a fixed table).
+        self.flag_list: tuple[str, ...] = tuple(raw["flags"])
+        self.first_key: int = raw["first_key"]
+        self.last_key: int = raw["last_key"]
+        self.step: int = raw["step"]
+        self.acl_categories: tuple[str, ...] = tuple(raw["acl_categories"])
+        self.tips: tuple[str, ...] = tuple(raw["tips"])
+        self.key_specs: tuple[KeySpec, ...] = tuple(KeySpec(k) for k in raw["key_specs"])
+        self.docs: dict[str, Any] = raw["docs"]
+        self.origin: str = raw.get("origin", "")
+        self.parent = parent
+        # Keep Redis's (arbitrary) order from the file: the JSON is sorted by name.
+        self.subcommands: dict[bytes, CommandSpec] = {}
+        for sub in raw.get("subcommands", []):
+            spec = CommandSpec(sub, self)
+            self.subcommands[spec.name.split(b"|", 1)[1]] = spec
+        self.getkeys_proc: Callable[[CommandSpec, list[bytes]], list[tuple[int, tuple[str, ...]]]
+                                    ] | None = _GETKEYS_PROCS.get(self.name)
+        # Redis doesCommandHaveKeys: a getkeys proc, or a key spec that is not NOT_KEY.
+        self.has_keys = self.getkeys_proc is not None or any(
+            "not_key" not in k.flags for k in self.key_specs)
+        self._info: list[bytes | None] = [None, None, None, None]
+        self._docs: list[bytes | None] = [None, None, None, None]
+
+    @property
+    def is_container(self) -> bool:
+        return bool(self.subcommands)
+
+    def __repr__(self) -> str:
+        return f"CommandSpec({self.name.decode()!r}, arity={self.arity})"
+
+
+# --- getkeys procedures (Redis db.c), for commands whose key specs are not the whole story ---
+KeyRefs = list[tuple[int, tuple[str, ...]]]
+
+
+def _xread_get_keys(cmd: CommandSpec, argv: list[bytes]) -> KeyRefs:
+    """db.c xreadGetKeys: skip the options to find the STREAMS that is the option itself.
+
+    "STREAMS" may also be a consumer group, consumer or key name, so a plain keyword search
+    can stop too early. Returns [] on a syntax error (no STREAMS, or an odd key/ID count).
+    """
+    argc = len(argv)
+    streams_pos = -1
+    i = 1
+    while i < argc:
+        arg = argv[i].lower()
+        if arg == b"block" or arg == b"count":
+            i += 2
+        elif arg == b"group":
+            i += 3
+        elif arg == b"noack":
+            i += 1
+        elif arg == b"streams":
+            streams_pos = i
+            break
+        else:
+            break
+    num = argc - streams_pos - 1
+    if streams_pos == -1 or num == 0 or num % 2 != 0:
+        return []
+    # Redis gives these keys no flags; ours come from the key spec so that GETKEYSANDFLAGS
+    # agrees with the spec path (which is what Redis answers for every valid XREAD).
+    flags = cmd.key_specs[0].flags if cmd.key_specs else ()
+    return [(p, flags) for p in range(streams_pos + 1, streams_pos + 1 + num // 2)]
+
+
+_SET_GET_FLAGS = ("RW", "access", "update")
+_SET_FLAGS = ("OW", "update")
+
+
+def _set_get_keys(cmd: CommandSpec, argv: list[bytes]) -> KeyRefs:
+    """db.c setGetKeys: the key is always argv[1]; GET makes it a read as well as a write."""
+    for a in argv[3:]:
+        if a.lower() == b"get":
+            return [(1, _SET_GET_FLAGS)]
+    return [(1, _SET_FLAGS)]
+
+
+_GETKEYS_PROCS: dict[bytes, Callable[[CommandSpec, list[bytes]], KeyRefs]] = {
+    b"xread": _xread_get_keys,
+    b"xreadgroup": _xread_get_keys,
+    b"set": _set_get_keys,
+}
+
+# Commands whose getkeys proc is preferred over the key specs (Redis prefers the specs unless
+# they carry VARIABLE_FLAGS; for XREAD* we prefer the proc, see the module docstring).
+_PROC_FIRST = frozenset({b"xread", b"xreadgroup"})
+
+
+# --- the table -------------------------------------------------------------------------------
+def _load(path: str) -> dict[bytes, CommandSpec]:
+    with open(path, encoding="utf-8") as f:
+        data = json.load(f)
+    return {spec.name: spec for spec in (CommandSpec(raw) for raw in data["commands"])}
+
+
+TABLE: dict[bytes, CommandSpec] = _load(JSON_PATH)
+"""Top-level commands by lower-case name, in the order of the file (sorted by name)."""
+
+_ALL: dict[bytes, CommandSpec] = dict(TABLE)
+for _c in TABLE.values():
+    for _s in _c.subcommands.values():
+        _ALL[_s.name] = _s
+
+CONTAINERS: frozenset[bytes] = frozenset(n for n, c in TABLE.items() if c.subcommands)
+"""Commands with subcommands: the dispatcher must resolve argv[1] before checking arity."""
+
+# Hot path: name -> arity for plain commands, name -> {sub: (arity, fullname)} for containers.
+_ARITY: dict[bytes, int | dict[bytes, tuple[int, bytes]]] = {}
+for _n, _c in TABLE.items():
+    if _c.subcommands:
+        _ARITY[_n] = {k: (s.arity, s.name) for k, s in _c.subcommands.items()}
+    else:
+        _ARITY[_n] = _c.arity
+_WRITE: frozenset[bytes] = frozenset(n for n, c in _ALL.items() if "write" in c.flags)
+del _n, _c, _s
+
+
+def lookup(name_lower: bytes) -> CommandSpec | None:
+    """A command by lower-case name; "xgroup|create" names a subcommand (lookupCommandBySds)."""
+    return _ALL.get(name_lower)
+
+
+def lookup_argv(argv: list[bytes]) -> CommandSpec | None:
+    """Redis lookupCommand: the subcommand when argv[0] is a container and argv[1] exists."""
+    base = TABLE.get(argv[0].lower())
+    if base is None or len(argv) == 1 or not base.subcommands:
+        return base
+    return base.subcommands.get(argv[1].lower())
+
+
+def lookup_by_fullname(name: bytes) -> CommandSpec | None:
+    """COMMAND INFO/DOCS argument: any case, "a|b" for subcommands, None if unknown."""
+    return _ALL.get(name.lower())
+
+
+def check_arity(argv: list[bytes], name: bytes | None = None) -> bytes | None:
+    """The error text Redis's processCommand gives for this argv, or None if it may run.
+
+    Covers unknown command, unknown subcommand of a container, and wrong arity (named by the
+    fullname: 'xgroup|create'). `name` is argv[0] already lower-cased, if the caller has it.
+    """
+    if name is None:
+        name = argv[0].lower()
+    n = len(argv)
+    a = _ARITY.get(name)
+    if a.__class__ is int:
+        if (a > 0 and a != n) or n < -a:  # type: ignore[operator]
+            return errors.wrong_arity(name)
+        return None
+    if a is None:
+        return errors.unknown_command(argv[0], argv[1:])
+    if n == 1:
+        # A container alone runs as itself; all of ours have arity -2.
+        return errors.wrong_arity(name)
+    sub = a.get(argv[1].lower())  # type: ignore[union-attr]
+    if sub is None:
+        return errors.unknown_subcommand(argv[1], argv[0])
+    arity = sub[0]
+    if (arity > 0 and arity != n) or n < -arity:
+        return errors.wrong_arity(sub[1])
+    return None
+
+
+def is_write(name: bytes) -> bool:
+    """True for commands flagged `write`; pass a fullname (b"xgroup|create") for subcommands."""
+    return name in _WRITE
+
+
+# --- key extraction --------------------------------------------------------------------------
+def _keys_from_specs(cmd: CommandSpec, argv: list[bytes]) -> KeyRefs | None:
+    """db.c getKeysUsingKeySpecs; None where Redis returns -1 (a spec that does not fit)."""
+    argc = len(argv)
+    out: KeyRefs = []
+    for spec in cmd.key_specs:
+        if "not_key" in spec.flags:
+            continue
+        if spec.bs_type == "index":
+            first = spec.index
+        elif spec.bs_type == "keyword":
+            first = 0
+            kw = spec.keyword.lower()
+            if spec.startfrom > 0:
+                start, end, step = spec.startfrom, argc - 1, 1
+            else:
+                start, end, step = argc + spec.startfrom, 0, -1
+            if start > end:
+                step = -1
+            i = start
+            while i != end:
+                if i >= argc or i < 1:
+                    break
+                if argv[i].lower() == kw:
+                    first = i + 1
+                    break
+                i += step
+            if not first:
+                continue
+        else:
+            return None
+        if spec.fk_type == "range":
+            keystep = spec.keystep
+            if spec.lastkey >= 0:
+                last = first + spec.lastkey
+            elif not spec.limit:
+                last = argc + spec.lastkey
+            else:
+                last = first + ((argc - first) // spec.limit + spec.lastkey)
+        elif spec.fk_type == "keynum":
+            keystep = spec.keystep
+            if spec.keynumidx >= argc or first + spec.keynumidx >= argc:
+                return None
+            numkeys = errors.string2ll(argv[first + spec.keynumidx])
+            if numkeys is None or numkeys < 0:
+                return None
+            first += spec.firstkey
+            last = first + numkeys - 1
+        else:
+            return None
+        if last >= argc or last < first or first >= argc:
+            return None
+        out.extend((i, spec.flags) for i in range(first, last + 1, keystep))
+        if "incomplete" in spec.flags:
+            return None
+    return out
+
+
+def get_keys_and_flags(argv: list[bytes]) -> KeyRefs | None:
+    """(argv index, key-spec flags) of every key; None if the command cannot have keys here.
+
+    Mirrors getKeysFromCommandWithSpecs: key specs unless they carry VARIABLE_FLAGS or fail, then
+    the getkeys proc. Unknown commands and commands without keys give [] (not None).
+    """
+    cmd = lookup_argv(argv)
+    if cmd is None or not cmd.has_keys:
+        return []
+    return _get_keys(cmd, argv)
+
+
+def _get_keys(cmd: CommandSpec, argv: list[bytes]) -> KeyRefs | None:
+    proc = cmd.getkeys_proc
+    if proc is not None and cmd.name in _PROC_FIRST:
+        return proc(cmd, argv) or None
+    specs = cmd.key_specs
+    if specs and not any("variable_flags" in k.flags for k in specs):
+        got = _keys_from_specs(cmd, argv)
+        if got is not None:
+            return got
+    if proc is not None:
+        return proc(cmd, argv) or None
+    return None
+
+
+def get_keys(argv: list[bytes]) -> list[int]:
+    """Argument indexes of the keys of a full command, [] if none or the syntax is broken."""
+    cmd = lookup_argv(argv)
+    if cmd is None:
+        return []
+    specs = cmd.key_specs
+    # Fast path: one fixed-position key (XADD, XACK, XINFO STREAM, GET ...).
+    if len(specs) == 1 and cmd.getkeys_proc is None:
+        s = specs[0]
+        if s.bs_type == "index" and s.fk_type == "range" and s.lastkey == 0:
+            return [s.index] if s.index < len(argv) else []
+    refs = _get_keys(cmd, argv) if cmd.has_keys else None
+    return [p for p, _ in refs] if refs else []
+
+
+# --- COMMAND replies -------------------------------------------------------------------------
+def _status_set(items: tuple[str, ...] | list[str]) -> RespSet:
+    return RespSet(Status(x.encode()) for x in items)
+
+
+def _generic(v: Any, key: str = "") -> Any:
+    """JSON -> reply tree for key specs and docs: dicts are maps, `flags` are sets of status."""
+    if isinstance(v, dict):
+        return Map((k.encode(), _generic(x, k)) for k, x in v.items())
+    if isinstance(v, list):
+        if key in ("flags", "doc_flags"):
+            return _status_set(v)
+        if key == "history":  # a set of [version, text] pairs
+            return RespSet(_generic(x) for x in v)
+        return [_generic(x) for x in v]
+    if isinstance(v, str):
+        return v.encode()
+    return v
+
+
+def _info_tree(cmd: CommandSpec) -> list[Any]:
+    """server.c addReplyCommandInfo: the ten fields, with Redis's reply types."""
+    return [
+        cmd.name, cmd.arity, _status_set(cmd.flag_list),
+        cmd.first_key, cmd.last_key, cmd.step,
+        _status_set(cmd.acl_categories),
+        RespSet(t.encode() for t in cmd.tips),
+        RespSet(_generic(k.raw) for k in cmd.key_specs),
+        # addReplyCommandSubCommands: an array when there are subcommands, else an empty set.
+        [_info_tree(s) for s in cmd.subcommands.values()] if cmd.subcommands else RespSet(),
+    ]
+
+
+def _docs_tree(cmd: CommandSpec) -> Map:
+    """server.c addReplyCommandDocs: a map in Redis's field order; subcommands as a map."""
+    d = cmd.docs
+    out = Map()
+    for k in _DOC_KEYS:
+        if k in d:
+            v = d[k]
+            if k == "arguments":
+                out.append((b"arguments", [_arg_tree(a) for a in v]))
+            else:
+                out.append((k.encode(), _generic(v, k)))
+    if cmd.subcommands:
+        out.append((b"subcommands",
+                    Map((s.name, _docs_tree(s)) for s in cmd.subcommands.values())))
+    return out
+
+
+_DOC_KEYS = ("summary", "since", "group", "complexity", "module", "doc_flags",
+             "deprecated_since", "replaced_by", "history", "arguments")
+_ARG_KEYS = ("name", "type", "display_text", "key_spec_index", "token", "summary", "since",
+             "deprecated_since", "flags")
+
+
+def _arg_tree(arg: dict[str, Any]) -> Map:
+    """server.c addReplyCommandArgList, one argument."""
+    out = Map()
+    for k in _ARG_KEYS:
+        if k in arg:
+            out.append((k.encode(), _generic(arg[k], k)))
+    if "arguments" in arg:
+        out.append((b"arguments", [_arg_tree(a) for a in arg["arguments"]]))
+    return out
+
+
+def _proto_slot(proto: int) -> int:
+    return 3 if proto == 3 else 2
+
+
+def _info_bytes(cmd: CommandSpec, proto: int) -> bytes:
+    p = _proto_slot(proto)
+    b = cmd._info[p]
+    if b is None:
+        b = cmd._info[p] = encode(_info_tree(cmd), p)
+    return b
+
+
+def _docs_bytes(cmd: CommandSpec, proto: int) -> bytes:
+    p = _proto_slot(proto)
+    b = cmd._docs[p]
+    if b is None:
+        b = cmd._docs[p] = encode(_docs_tree(cmd), p)
+    return b
+
+
+_ALL_INFO: dict[int, bytes] = {}
+
+
+def command_reply(proto: int) -> bytes:
+    """COMMAND and COMMAND INFO with no names: the info of every top-level command."""
+    p = _proto_slot(proto)
+    b = _ALL_INFO.get(p)
+    if b is None:
+        b = _ALL_INFO[p] = b"*%d\r\n" % len(TABLE) + b"".join(
+            _info_bytes(c, p) for c in TABLE.values())
+    return b
+
+
+def info_reply(names: list[bytes], proto: int) -> bytes:
+    """COMMAND INFO [name ...]: one entry per name, a null for unknown names."""
+    if not names:
+        return command_reply(proto)
+    null = b"_\r\n" if proto == 3 else b"$-1\r\n"
+    parts = [b"*%d\r\n" % len(names)]
+    for n in names:
+        cmd = lookup_by_fullname(n)
+        parts.append(null if cmd is None else _info_bytes(cmd, proto))
+    return b"".join(parts)
+
+
+def docs_reply(names: list[bytes], proto: int) -> bytes:
+    """COMMAND DOCS [name ...]: a map name -> docs (RESP2: flat array); unknown names skipped."""
+    cmds = list(TABLE.values()) if not names else [
+        c for c in (lookup_by_fullname(n) for n in names) if c is not None]
+    head = (b"%%%d\r\n" % len(cmds)) if proto == 3 else (b"*%d\r\n" % (2 * len(cmds)))
+    return head + b"".join(b"$%d\r\n%s\r\n" % (len(c.name), c.name) + _docs_bytes(c, proto)
+                           for c in cmds)
+
+
+def count_reply() -> bytes:
+    """COMMAND COUNT: top-level commands only, as Redis counts server.commands."""
+    return b":%d\r\n" % len(TABLE)
+
+
+def list_reply(args: list[bytes], proto: int) -> bytes:
+    """COMMAND LIST [FILTERBY MODULE name | ACLCAT cat | PATTERN pattern] (args after LIST)."""
+    filt: Callable[[CommandSpec], bool] | None = None
+    i = 0
+    while i < len(args):
+        if args[i].lower() == b"filterby" and len(args) - 1 - i == 2:
+            kind, arg = args[i + 1].lower(), args[i + 2]
+            if kind == b"module":
+                filt = _no_command  # xshard loads no modules
+            elif kind == b"aclcat":
+                cat = "@" + arg.decode("latin-1").lower()
+                filt = lambda c, cat=cat: cat in c.acl_categories  # noqa: E731
+            elif kind == b"pattern":
+                filt = lambda c, pat=arg: stringmatch(pat, c.name, nocase=True)  # noqa: E731
+            else:
+                raise ReplyError(errors.SYNTAX)
+            i += 3
+        else:
+            raise ReplyError(errors.SYNTAX)
+    names = []
+    for c in TABLE.values():
+        for x in (c, *c.subcommands.values()):
+            if filt is None or filt(x):
+                names.append(x.name)
+    return b"*%d\r\n" % len(names) + b"".join(b"$%d\r\n%s\r\n" % (len(n), n) for n in names)
+
+
+def _no_command(_c: CommandSpec) -> bool:
+    return False
+
+
+def getkeys_reply(target: list[bytes], with_flags: bool, proto: int) -> bytes:
+    """COMMAND GETKEYS / GETKEYSANDFLAGS <full command> (db.c getKeysSubcommandImpl)."""
+    cmd = lookup_argv(target) if target else None
+    if cmd is None:
+        raise ReplyError(errors.GETKEYS_INVALID_COMMAND)
+    if not cmd.has_keys:
+        raise ReplyError(errors.GETKEYS_NO_KEYS)
+    n = len(target)
+    if (cmd.arity > 0 and cmd.arity != n) or n < -cmd.arity:
+        raise ReplyError(errors.GETKEYS_WRONG_ARITY)
+    refs = _get_keys(cmd, target)
+    if not refs:
+        if refs is None and "no_mandatory_keys" not in cmd.flags:
+            raise ReplyError(errors.GETKEYS_INVALID_ARGS)
+        return b"*0\r\n"
+    if not with_flags:
+        return encode([target[p] for p, _ in refs], proto)
+    return encode([[target[p], _status_set(f)] for p, f in refs], proto)
+
+
+HELP_LINES: tuple[bytes, ...] = (
+    b"(no subcommand)",
+    b"    Return details about all Redis commands.",
+    b"COUNT",
+    b"    Return the total number of commands in this Redis server.",
+    b"LIST",
+    b"    Return a list of all commands in this Redis server.",
+    b"INFO [<command-name> ...]",
+    b"    Return details about multiple Redis commands.",
+    b"    If no command names are given, documentation details for all",
+    b"    commands are returned.",
+    b"DOCS [<command-name> ...]",
+    b"    Return documentation details about multiple Redis commands.",
+    b"    If no command names are given, documentation details for all",
+    b"    commands are returned.",
+    b"GETKEYS <full-command>",
+    b"    Return the keys from a full Redis command.",
+    b"GETKEYSANDFLAGS <full-command>",
+    b"    Return the keys and the access flags from a full Redis command.",
+)
+
+
+def help_reply(name: bytes = b"COMMAND", lines: tuple[bytes, ...] = HELP_LINES) -> bytes:
+    """networking.c addReplyHelp: a header naming the command, the lines, then HELP."""
+    out = [b"+%s <subcommand> [<arg> [value] [opt] ...]. Subcommands are:\r\n" % name.upper()]
+    out.extend(b"+%s\r\n" % line for line in lines)
+    out.append(b"+HELP\r\n+    Prints this help.\r\n")
+    return b"*%d\r\n" % (len(lines) + 3) + b"".join(out)
+
+
+# --- Redis glob (util.c stringmatchlen), for COMMAND LIST FILTERBY PATTERN --------------------
+def stringmatch(pattern: bytes, s: bytes, nocase: bool = False) -> bool:
+    """util.c stringmatchlen: *, ?, [set] with ^ and ranges, backslash escapes."""
+    if nocase:
+        pattern, s = pattern.lower(), s.lower()
+    return _match(pattern, 0, s, 0)
+
+
+def _match(p: bytes, pi: int, s: bytes, si: int) -> bool:
+    plen, slen = len(p), len(s)
+    while pi < plen and si < slen:
+        c = p[pi]
+        if c == 42:  # '*'
+            while pi + 1 < plen and p[pi + 1] == 42:
+                pi += 1
+            if pi + 1 == plen:
+                return True
+            for k in range(si, slen):
+                if _match(p, pi + 1, s, k):
+                    return True
+            return False
+        if c == 63:  # '?'
+            si += 1
+        elif c == 91:  # '['
+            pi += 1
+            neg = pi < plen and p[pi] == 94  # '^'
+            if neg:
+                pi += 1
+            hit = False
+            while True:
+                if pi >= plen:
+                    pi -= 1
+                    break
+                if p[pi] == 92 and pi + 1 < plen:  # '\\'
+                    pi += 1
+                    if p[pi] == s[si]:
+                        hit = True
+                elif p[pi] == 93:  # ']'
+                    break
+                elif pi + 2 < plen and p[pi + 1] == 45:  # '-'
+                    lo, hi = p[pi], p[pi + 2]
+                    if lo > hi:
+                        lo, hi = hi, lo
+                    pi += 2
+                    if lo <= s[si] <= hi:
+                        hit = True
+                elif p[pi] == s[si]:
+                    hit = True
+                pi += 1
+            if neg:
+                hit = not hit
+            if not hit:
+                return False
+            si += 1
+        elif c == 92 and pi + 1 < plen:  # '\\'
+            pi += 1
+            if p[pi] != s[si]:
+                return False
+            si += 1
+        else:
+            if c != s[si]:
+                return False
+            si += 1
+        pi += 1
+    if si == slen:
+        while pi < plen and p[pi] == 42:
+            pi += 1
+    return pi == plen and si == slen
+
