@@ -9,6 +9,7 @@ never polling. A client that disconnects is forgotten at once.
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from node.resp import null_array
@@ -23,11 +24,16 @@ if TYPE_CHECKING:
 class Blocked(Exception):  # noqa: N818 - it is a control-flow signal, not an error
     """Raised by a read handler that must wait; `argv` is what to re-run (with `$` resolved)."""
 
-    def __init__(self, keys: list[bytes], timeout_ms: int, argv: list[bytes]) -> None:
+    def __init__(self, keys: list[bytes], timeout_ms: int, argv: list[bytes],
+                 on_timeout: Callable[[int], bytes] | None = None) -> None:
         self.keys = keys
         self.timeout_ms = timeout_ms
         self.argv = argv
+        self.on_timeout = on_timeout  # the reply at timeout for this protocol; default null array
         self.timer: asyncio.TimerHandle | None = None
+
+    def timeout_reply(self, proto: int) -> bytes:
+        return self.on_timeout(proto) if self.on_timeout is not None else null_array(proto)
 
 
 class BlockingManager:
@@ -81,7 +87,7 @@ class BlockingManager:
 
     def timeout(self, c: Client) -> None:
         if c.blocked is not None:
-            self.unblock(c, null_array(c.proto))
+            self.unblock(c, c.blocked.timeout_reply(c.proto))
 
     def unblock(self, c: Client, reply: bytes | None) -> None:
         """Release a client; `reply` None means it went away and gets nothing."""

@@ -6,11 +6,12 @@ Names and value syntax follow redis.conf (`stream-node-max-entries 100`, `proto-
 
 from __future__ import annotations
 
-import fnmatch
 import shlex
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
+
+from node.patterns import stringmatch
 
 _UNITS = {b"k": 1000, b"kb": 1024, b"m": 1000**2, b"mb": 1024**2, b"g": 1000**3, b"gb": 1024**3}
 
@@ -107,7 +108,7 @@ SETTINGS: tuple[Setting, ...] = (
             "normal 0 0 0 slave 268435456 67108864 60 pubsub 33554432 8388608 60"),
     Setting("maxclients", "int", 10000, minimum=1, maximum=_LL),
     Setting("timeout", "int", 0, minimum=0, maximum=_LL),
-    Setting("databases", "int", 16, mutable=False, minimum=1, maximum=1 << 31),
+    Setting("databases", "int", 1, mutable=False, minimum=1, maximum=1 << 31),
     Setting("hz", "int", 10, minimum=1, maximum=500),
     Setting("loglevel", "enum", "notice", choices=("debug", "verbose", "notice", "warning", "nothing")),
     Setting("logfile", "str", "", mutable=False),
@@ -157,11 +158,10 @@ class Config:
 
     def get(self, pattern: bytes) -> list[tuple[bytes, bytes]]:
         """CONFIG GET: glob-match names (aliases too), as Redis does."""
-        pat = pattern.decode(errors="replace").lower()
         out = []
         seen = set()
         for name, s in BY_NAME.items():
-            if name in seen or not fnmatch.fnmatchcase(name, pat):
+            if name in seen or not stringmatch(pattern, name.encode(), nocase=True):
                 continue
             seen.add(name)
             out.append((name.encode(), s.render(getattr(self, s.attr))))

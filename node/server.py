@@ -29,7 +29,6 @@ from node.resp import (
     QUEUED,
     ReplyError,
     check_request_header,
-    null_array,
     split_inline_args,
 )
 
@@ -146,7 +145,7 @@ class Server:
             if c.blocked is not None:  # a re-run that is still unserved: keep waiting
                 reply = None
             elif c.in_exec:
-                reply = null_array(c.proto)
+                reply = b.timeout_reply(c.proto)
             else:
                 self.blocking.block(c, b)
                 reply = None
@@ -166,6 +165,9 @@ class Server:
         if self.blocking.ready and not c.in_exec:
             self.blocking.serve_ready()
         return reply
+
+    def handler(self, name: bytes) -> Handler:
+        return self._dispatch[name][0]
 
     def rerun_blocked(self, c: Client, argv: list[bytes]) -> bytes | None:
         """Re-run a blocked client's command after a key it waits on became ready."""

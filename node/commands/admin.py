@@ -1,0 +1,185 @@
+"""Server administration: INFO, CONFIG, DEBUG, TIME, LASTSAVE, WAIT, WAITAOF, ROLE."""
+
+from __future__ import annotations
+
+import time
+
+from node import errors, info
+from node.blocking import Blocked
+from node.client import Client
+from node.commands import command
+from node.config import BY_NAME, ConfigError
+from node.resp import OK, Map, ReplyError, Status, Verbatim, encode, integer
+
+_INFO_REPLY = Verbatim
+
+
+@command(b"info")
+def info_(c: Client, argv: list[bytes]) -> bytes:
+    text = info.render(c.server, [a.decode(errors="replace") for a in argv[1:]])
+    return encode(_INFO_REPLY(text), c.proto)
+
+
+CONFIG_HELP = [
+    b"CONFIG <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
+    b"GET <pattern>", b"    Return parameters matching the glob-like <pattern> and their values.",
+    b"SET <directive> <value>", b"    Set the configuration <directive> to <value>.",
+    b"RESETSTAT", b"    Reset statistics reported by the INFO command.",
+    b"REWRITE", b"    Rewrite the configuration file.",
+    b"HELP", b"    Print this help.",
+]
+
+
+@command(b"config")
+def config(c: Client, argv: list[bytes]) -> bytes:
+    sub = argv[1].lower()
+    cfg = c.server.config
+    n = len(argv)
+    if sub == b"get":
+        if n < 3:
+            raise ReplyError(errors.wrong_arity(b"config|get"))
+        pairs: dict[bytes, bytes] = {}
+        for pat in argv[2:]:
+            for k, v in cfg.get(pat):
+                pairs.setdefault(k, v)
+        return encode(Map(pairs.items()), c.proto)
+    if sub == b"set":
+        if n < 4 or n % 2:
+            raise ReplyError(errors.wrong_arity(b"config|set"))
+        todo = []
+        for i in range(2, n, 2):
+            name = argv[i].decode(errors="replace").lower()
+            s = BY_NAME.get(name)
+            if s is None:
+                raise ReplyError(b"ERR Unknown option or number of arguments for CONFIG SET - '%s'"
+                                 % argv[i])
+            if any(t[0] is s for t in todo):
+                raise ReplyError(b"ERR CONFIG SET failed (possibly related to argument '%s') - "
+                                 b"duplicate parameter" % argv[i])
+            todo.append((s, argv[i], argv[i + 1]))
+        old = {s.name: getattr(cfg, s.attr) for s, _, _ in todo}
+        try:
+            for s, raw_name, value in todo:  # noqa: B007 - raw_name names the failing one
+                if not s.mutable:
+                    raise ConfigError("can't set immutable config")
+                cfg.apply(s.name, value)
+        except ConfigError as e:
+            for name, v in old.items():  # CONFIG SET of several values is all or nothing
+                setattr(cfg, BY_NAME[name].attr, v)
+            raise ReplyError(b"ERR CONFIG SET failed (possibly related to argument '%s') - %s"
+                             % (raw_name, str(e).encode())) from None
+        return OK
+    if sub == b"resetstat":
+        if n != 2:
+            raise ReplyError(errors.wrong_arity(b"config|resetstat"))
+        st = c.server.stats
+        st.calls.clear()
+        st.errors.clear()
+        st.total_commands = st.total_error_replies = st.total_connections = 0
+        st.rejected_connections = st.net_input_bytes = st.net_output_bytes = 0
+        return OK
+    if sub == b"rewrite":
+        path = getattr(c.server, "config_file", "")
+        if not path:
+            raise ReplyError(b"ERR The server is running without a config file")
+        lines = []
+        for name, value in cfg.get(b"*"):
+            lines.append(f"{name.decode()} \"{value.decode(errors='replace')}\"")
+        with open(path, "w") as f:
+            f.write("\n".join(lines) + "\n")
+        return OK
+    if sub == b"help":
+        return encode([Status(x) for x in CONFIG_HELP], c.proto)
+    raise ReplyError(errors.unknown_subcommand(argv[1], b"CONFIG"))
+
+
+@command(b"time")
+def time_(c: Client, argv: list[bytes]) -> bytes:
+    now = time.time()
+    return encode([b"%d" % int(now), b"%d" % int((now % 1) * 1e6)], c.proto)
+
+
+@command(b"lastsave")
+def lastsave(c: Client, argv: list[bytes]) -> bytes:
+    p = getattr(c.server, "persistence", None)
+    return integer(int(p.last_save if p is not None else c.server.start_time))
+
+
+@command(b"role")
+def role(c: Client, argv: list[bytes]) -> bytes:
+    r = getattr(c.server, "replication", None)
+    if r is not None:
+        return encode(r.role_reply(), c.proto)
+    return encode([b"master", c.server.effects.offset, []], c.proto)
+
+
+def _replicas_acked(c: Client) -> int:
+    r = getattr(c.server, "replication", None)
+    return r.acked_replicas(c) if r is not None else 0
+
+
+@command(b"wait")
+def wait(c: Client, argv: list[bytes]) -> bytes:
+    numreplicas = errors.parse_int_or_error(argv[1])
+    timeout = errors.parse_timeout_ms_or_error(argv[2])
+    acked = _replicas_acked(c)
+    if acked >= numreplicas or c.in_exec:
+        return integer(acked)
+    # Woken by the replication link when acks arrive; until then only the timeout ends it.
+    raise Blocked([], timeout, argv, on_timeout=lambda proto: integer(_replicas_acked(c)))
+
+
+@command(b"waitaof")
+def waitaof(c: Client, argv: list[bytes]) -> bytes:
+    numlocal = errors.parse_int_or_error(argv[1])
+    numreplicas = errors.parse_int_or_error(argv[2])
+    timeout = errors.parse_timeout_ms_or_error(argv[3])
+    if numlocal and not c.server.config.appendonly:
+        raise ReplyError(b"ERR WAITAOF cannot be used when numlocal is set but appendonly is disabled.")
+    p = getattr(c.server, "persistence", None)
+    local = int(p.fsynced_for(c)) if p is not None else 0
+    r = getattr(c.server, "replication", None)
+    remote = r.aof_acked_replicas(c) if r is not None else 0
+    if (local >= numlocal and remote >= numreplicas) or c.in_exec:
+        return encode([local, remote], c.proto)
+    raise Blocked([], timeout, argv, on_timeout=lambda proto: encode([local, remote], proto))
+
+
+DEBUG_HELP = [
+    b"DEBUG <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
+    b"OBJECT <key>", b"    Show low level info about `key` and associated value.",
+    b"SET-ACTIVE-EXPIRE <0|1>", b"    Setting it to 0 disables expiring keys in background.",
+    b"SLEEP <seconds>", b"    Stop the server for <seconds>. Decimals allowed.",
+    b"HELP", b"    Print this help.",
+]
+
+
+@command(b"debug")
+def debug(c: Client, argv: list[bytes]) -> bytes:
+    mode = c.server.config.enable_debug_command
+    local = c.addr.startswith(("127.", "::1", "localhost"))
+    if mode == "no" or (mode == "local" and not local):
+        raise ReplyError(errors.DEBUG_DISABLED)
+    sub = argv[1].lower()
+    if sub == b"sleep" and len(argv) == 3:
+        try:
+            secs = float(argv[2])
+        except ValueError:
+            raise ReplyError(errors.NOT_FLOAT) from None
+        time.sleep(max(secs, 0))  # DEBUG SLEEP stops the server, by definition
+        return OK
+    if sub == b"set-active-expire" and len(argv) == 3:
+        c.server.active_expire_enabled = argv[2] != b"0"
+        return OK
+    if sub == b"object" and len(argv) == 3:
+        v = c.db.get(argv[2])
+        if v is None:
+            raise ReplyError(errors.NO_SUCH_KEY)
+        return encode(Status(b"Value at:0x0 refcount:1 encoding:%s serializedlength:0 lru:0 "
+                             b"lru_seconds_idle:0" % type(v).__name__.lower().encode()), c.proto)
+    hook = getattr(c.server, "debug_hooks", {}).get(sub)
+    if hook is not None:
+        return hook(c, argv)
+    if sub == b"help":
+        return encode([Status(x) for x in DEBUG_HELP], c.proto)
+    raise ReplyError(errors.unknown_subcommand(argv[1], b"DEBUG"))

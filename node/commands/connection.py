@@ -1,0 +1,354 @@
+"""Connection commands: PING, ECHO, HELLO, AUTH, SELECT, QUIT, RESET, CLIENT, READONLY..."""
+
+from __future__ import annotations
+
+import hmac
+import time
+
+from node import errors
+from node.client import Client
+from node.commands import command
+from node.resp import OK, PONG, Map, ReplyError, Status, Verbatim, bulk, encode, integer, null
+
+SERVER_VERSION = b"7.4.0"
+
+
+@command(b"ping")
+def ping(c: Client, argv: list[bytes]) -> bytes:
+    if len(argv) > 2:
+        raise ReplyError(errors.wrong_arity(b"ping"))
+    return PONG if len(argv) == 1 else bulk(argv[1])
+
+
+@command(b"echo")
+def echo(c: Client, argv: list[bytes]) -> bytes:
+    return bulk(argv[1])
+
+
+def _check_password(c: Client, user: bytes, password: bytes) -> None:
+    required = c.server.config.requirepass.encode(errors="surrogateescape")
+    if user != b"default" or (required and not hmac.compare_digest(password, required)):
+        raise ReplyError(errors.WRONGPASS)
+    c.authenticated = True
+
+
+@command(b"auth")
+def auth(c: Client, argv: list[bytes]) -> bytes:
+    if len(argv) > 3:
+        raise ReplyError(errors.SYNTAX)
+    if len(argv) == 2:
+        if not c.server.config.requirepass:
+            raise ReplyError(errors.AUTH_NOT_CONFIGURED)
+        _check_password(c, b"default", argv[1])
+    else:
+        _check_password(c, argv[1], argv[2])
+    return OK
+
+
+def _valid_client_name(name: bytes) -> bool:
+    return all(33 <= ch <= 126 for ch in name)
+
+
+@command(b"hello")
+def hello(c: Client, argv: list[bytes]) -> bytes:
+    proto = c.proto
+    if len(argv) >= 2:
+        v = errors.string2ll(argv[1])
+        if v is None:
+            raise ReplyError(b"ERR Protocol version is not an integer or out of range")
+        if v < 2 or v > 3:
+            raise ReplyError(errors.NOPROTO)
+        proto = v
+    setname = None
+    i = 2
+    while i < len(argv):
+        opt = argv[i].lower()
+        more = len(argv) - i - 1
+        if opt == b"auth" and more >= 2:
+            _check_password(c, argv[i + 1], argv[i + 2])
+            i += 3
+        elif opt == b"setname" and more >= 1:
+            setname = argv[i + 1]
+            if not _valid_client_name(setname):
+                raise ReplyError(b"ERR Client names cannot contain spaces, newlines or special characters.")
+            i += 2
+        else:
+            raise ReplyError(b"ERR Syntax error in HELLO option '%s'" % argv[i])
+    if not c.authenticated:
+        raise ReplyError(
+            b"NOAUTH HELLO must be called with the client already authenticated, otherwise the "
+            b"HELLO <proto> AUTH <user> <pass> option can be used to authenticate the client and "
+            b"select the RESP protocol version at the same time")
+    if setname is not None:
+        c.name = setname or None
+    c.proto = proto
+    return encode(Map.of(
+        b"server", b"redis", b"version", SERVER_VERSION, b"proto", proto, b"id", c.id,
+        b"mode", b"standalone", b"role", c.server.role.encode(), b"modules", [],
+    ), proto)
+
+
+@command(b"select")
+def select(c: Client, argv: list[bytes]) -> bytes:
+    n = errors.parse_int_or_error(argv[1])
+    if n != 0:
+        raise ReplyError(errors.DB_INDEX_OUT_OF_RANGE)
+    return OK
+
+
+@command(b"quit")
+def quit_(c: Client, argv: list[bytes]) -> bytes:
+    c.close_after_reply = True
+    return OK
+
+
+@command(b"reset")
+def reset(c: Client, argv: list[bytes]) -> bytes:
+    c.reset()
+    return b"+RESET\r\n"
+
+
+@command(b"readonly")
+def readonly(c: Client, argv: list[bytes]) -> bytes:
+    c.readonly = True
+    return OK
+
+
+@command(b"readwrite")
+def readwrite(c: Client, argv: list[bytes]) -> bytes:
+    c.readonly = False
+    return OK
+
+
+@command(b"asking")
+def asking(c: Client, argv: list[bytes]) -> bytes:
+    c.asking = True
+    return OK
+
+
+# --- CLIENT ----------------------------------------------------------------------------------
+def client_info_line(c: Client) -> bytes:
+    """One line of CLIENT LIST / CLIENT INFO, in Redis 7.4's field order."""
+    now = time.time()
+    flags = "N"
+    if c.blocked is not None:
+        flags = "b"
+    if c.in_multi:
+        flags = "x" if flags == "N" else flags + "x"
+    if c.readonly:
+        flags = "r" if flags == "N" else flags + "r"
+    obl = c.conn.transport.get_write_buffer_size() if c.conn and c.conn.transport else 0
+    name = (c.name or b"").decode(errors="replace")
+    return (
+        f"id={c.id} addr={c.addr} laddr={c.laddr} fd=8 name={name} age={int(now - c.ctime)} "
+        f"idle={int(now - c.last_interaction)} flags={flags} db=0 sub=0 psub=0 ssub=0 "
+        f"multi={len(c.multi_queue) if c.in_multi else -1} watch={len(c.watched)} qbuf=0 "
+        f"qbuf-free=0 argv-mem=0 multi-mem=0 rbs=1024 rbp=0 obl={obl} oll=0 omem={obl} "
+        f"tot-mem={1024 + obl} events=r cmd={c.last_cmd.decode(errors='replace')} user=default "
+        f"redir=-1 resp={c.proto} lib-name={c.lib_name.decode(errors='replace')} "
+        f"lib-ver={c.lib_ver.decode(errors='replace')}"
+    ).encode()
+
+
+CLIENT_HELP = [
+    b"CLIENT <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
+    b"CACHING (YES|NO)", b"    Enable/disable tracking of the keys for next command in OPTIN/OPTOUT modes.",
+    b"GETREDIR", b"    Return the client ID we are redirecting to when tracking is enabled.",
+    b"GETNAME", b"    Return the name of the current connection.",
+    b"ID", b"    Return the ID of the current connection.",
+    b"INFO", b"    Return information about the current client connection.",
+    b"KILL <ip:port>", b"    Kill connection made from <ip:port>.",
+    b"KILL <option> <value> [<option> <value> [...]]",
+    b"    Kill connections. Options are:",
+    b"    * ADDR (<ip:port>|<unixsocket>:0)", b"      Kill connections made from the specified address",
+    b"    * LADDR (<ip:port>|<unixsocket>:0)", b"      Kill connections made to specified local address",
+    b"    * TYPE (NORMAL|MASTER|REPLICA|PUBSUB)", b"      Kill connections by type.",
+    b"    * USER <username>", b"      Kill connections authenticated by <username>.",
+    b"    * SKIPME (YES|NO)", b"      Skip killing current connection (default: yes).",
+    b"    * ID <client-id>", b"      Kill connections by client id.",
+    b"    * MAXAGE <maxage>", b"      Kill connections older than the specified age.",
+    b"LIST [options ...]", b"    Return information about client connections. Options:",
+    b"    * TYPE (NORMAL|MASTER|REPLICA|PUBSUB)", b"      Return clients of specified type.",
+    b"UNPAUSE", b"    Stop the current client pause, resuming traffic.",
+    b"PAUSE <timeout> [WRITE|ALL]", b"    Suspend all, or just write, clients for <timeout> milliseconds.",
+    b"REPLY (ON|OFF|SKIP)", b"    Control the replies sent to the current connection.",
+    b"SETNAME <name>", b"    Assign the name <name> to the current connection.",
+    b"SETINFO <option> <value>", b"    Set client meta attr. Options are:",
+    b"    * LIB-NAME: the client lib name.", b"    * LIB-VER: the client lib version.",
+    b"UNBLOCK <clientid> [TIMEOUT|ERROR]",
+    b"    Unblock the specified blocked client.",
+    b"TRACKING (ON|OFF) [REDIRECT <id>] [BCAST] [PREFIX <prefix> [...]]",
+    b"         [OPTIN] [OPTOUT] [NOLOOP]", b"    Control server assisted client side caching.",
+    b"TRACKINGINFO", b"    Report tracking status for the current connection.",
+    b"NO-EVICT (ON|OFF)", b"    Protect current client connection from eviction.",
+    b"NO-TOUCH (ON|OFF)",
+    b"    Will not touch LRU/LFU stats when this mode is on.",
+    b"HELP", b"    Print this help.",
+]
+
+
+def _client_arity(argv: list[bytes], ok: bool) -> None:
+    if not ok:
+        raise ReplyError(errors.wrong_arity(b"client|" + argv[1].lower()))
+
+
+@command(b"client")
+def client(c: Client, argv: list[bytes]) -> bytes:
+    sub = argv[1].lower()
+    n = len(argv)
+    server = c.server
+    if sub == b"id":
+        _client_arity(argv, n == 2)
+        return integer(c.id)
+    if sub == b"setname":
+        _client_arity(argv, n == 3)
+        if not _valid_client_name(argv[2]):
+            raise ReplyError(b"ERR Client names cannot contain spaces, newlines or special characters.")
+        c.name = argv[2] or None
+        return OK
+    if sub == b"getname":
+        _client_arity(argv, n == 2)
+        return bulk(c.name) if c.name else null(c.proto)
+    if sub == b"setinfo":
+        _client_arity(argv, n == 4)
+        attr = argv[2].lower()
+        if attr not in (b"lib-name", b"lib-ver"):
+            raise ReplyError(b"ERR Unrecognized option '%s'" % argv[2])
+        if not all(33 <= ch <= 126 for ch in argv[3]):
+            raise ReplyError(b"ERR %s cannot contain spaces, newlines or special characters."
+                             % attr.upper())
+        if attr == b"lib-name":
+            c.lib_name = argv[3]
+        else:
+            c.lib_ver = argv[3]
+        return OK
+    if sub == b"info":
+        _client_arity(argv, n == 2)
+        return encode(Verbatim(client_info_line(c) + b"\n"), c.proto)
+    if sub == b"list":
+        ids = None
+        i = 2
+        while i < n:
+            opt = argv[i].lower()
+            if opt == b"type" and i + 1 < n:
+                t = argv[i + 1].lower()
+                if t not in (b"normal", b"master", b"replica", b"slave", b"pubsub"):
+                    raise ReplyError(b"ERR Unknown client type '%s'" % argv[i + 1])
+                if t != b"normal":
+                    ids = set()
+                i += 2
+            elif opt == b"id" and i + 1 < n:
+                ids = set() if ids is None else ids
+                for a in argv[i + 1:]:
+                    v = errors.string2ll(a)
+                    if v is None or v <= 0:
+                        raise ReplyError(b"ERR Invalid client ID")
+                    ids.add(v)
+                i = n
+            else:
+                raise ReplyError(errors.SYNTAX)
+        lines = [client_info_line(x) + b"\n" for x in server.clients.values()
+                 if ids is None or x.id in ids]
+        return encode(Verbatim(b"".join(lines)), c.proto)
+    if sub == b"kill":
+        return _client_kill(c, argv)
+    if sub == b"unblock":
+        _client_arity(argv, n in (3, 4))
+        cid = errors.parse_int_or_error(argv[2])
+        reply_error = False
+        if n == 4:
+            how = argv[3].lower()
+            if how not in (b"timeout", b"error"):
+                raise ReplyError(b"ERR CLIENT UNBLOCK reason should be TIMEOUT or ERROR")
+            reply_error = how == b"error"
+        target = server.clients.get(cid)
+        if target is None or target.blocked is None:
+            return integer(0)
+        b = target.blocked
+        reply = (b"-%s\r\n" % errors.UNBLOCKED_BY_CLIENT) if reply_error else b.timeout_reply(target.proto)
+        server.blocking.unblock(target, reply)
+        return integer(1)
+    if sub == b"no-evict" or sub == b"no-touch":
+        _client_arity(argv, n == 3)
+        v = argv[2].lower()
+        if v not in (b"on", b"off"):
+            raise ReplyError(errors.SYNTAX)
+        if sub == b"no-evict":
+            c.no_evict = v == b"on"
+        return OK
+    if sub == b"reply":
+        _client_arity(argv, n == 3)
+        if argv[2].lower() == b"on":
+            return OK
+        raise ReplyError(errors.SYNTAX)
+    if sub == b"help":
+        _client_arity(argv, n == 2)
+        return encode([Status(line) for line in CLIENT_HELP], c.proto)
+    raise ReplyError(errors.unknown_subcommand(argv[1], b"CLIENT"))
+
+
+def _client_kill(c: Client, argv: list[bytes]) -> bytes:
+    server = c.server
+    n = len(argv)
+    if n == 3:  # the old form: CLIENT KILL addr:port
+        for x in list(server.clients.values()):
+            if x.addr.encode() == argv[2]:
+                _kill(c, x)
+                return OK
+        raise ReplyError(b"ERR No such client")
+    if n % 2 != 0:
+        raise ReplyError(errors.SYNTAX)
+    cid = addr = laddr = ctype = user = None
+    maxage = 0
+    skipme = True
+    for i in range(2, n, 2):
+        opt, val = argv[i].lower(), argv[i + 1]
+        if opt == b"id":
+            cid = errors.string2ll(val)
+            if cid is None or cid <= 0:
+                raise ReplyError(b"ERR client-id should be greater than 0")
+        elif opt == b"addr":
+            addr = val
+        elif opt == b"laddr":
+            laddr = val
+        elif opt == b"type":
+            ctype = val.lower()
+            if ctype not in (b"normal", b"master", b"replica", b"slave", b"pubsub"):
+                raise ReplyError(b"ERR Unknown client type '%s'" % val)
+        elif opt == b"user":
+            user = val
+            if user != b"default":
+                raise ReplyError(b"ERR No such user '%s'" % val)
+        elif opt == b"skipme":
+            if val.lower() not in (b"yes", b"no"):
+                raise ReplyError(errors.SYNTAX)
+            skipme = val.lower() == b"yes"
+        elif opt == b"maxage":
+            maxage = errors.parse_int_or_error(val)
+        else:
+            raise ReplyError(errors.SYNTAX)
+    now = time.time()
+    killed = 0
+    for x in list(server.clients.values()):
+        if cid is not None and x.id != cid:
+            continue
+        if addr is not None and x.addr.encode() != addr:
+            continue
+        if laddr is not None and x.laddr.encode() != laddr:
+            continue
+        if ctype is not None and ctype != b"normal":
+            continue
+        if maxage and now - x.ctime < maxage:
+            continue
+        if skipme and x is c:
+            continue
+        _kill(c, x)
+        killed += 1
+    return integer(killed)
+
+
+def _kill(me: Client, target: Client) -> None:
+    if target is me:
+        me.close_after_reply = True
+    elif target.conn is not None:
+        target.conn.close()

@@ -1,0 +1,277 @@
+"""Generic key-space commands: DEL, EXISTS, TYPE, KEYS, SCAN, EXPIRE/TTL, RENAME, FLUSHALL...
+
+Effects: deletes go out as DEL, relative expiries as absolute PEXPIREAT (a replica or a replayed
+AOF must not restart the clock), the rest verbatim.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import heapq
+
+from node import errors
+from node.client import Client
+from node.commands import command
+from node.keyspace import type_name
+from node.patterns import stringmatch
+from node.resp import OK, ONE, ZERO, ReplyError, Status, encode, integer
+
+_LL_MAX = (1 << 63) - 1
+
+
+@command(b"del", b"unlink")
+def delete(c: Client, argv: list[bytes]) -> bytes:
+    n = 0
+    for key in argv[1:]:
+        if c.db.delete(key):
+            c.server.propagate([b"DEL", key])
+            n += 1
+    return integer(n)
+
+
+@command(b"exists")
+def exists(c: Client, argv: list[bytes]) -> bytes:
+    return integer(sum(1 for key in argv[1:] if c.db.exists(key)))
+
+
+@command(b"touch")
+def touch(c: Client, argv: list[bytes]) -> bytes:
+    return integer(sum(1 for key in argv[1:] if c.db.exists(key)))
+
+
+@command(b"type")
+def type_(c: Client, argv: list[bytes]) -> bytes:
+    return b"+%s\r\n" % type_name(c.db.get(argv[1]))
+
+
+@command(b"dbsize")
+def dbsize(c: Client, argv: list[bytes]) -> bytes:
+    return integer(len(c.db.data))
+
+
+def _flush_args(argv: list[bytes]) -> None:
+    if len(argv) > 2 or (len(argv) == 2 and argv[1].lower() not in (b"sync", b"async")):
+        raise ReplyError(errors.SYNTAX)
+
+
+@command(b"flushall", b"flushdb")
+def flushall(c: Client, argv: list[bytes]) -> bytes:
+    _flush_args(argv)
+    c.db.flush()
+    c.server.propagate([argv[0].upper()])
+    return OK
+
+
+@command(b"keys")
+def keys(c: Client, argv: list[bytes]) -> bytes:
+    pat = argv[1]
+    db = c.db
+    return encode([k for k in list(db.data) if stringmatch(pat, k) and db.get(k) is not None],
+                  c.proto)
+
+
+def _scan_hash(key: bytes) -> int:
+    # A stable 63-bit position per key: SCAN's cursor is "everything from this position on",
+    # so keys that exist for the whole iteration are returned even if others come and go.
+    return int.from_bytes(hashlib.blake2b(key, digest_size=8).digest(), "big") >> 1 or 1
+
+
+@command(b"scan")
+def scan(c: Client, argv: list[bytes]) -> bytes:
+    cursor = errors.string2ull(argv[1])
+    if cursor is None:
+        raise ReplyError(b"ERR invalid cursor")
+    count, pattern, want_type = 10, None, None
+    i = 2
+    while i < len(argv):
+        opt = argv[i].lower()
+        if i + 1 >= len(argv):
+            raise ReplyError(errors.SYNTAX)
+        if opt == b"count":
+            count = errors.parse_int_or_error(argv[i + 1])
+            if count < 1:
+                raise ReplyError(errors.SYNTAX)
+        elif opt == b"match":
+            pattern = argv[i + 1]
+        elif opt == b"type":
+            want_type = argv[i + 1].lower()
+        else:
+            raise ReplyError(errors.SYNTAX)
+        i += 2
+    db = c.db
+    batch = heapq.nsmallest(count + 1, ((h, k) for k in db.data if (h := _scan_hash(k)) >= cursor))
+    next_cursor = batch[count][0] if len(batch) > count else 0
+    out = []
+    for _, k in batch[:count]:
+        v = db.get(k)
+        if v is None:
+            continue
+        if pattern is not None and not stringmatch(pattern, k):
+            continue
+        if want_type is not None and type_name(v) != want_type:
+            continue
+        out.append(k)
+    return encode([b"%d" % next_cursor, out], c.proto)
+
+
+# --- expiry ------------------------------------------------------------------------------------
+def _expire_generic(c: Client, argv: list[bytes], unit_ms: int, absolute: bool) -> bytes:
+    name = argv[0].lower()
+    key = argv[1]
+    v = errors.string2ll(argv[2])
+    if v is None:
+        raise ReplyError(errors.NOT_INTEGER)
+    nx = xx = gt = lt = False
+    for opt in argv[3:]:
+        o = opt.lower()
+        if o == b"nx":
+            nx = True
+        elif o == b"xx":
+            xx = True
+        elif o == b"gt":
+            gt = True
+        elif o == b"lt":
+            lt = True
+        else:
+            raise ReplyError(b"ERR Unsupported option %s" % opt)
+    if nx and (xx or gt or lt):
+        raise ReplyError(b"ERR NX and XX, GT or LT options at the same time are not compatible")
+    if gt and lt:
+        raise ReplyError(b"ERR GT and LT options at the same time are not compatible")
+    if v > _LL_MAX // unit_ms or v < -_LL_MAX // unit_ms:
+        raise ReplyError(errors.INVALID_EXPIRE % name)
+    when = v * unit_ms
+    if not absolute:
+        when += c.server.now_ms()
+        if when > _LL_MAX:
+            raise ReplyError(errors.INVALID_EXPIRE % name)
+    db = c.db
+    if db.get(key) is None:
+        return ZERO
+    current = db.expires.get(key)
+    if nx and current is not None or xx and current is None:
+        return ZERO
+    if gt and (current is None or when <= current):
+        return ZERO
+    if lt and current is not None and when >= current:
+        return ZERO
+    if when <= c.server.now_ms():
+        db.delete(key)
+        c.server.propagate([b"DEL", key])
+        return ONE
+    db.set_expire(key, when)
+    c.server.propagate([b"PEXPIREAT", key, b"%d" % when])
+    return ONE
+
+
+@command(b"expire")
+def expire(c: Client, argv: list[bytes]) -> bytes:
+    return _expire_generic(c, argv, 1000, False)
+
+
+@command(b"pexpire")
+def pexpire(c: Client, argv: list[bytes]) -> bytes:
+    return _expire_generic(c, argv, 1, False)
+
+
+@command(b"expireat")
+def expireat(c: Client, argv: list[bytes]) -> bytes:
+    return _expire_generic(c, argv, 1000, True)
+
+
+@command(b"pexpireat")
+def pexpireat(c: Client, argv: list[bytes]) -> bytes:
+    return _expire_generic(c, argv, 1, True)
+
+
+def _ttl_generic(c: Client, key: bytes, unit_ms: int, absolute: bool) -> bytes:
+    if c.db.get(key) is None:
+        return integer(-2)
+    when = c.db.expires.get(key)
+    if when is None:
+        return integer(-1)
+    if absolute:
+        return integer(when // unit_ms)
+    left = max(when - c.server.now_ms(), 0)
+    return integer((left + unit_ms // 2) // unit_ms)
+
+
+@command(b"ttl")
+def ttl(c: Client, argv: list[bytes]) -> bytes:
+    return _ttl_generic(c, argv[1], 1000, False)
+
+
+@command(b"pttl")
+def pttl(c: Client, argv: list[bytes]) -> bytes:
+    return _ttl_generic(c, argv[1], 1, False)
+
+
+@command(b"expiretime")
+def expiretime(c: Client, argv: list[bytes]) -> bytes:
+    return _ttl_generic(c, argv[1], 1000, True)
+
+
+@command(b"pexpiretime")
+def pexpiretime(c: Client, argv: list[bytes]) -> bytes:
+    return _ttl_generic(c, argv[1], 1, True)
+
+
+@command(b"persist")
+def persist(c: Client, argv: list[bytes]) -> bytes:
+    key = argv[1]
+    if c.db.get(key) is None or c.db.expires.pop(key, None) is None:
+        return ZERO
+    c.db.changed(key)
+    c.server.propagate(argv)
+    return ONE
+
+
+# --- rename ------------------------------------------------------------------------------------
+def _rename(c: Client, argv: list[bytes], nx: bool) -> bytes:
+    src, dst = argv[1], argv[2]
+    db = c.db
+    value = db.get(src)
+    if value is None:
+        raise ReplyError(errors.NO_SUCH_KEY)
+    if src == dst:
+        return ZERO if nx else OK
+    if nx and db.get(dst) is not None:
+        return ZERO
+    when = db.expires.get(src)
+    db.delete(src)
+    db.set(dst, value)
+    if when is not None:
+        db.expires[dst] = when
+    c.server.propagate(argv)
+    return ONE if nx else OK
+
+
+@command(b"rename")
+def rename(c: Client, argv: list[bytes]) -> bytes:
+    return _rename(c, argv, nx=False)
+
+
+@command(b"renamenx")
+def renamenx(c: Client, argv: list[bytes]) -> bytes:
+    return _rename(c, argv, nx=True)
+
+
+@command(b"object")
+def object_(c: Client, argv: list[bytes]) -> bytes:
+    sub = argv[1].lower()
+    if sub == b"help":
+        return encode([Status(b"OBJECT <subcommand> [<arg> [value] [opt] ...]. Subcommands are:"),
+                       Status(b"ENCODING <key>"),
+                       Status(b"    Return the kind of internal representation used in order to store the value"),
+                       Status(b"    associated with a <key>."),
+                       Status(b"HELP"), Status(b"    Print this help.")], c.proto)
+    if sub == b"encoding" and len(argv) == 3:
+        v = c.db.get(argv[2])
+        if v is None:
+            return encode(None, c.proto)
+        enc = {b"stream": b"stream", b"string": b"raw", b"list": b"quicklist",
+               b"set": b"hashtable"}[type_name(v)]
+        return encode(enc, c.proto)
+    if sub == b"encoding":
+        raise ReplyError(errors.wrong_arity(b"object|encoding"))
+    raise ReplyError(errors.unknown_subcommand(argv[1], b"OBJECT"))

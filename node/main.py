@@ -1,0 +1,122 @@
+"""`xshard node`: parse Redis-style options, start the server on uvloop, stop cleanly."""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import logging
+import os
+import signal
+import sys
+
+from node.config import BY_NAME, Config, ConfigError, parse_config_file
+
+log = logging.getLogger("xshard.node")
+
+USAGE = """usage: xshard node [--config FILE] [--<option> <value> ...]
+
+Options use redis.conf names, e.g. --port 7000 --bind 127.0.0.1 --requirepass secret
+--dir ./data --enable-debug-command yes --stream-node-max-entries 100.
+"""
+
+
+class UsageError(Exception):
+    pass
+
+
+def parse_args(argv: list[str]) -> tuple[Config, str]:
+    """Redis-style arguments: `--name value [value...]`, repeated; `--config FILE` first."""
+    config = Config()
+    config_file = ""
+    opts: list[tuple[str, list[str]]] = []
+    i = 0
+    if argv and not argv[0].startswith("--"):  # like redis-server: a leading config file
+        config_file = argv[0]
+        i = 1
+    while i < len(argv):
+        a = argv[i]
+        if a in ("-h", "--help"):
+            raise UsageError(USAGE)
+        if not a.startswith("--") or len(a) == 2:
+            raise UsageError(f"xshard node: unexpected argument '{a}'\n{USAGE}")
+        name = a[2:].lower()
+        vals = []
+        i += 1
+        while i < len(argv) and not argv[i].startswith("--"):
+            vals.append(argv[i])
+            i += 1
+        if name == "config":
+            if len(vals) != 1:
+                raise UsageError("xshard node: --config takes one file name")
+            config_file = vals[0]
+            continue
+        opts.append((name, vals))
+    if config_file:
+        try:
+            with open(config_file) as f:
+                file_opts = parse_config_file(f.read())
+        except OSError as e:
+            raise UsageError(f"xshard node: cannot read config file '{config_file}': {e.strerror}") from None
+        except ConfigError as e:
+            raise UsageError(f"xshard node: {config_file}: {e}") from None
+        opts = file_opts + opts  # the command line wins, as with redis-server
+    for name, vals in opts:
+        if name not in BY_NAME:
+            raise UsageError(f"xshard node: unknown option '{name}'\n{USAGE}")
+        try:
+            config.apply(name, " ".join(vals).encode(), startup=True)
+        except ConfigError as e:
+            raise UsageError(f"xshard node: bad value for '{name}': {e}") from None
+    if config.daemonize:
+        raise UsageError("xshard node: daemonize is not supported; run it under a supervisor")
+    return config, os.path.abspath(config_file) if config_file else ""
+
+
+def run(argv: list[str]) -> int:
+    try:
+        config, config_file = parse_args(argv)
+    except UsageError as e:
+        print(str(e).rstrip(), file=sys.stderr)
+        return 2
+    logging.basicConfig(
+        level=logging.DEBUG if config.loglevel == "debug" else logging.INFO,
+        format=f"{os.getpid()}:M %(asctime)s %(levelname).1s %(message)s",
+        filename=config.logfile or None,
+    )
+    try:
+        os.makedirs(config.dir, exist_ok=True)
+        os.chdir(config.dir)
+    except OSError as e:
+        print(f"xshard node: cannot use dir '{config.dir}': {e.strerror}", file=sys.stderr)
+        return 1
+    import uvloop
+
+    return uvloop.run(_serve(config, config_file))
+
+
+async def _serve(config: Config, config_file: str) -> int:
+    from node.server import Server
+
+    server = Server(config)
+    server.config_file = config_file
+    try:
+        await server.start()
+    except OSError as e:
+        log.error("Could not create server TCP listening socket %s:%d: %s",
+                  config.bind, config.port, e.strerror)
+        return 1
+    # Long-lived objects made during start-up (and later during loading) need not be scanned by
+    # every full collection; a larger young generation also means fewer collections per XADD.
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(20000, 50, 100)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    log.info("xshard node %s ready to accept connections tcp on %s:%d", "0.1.0", config.bind,
+             config.port)
+    await stop.wait()
+    log.info("Received shutdown signal, closing")
+    server.close()
+    return 0
