@@ -47,7 +47,7 @@ class BlockingManager:
 
     @property
     def blocked_clients(self) -> int:
-        return len({id(c) for q in self.waiting.values() for c in q})
+        return sum(1 for c in self.server.clients.values() if c.blocked is not None)
 
     def block(self, c: Client, b: Blocked) -> None:
         c.blocked = b
