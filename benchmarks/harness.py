@@ -11,6 +11,7 @@ import atexit
 import csv
 import io
 import os
+import resource
 import shutil
 import signal
 import socket
@@ -56,6 +57,59 @@ def cpu_seconds(pid: int) -> float:
     # The command name (field 2) may contain spaces; the fields we want follow the last ')'.
     fields = data[data.rindex(")") + 2:].split()
     return (int(fields[11]) + int(fields[12])) / CLK_TCK
+
+
+def machine_busy_seconds() -> float:
+    """CPU seconds all CPUs spent busy since boot (user+nice+system+irq+softirq+steal)."""
+    with open("/proc/stat") as f:
+        parts = f.readline().split()
+    user, nice, system, _idle, _iowait, irq, softirq, steal = (int(x) for x in parts[1:9])
+    return (user + nice + system + irq + softirq + steal) / CLK_TCK
+
+
+def own_cpu_seconds() -> float:
+    """CPU seconds used by this process and its reaped children (load generators)."""
+    s, c = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return s.ru_utime + s.ru_stime + c.ru_utime + c.ru_stime
+
+
+def wait_for_idle(max_wait: float, busy_cores: float = 0.3, window: float = 1.0) -> float:
+    """Wait until the whole machine used under `busy_cores` cores for one `window`.
+
+    Returns the busy level of the last window (in cores). Gives up after `max_wait` seconds:
+    the caller then measures anyway and the OthersMeter figure says how noisy it was.
+    """
+    deadline = time.monotonic() + max_wait
+    while True:
+        b0 = machine_busy_seconds()
+        time.sleep(window)
+        level = (machine_busy_seconds() - b0) / window
+        if level < busy_cores or time.monotonic() >= deadline:
+            return level
+
+
+class OthersMeter:
+    """How busy the machine was with work that is neither the server nor our load generators.
+
+    The machine is shared (2 cores); a figure taken while something else ran is suspect. The
+    result is in percent of one core, averaged over the measured interval.
+    """
+
+    def __init__(self, server_pid: int) -> None:
+        self.server_pid = server_pid
+        self.pct = 0.0
+
+    def __enter__(self) -> OthersMeter:
+        self._t0 = time.perf_counter()
+        self._m0, self._s0 = machine_busy_seconds(), cpu_seconds(self.server_pid)
+        self._o0 = own_cpu_seconds()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        wall = max(time.perf_counter() - self._t0, 1e-9)
+        busy = machine_busy_seconds() - self._m0
+        ours = (cpu_seconds(self.server_pid) - self._s0) + (own_cpu_seconds() - self._o0)
+        self.pct = max(0.0, 100.0 * (busy - ours) / wall)
 
 
 class ServerProc:

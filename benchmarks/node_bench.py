@@ -40,11 +40,13 @@ import hiredis  # noqa: E402
 
 from benchmarks.harness import (  # noqa: E402
     Conn,
+    OthersMeter,
     ServerProc,
     cpu_seconds,
     info_fields,
     redis_benchmark,
     start_server,
+    wait_for_idle,
 )
 
 KEY = "s"
@@ -86,6 +88,7 @@ class Metric:
     better: str  # "higher" or "lower"
     values: dict[str, float] = field(default_factory=dict)  # server role -> value
     cpu: dict[str, float] = field(default_factory=dict)  # server role -> server CPU %
+    others: dict[str, float] = field(default_factory=dict)  # role -> CPU % of other work
 
 
 @dataclass
@@ -448,9 +451,15 @@ def run(args: argparse.Namespace) -> tuple[list[Metric], Ctx, list[str]]:
             for kind, label in roles:
                 servers.append(start_server(kind, label=label, cpu=ctx.server_cpu))
             for srv in servers:
+                if args.idle_wait > 0:
+                    level = wait_for_idle(args.idle_wait)
+                    if level >= 0.3:
+                        print(f"   machine still busy ({level:.2f} cores) after "
+                              f"{args.idle_wait:g} s, measuring anyway", file=sys.stderr)
                 t0 = time.perf_counter()
                 try:
-                    res = fn(srv, ctx)
+                    with OthersMeter(srv.pid) as others:
+                        res = fn(srv, ctx)
                 except Exception as e:  # noqa: BLE001 - one failure must not hide the rest
                     msg = f"{name} on {srv.label}: {type(e).__name__}: {e}"
                     if srv.proc.poll() is not None:
@@ -461,6 +470,11 @@ def run(args: argparse.Namespace) -> tuple[list[Metric], Ctx, list[str]]:
                 for m, (v, cpu) in res.items():
                     rows[m].values[srv.label] = v
                     rows[m].cpu[srv.label] = cpu
+                    rows[m].others[srv.label] = others.pct
+                if others.pct > 15:
+                    ctx.notes.append(f"WARNING: other processes used {others.pct:.0f}% of a "
+                                     f"core during {name} on {srv.label}; rerun on an idle "
+                                     "machine before trusting that figure")
                 print(f"   {srv.label:16s} " + ", ".join(f"{m} {v:,.2f}" for m, (v, _) in
                                                       res.items())
                       + f"  [{time.perf_counter() - t0:.1f} s]", file=sys.stderr, flush=True)
@@ -485,7 +499,7 @@ def fmt(v: float | None) -> str:
 
 
 def render(metrics: list[Metric], ctx: Ctx, labels: list[str], failures: list[str],
-           argv: list[str], only: list[str]) -> str:
+           argv: list[str], only: list[str], load_before: float) -> str:
     a, b = labels
     now = _dt.datetime.now().astimezone().strftime("%Y-%m-%d %H:%M %Z")
     redis_ver = subprocess.run(["redis-server", "--version"], capture_output=True,
@@ -498,7 +512,9 @@ def render(metrics: list[Metric], ctx: Ctx, labels: list[str], failures: list[st
         f"- Compared: **{b}** against **{a}** ({redis_ver.split(' sha')[0]}, "
         "`--save '' --appendonly no`), each freshly started for every measurement, "
         "on 127.0.0.1",
-        f"- Machine: {os.cpu_count()} CPUs, Python {platform.python_version()}, "
+        f"- Machine: {os.cpu_count()} CPUs, load average {load_before:.2f} at start "
+        "(other work on the machine skews every figure), "
+        f"Python {platform.python_version()}, "
         + (f"servers pinned to CPU {ctx.server_cpu}, load generators to CPU {ctx.load_cpu}"
            if ctx.server_cpu is not None else "no CPU pinning"),
         "",
@@ -509,12 +525,16 @@ def render(metrics: list[Metric], ctx: Ctx, labels: list[str], failures: list[st
         "redis-server's work per second. For memory and latency lower is better, so 1.4 means "
         "40% more memory or a 40% longer pause. `srv CPU` is how much of its one core the "
         "server used during the measurement: near 100% means the server was the bottleneck; "
-        "well below it means the load generator was, and the throughput is a lower bound "
-        "for that server. Run with `--against redis` to see the redis-vs-redis ratios, i.e. "
+        "well below it means the load generator (or other work on the machine) was, and the "
+        "throughput is a lower bound for that server. `others' CPU` is the CPU that neither "
+        "the server nor our load generators used during that measurement (in % of one "
+        "core, for each server): anything above ~15% means the machine was shared and the "
+        "row is noise. Run with `--against redis` to see the redis-vs-redis ratios, i.e. "
         "how much this machine's noise alone moves a ratio away from 1.",
         "",
-        f"| measurement | metric | {a} | {b} | ratio | better | srv CPU {a} / {b} |",
-        "|---|---|---:|---:|---:|---|---|",
+        f"| measurement | metric | {a} | {b} | ratio | better | srv CPU {a} / {b} "
+        "| others' CPU |",
+        "|---|---|---:|---:|---:|---|---|---|",
     ]
     for m in metrics:
         va, vb = m.values.get(a), m.values.get(b)
@@ -522,8 +542,10 @@ def render(metrics: list[Metric], ctx: Ctx, labels: list[str], failures: list[st
             else None
         ca, cb = m.cpu.get(a, math.nan), m.cpu.get(b, math.nan)
         cpu = "" if math.isnan(ca) and math.isnan(cb) else f"{fmt(ca)}% / {fmt(cb)}%"
+        oth = "/".join(f"{m.others[k]:.0f}%" for k in (a, b) if k in m.others)
         lines.append(f"| {m.measurement} | {m.name} | {fmt(va)} | {fmt(vb)} | "
-                     f"{'n/a' if ratio is None else f'{ratio:.2f}'} | {m.better} | {cpu} |")
+                     f"{'n/a' if ratio is None else f'{ratio:.2f}'} | {m.better} | {cpu} "
+                     f"| {oth} |")
     lines += ["", "## What was measured", ""]
     for name in only:
         lines.append(f"- **{name}**: {describe(name, ctx.sizes, ctx.procs)}")
@@ -546,6 +568,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="server compared with redis-server (redis: a redis-vs-redis baseline)")
     ap.add_argument("--procs", type=int, default=2,
                     help="consumer processes for the xreadgroup measurement")
+    ap.add_argument("--idle-wait", type=float, default=60.0,
+                    help="before each measurement wait up to this many seconds for the machine "
+                         "to be idle (0: do not wait)")
     ap.add_argument("--no-pin", action="store_true", help="do not pin servers/load to CPUs")
     ap.add_argument("--output", default=str(Path(__file__).resolve().parent / "RESULTS.md"),
                     help="Markdown file to write (default benchmarks/RESULTS.md)")
@@ -554,9 +579,10 @@ def main(argv: list[str] | None = None) -> int:
     unknown = [s for s in args.only if s not in SPEC]
     if unknown:
         ap.error(f"unknown measurement(s): {', '.join(unknown)}")
+    load_before = os.getloadavg()[0]
     metrics, ctx, info = run(args)
     labels, failures = info[:2], info[2:]
-    md = render(metrics, ctx, labels, failures, argv, args.only)
+    md = render(metrics, ctx, labels, failures, argv, args.only, load_before)
     Path(args.output).write_text(md)
     print(md)
     return 1 if failures else 0
