@@ -10,10 +10,11 @@ It is a leaf: it imports only the codec and the error texts, never a client or t
 
 Key extraction follows Redis's getKeysFromCommandWithSpecs (db.c): the key specs
 (begin_search + find_keys) for every command, except where Redis has a getkeys procedure that
-knows better. XREAD/XREADGROUP use xreadGetKeys's rule (skip options to find the real STREAMS
-token, because "STREAMS" may also be a group, consumer or key name); Redis itself prefers the key
-spec there, which is fooled by e.g. `XREADGROUP COUNT 1 GROUP g STREAMS STREAMS k 0`, so in that
-corner our COMMAND GETKEYS answers with the key the command really touches. SET uses setGetKeys
+knows better. XREAD/XREADGROUP find their STREAMS token by xreadGetKeys's rule (skip the
+options, because "STREAMS" may also be a group, consumer or key name); Redis itself prefers the
+key spec's plain keyword search there, which is fooled by e.g.
+`XREADGROUP COUNT 1 GROUP g STREAMS STREAMS k 0`, so in that corner (and only there) our COMMAND
+GETKEYS answers with the key the command really touches instead of Redis's. SET uses setGetKeys
 (only its key flags depend on GET).
 """
 
@@ -64,7 +65,7 @@ class CommandSpec:
 
     __slots__ = ("name", "arity", "flags", "flag_list", "first_key", "last_key", "step", "acl_categories",
                  "tips", "key_specs", "subcommands", "docs", "origin", "parent", "has_keys",
-                 "getkeys_proc", "_info", "_docs")
+                 "getkeys_proc", "fixed_key", "_info", "_docs")
 
     def __init__(self, raw: dict[str, Any], parent: CommandSpec | None = None) -> None:
         self.name: bytes = raw["name"].encode()
@@ -86,11 +87,19 @@ class CommandSpec:
         for sub in raw.get("subcommands", []):
             spec = CommandSpec(sub, self)
             self.subcommands[spec.name.split(b"|", 1)[1]] = spec
-        self.getkeys_proc: Callable[[CommandSpec, list[bytes]], list[tuple[int, tuple[str, ...]]]
-                                    ] | None = _GETKEYS_PROCS.get(self.name)
+        self.getkeys_proc: Callable[[CommandSpec, list[bytes]], KeyRefs | None] | None = \
+            _GETKEYS_PROCS.get(self.name)
         # Redis doesCommandHaveKeys: a getkeys proc, or a key spec that is not NOT_KEY.
         self.has_keys = self.getkeys_proc is not None or any(
             "not_key" not in k.flags for k in self.key_specs)
+        # get_keys fast path: the index of the one key of a single-key command (XADD, GET,
+        # XINFO STREAM ...), else 0.
+        self.fixed_key = 0
+        if len(self.key_specs) == 1 and self.getkeys_proc is None:
+            k = self.key_specs[0]
+            if (k.bs_type == "index" and k.fk_type == "range" and k.lastkey == 0
+                    and "not_key" not in k.flags and "incomplete" not in k.flags):
+                self.fixed_key = k.index
         self._info: list[bytes | None] = [None, None, None, None]
         self._docs: list[bytes | None] = [None, None, None, None]
 
@@ -106,11 +115,15 @@ class CommandSpec:
 KeyRefs = list[tuple[int, tuple[str, ...]]]
 
 
-def _xread_get_keys(cmd: CommandSpec, argv: list[bytes]) -> KeyRefs:
-    """db.c xreadGetKeys: skip the options to find the STREAMS that is the option itself.
+def _xread_get_keys(cmd: CommandSpec, argv: list[bytes]) -> KeyRefs | None:
+    """db.c xreadGetKeys's scan, Redis's key-spec count: the keys of XREAD/XREADGROUP.
 
-    "STREAMS" may also be a consumer group, consumer or key name, so a plain keyword search
-    can stop too early. Returns [] on a syntax error (no STREAMS, or an odd key/ID count).
+    The STREAMS token is found by skipping the options, as xreadGetKeys does, because
+    "STREAMS" may also be a consumer group, consumer or key name and a plain keyword search
+    can stop too early. The keys after it are counted by the key spec's range rule (half of
+    what follows, rounded down: what Redis answers for an unbalanced list too), so every argv
+    where both find the same STREAMS gets Redis's exact answer. Without an option-level
+    STREAMS the key spec decides (None here), as in Redis.
     """
     argc = len(argv)
     streams_pos = -1
@@ -128,13 +141,14 @@ def _xread_get_keys(cmd: CommandSpec, argv: list[bytes]) -> KeyRefs:
             break
         else:
             break
-    num = argc - streams_pos - 1
-    if streams_pos == -1 or num == 0 or num % 2 != 0:
+    if streams_pos == -1:
+        return None
+    num = (argc - streams_pos - 1) // 2
+    if num == 0:
         return []
-    # Redis gives these keys no flags; ours come from the key spec so that GETKEYSANDFLAGS
-    # agrees with the spec path (which is what Redis answers for every valid XREAD).
+    # xreadGetKeys gives its keys no flags; the spec's flags are what Redis answers.
     flags = cmd.key_specs[0].flags if cmd.key_specs else ()
-    return [(p, flags) for p in range(streams_pos + 1, streams_pos + 1 + num // 2)]
+    return [(p, flags) for p in range(streams_pos + 1, streams_pos + 1 + num)]
 
 
 _SET_GET_FLAGS = ("RW", "access", "update")
@@ -149,7 +163,7 @@ def _set_get_keys(cmd: CommandSpec, argv: list[bytes]) -> KeyRefs:
     return [(1, _SET_FLAGS)]
 
 
-_GETKEYS_PROCS: dict[bytes, Callable[[CommandSpec, list[bytes]], KeyRefs]] = {
+_GETKEYS_PROCS: dict[bytes, Callable[[CommandSpec, list[bytes]], KeyRefs | None]] = {
     b"xread": _xread_get_keys,
     b"xreadgroup": _xread_get_keys,
     b"set": _set_get_keys,
@@ -219,6 +233,10 @@ def check_arity(argv: list[bytes], name: bytes | None = None) -> bytes | None:
     a = _ARITY.get(name)
     if a.__class__ is int:
         if (a > 0 and a != n) or n < -a:  # type: ignore[operator]
+            if name == b"exec":
+                # rejectCommandSds: a rejected EXEC aborts the transaction (the dispatcher
+                # must discard it) and says so.
+                return EXEC_ARITY_ABORT
             return errors.wrong_arity(name)
         return None
     if a is None:
@@ -233,6 +251,10 @@ def check_arity(argv: list[bytes], name: bytes | None = None) -> bytes | None:
     if (arity > 0 and arity != n) or n < -arity:
         return errors.wrong_arity(sub[1])
     return None
+
+
+EXEC_ARITY_ABORT = (b"EXECABORT Transaction discarded because of: "
+                    b"wrong number of arguments for 'exec' command")
 
 
 def is_write(name: bytes) -> bool:
@@ -313,7 +335,10 @@ def get_keys_and_flags(argv: list[bytes]) -> KeyRefs | None:
 def _get_keys(cmd: CommandSpec, argv: list[bytes]) -> KeyRefs | None:
     proc = cmd.getkeys_proc
     if proc is not None and cmd.name in _PROC_FIRST:
-        return proc(cmd, argv) or None
+        got = proc(cmd, argv)
+        if got is not None:
+            return got or None
+        return _keys_from_specs(cmd, argv)
     specs = cmd.key_specs
     if specs and not any("variable_flags" in k.flags for k in specs):
         got = _keys_from_specs(cmd, argv)
@@ -326,15 +351,16 @@ def _get_keys(cmd: CommandSpec, argv: list[bytes]) -> KeyRefs | None:
 
 def get_keys(argv: list[bytes]) -> list[int]:
     """Argument indexes of the keys of a full command, [] if none or the syntax is broken."""
-    cmd = lookup_argv(argv)
+    cmd = TABLE.get(argv[0].lower())
     if cmd is None:
         return []
-    specs = cmd.key_specs
-    # Fast path: one fixed-position key (XADD, XACK, XINFO STREAM, GET ...).
-    if len(specs) == 1 and cmd.getkeys_proc is None:
-        s = specs[0]
-        if s.bs_type == "index" and s.fk_type == "range" and s.lastkey == 0:
-            return [s.index] if s.index < len(argv) else []
+    if cmd.subcommands and len(argv) > 1:
+        cmd = cmd.subcommands.get(argv[1].lower())
+        if cmd is None:
+            return []
+    fk = cmd.fixed_key
+    if fk:  # one fixed-position key (XADD, XACK, XINFO STREAM, GET ...)
+        return [fk] if fk < len(argv) else []
     refs = _get_keys(cmd, argv) if cmd.has_keys else None
     return [p for p, _ in refs] if refs else []
 
@@ -507,8 +533,8 @@ def getkeys_reply(target: list[bytes], with_flags: bool, proto: int) -> bytes:
     if (cmd.arity > 0 and cmd.arity != n) or n < -cmd.arity:
         raise ReplyError(errors.GETKEYS_WRONG_ARITY)
     refs = _get_keys(cmd, target)
-    if not refs:
-        if refs is None and "no_mandatory_keys" not in cmd.flags:
+    if not refs:  # no key found, or a spec that does not fit: the same to Redis
+        if "no_mandatory_keys" not in cmd.flags:
             raise ReplyError(errors.GETKEYS_INVALID_ARGS)
         return b"*0\r\n"
     if not with_flags:
