@@ -242,8 +242,8 @@ def check_arity(argv: list[bytes], name: bytes | None = None) -> bytes | None:
     if a is None:
         return errors.unknown_command(argv[0], argv[1:])
     if n == 1:
-        # A container alone runs as itself; all of ours have arity -2.
-        return errors.wrong_arity(name)
+        # A container alone runs as itself: COMMAND (arity -1) does, XGROUP (-2) does not.
+        return None if TABLE[name].arity == -1 else errors.wrong_arity(name)
     sub = a.get(argv[1].lower())  # type: ignore[union-attr]
     if sub is None:
         return errors.unknown_subcommand(argv[1], argv[0])

@@ -166,6 +166,7 @@ def test_check_arity_texts() -> None:
     assert ca([b"XLEN"]) == b"ERR wrong number of arguments for 'xlen' command"
     assert ca([b"XLEN", b"a", b"b"]) == b"ERR wrong number of arguments for 'xlen' command"
     assert ca([b"XGROUP"]) == b"ERR wrong number of arguments for 'xgroup' command"
+    assert ca([b"COMMAND"]) is None and ca([b"command", b"count"]) is None
     assert ca([b"xgroup", b"CREATE", b"k"]) == \
         b"ERR wrong number of arguments for 'xgroup|create' command"
     assert ca([b"xgroup", b"nope"]) == b"ERR unknown subcommand 'nope'. Try XGROUP HELP."
@@ -322,6 +323,10 @@ def test_check_arity_matches_oracle(oracle_raw: dict[int, RawClient]) -> None:
         if spec.subcommands:
             heads = [[name.upper(), sub.upper()] for sub, s in spec.subcommands.items()
                      if _from_oracle(s)] + [[name, b"NoSuchSub"]]
+            if spec.arity != -1:  # the container alone (COMMAND alone is a valid command)
+                assert raw.call(name) == ("-", table.check_arity([name])), name
+            else:
+                assert table.check_arity([name]) is None
         for head in heads:
             full = name if len(head) == 1 else name + b"|" + head[1].lower()
             for n in range(len(head), abs(spec.arity if len(head) == 1 else
