@@ -43,7 +43,11 @@ READONLY = b"READONLY You can't write against a read only replica."
 
 def unknown_command(name: bytes, args: list[bytes]) -> bytes:
     """Redis: "unknown command 'x', with args beginning with: 'a' 'b' "."""
-    shown = b"".join(b"'%s' " % _sanitize(a[:128]) for a in args)
+    shown = b""
+    for a in args:  # Redis stops once the list reaches 128 characters, cutting the last one
+        if len(shown) >= 128:
+            break
+        shown += b"'%s' " % _sanitize(a[:128 - len(shown)])
     return b"ERR unknown command '%s', with args beginning with: %s" % (_sanitize(name[:128]), shown)
 
 

@@ -20,7 +20,7 @@ import hiredis
 from node import command_table, errors
 from node.blocking import Blocked, BlockingManager
 from node.client import Client
-from node.commands import COMMANDS, Handler, load_all
+from node.commands import Handler, load_all
 from node.config import Config
 from node.effects import EffectLog
 from node.keyspace import Keyspace
@@ -92,11 +92,10 @@ class Server:
         self._cmd_time_ms = int(time.time() * 1000)
         self.tcp_server: asyncio.AbstractServer | None = None
         self.shutdown_hooks: list[Callable[[], None]] = []
-        self._dispatch: dict[bytes, tuple[Handler, int]] = {}
-        load_all()
-        for name, handler in COMMANDS.items():
-            spec = command_table.lookup(name)
-            self._dispatch[name] = (handler, spec.arity if spec is not None else 0)
+        # Only commands with both a handler and a command-table entry are served.
+        self._dispatch: dict[bytes, tuple[Handler]] = {
+            name: (handler,) for name, handler in load_all().items()
+            if command_table.lookup(name) is not None}
 
     # --- the command path ---------------------------------------------------------------------
     def now_ms(self) -> int:
@@ -115,11 +114,17 @@ class Server:
             if c.in_multi:
                 c.multi_failed = True
             return self._reject(None, errors.unknown_command(argv[0], argv[1:]))
-        handler, arity = entry
-        if (arity > 0 and len(argv) != arity) or len(argv) < -arity:
+        handler = entry[0]
+        err = command_table.check_arity(argv, name)
+        if err is not None:
             if c.in_multi:
                 c.multi_failed = True
-            return self._reject(name, errors.wrong_arity(name))
+                if name == b"exec":  # a rejected EXEC aborts the transaction
+                    c.in_multi = False
+                    c.multi_queue = []
+                    c.multi_failed = False
+                    self.db.unwatch_all(c)
+            return self._reject(name, err)
         if not c.authenticated and name not in _NOAUTH_OK:
             if c.in_multi:
                 c.multi_failed = True
