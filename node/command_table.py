@@ -26,6 +26,7 @@ from collections.abc import Callable
 from typing import Any
 
 from node import errors
+from node.patterns import stringmatch
 from node.resp import Map, ReplyError, RespSet, Status, encode
 
 __all__ = [
@@ -571,73 +572,4 @@ def help_reply(name: bytes = b"COMMAND", lines: tuple[bytes, ...] = HELP_LINES) 
     out.append(b"+HELP\r\n+    Prints this help.\r\n")
     return b"*%d\r\n" % (len(lines) + 3) + b"".join(out)
 
-
-# --- Redis glob (util.c stringmatchlen), for COMMAND LIST FILTERBY PATTERN --------------------
-def stringmatch(pattern: bytes, s: bytes, nocase: bool = False) -> bool:
-    """util.c stringmatchlen: *, ?, [set] with ^ and ranges, backslash escapes."""
-    if nocase:
-        pattern, s = pattern.lower(), s.lower()
-    return _match(pattern, 0, s, 0)
-
-
-def _match(p: bytes, pi: int, s: bytes, si: int) -> bool:
-    plen, slen = len(p), len(s)
-    while pi < plen and si < slen:
-        c = p[pi]
-        if c == 42:  # '*'
-            while pi + 1 < plen and p[pi + 1] == 42:
-                pi += 1
-            if pi + 1 == plen:
-                return True
-            for k in range(si, slen):
-                if _match(p, pi + 1, s, k):
-                    return True
-            return False
-        if c == 63:  # '?'
-            si += 1
-        elif c == 91:  # '['
-            pi += 1
-            neg = pi < plen and p[pi] == 94  # '^'
-            if neg:
-                pi += 1
-            hit = False
-            while True:
-                if pi >= plen:
-                    pi -= 1
-                    break
-                if p[pi] == 92 and pi + 1 < plen:  # '\\'
-                    pi += 1
-                    if p[pi] == s[si]:
-                        hit = True
-                elif p[pi] == 93:  # ']'
-                    break
-                elif pi + 2 < plen and p[pi + 1] == 45:  # '-'
-                    lo, hi = p[pi], p[pi + 2]
-                    if lo > hi:
-                        lo, hi = hi, lo
-                    pi += 2
-                    if lo <= s[si] <= hi:
-                        hit = True
-                elif p[pi] == s[si]:
-                    hit = True
-                pi += 1
-            if neg:
-                hit = not hit
-            if not hit:
-                return False
-            si += 1
-        elif c == 92 and pi + 1 < plen:  # '\\'
-            pi += 1
-            if p[pi] != s[si]:
-                return False
-            si += 1
-        else:
-            if c != s[si]:
-                return False
-            si += 1
-        pi += 1
-    if si == slen:
-        while pi < plen and p[pi] == 42:
-            pi += 1
-    return pi == plen and si == slen
 
