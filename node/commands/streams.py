@@ -1,0 +1,385 @@
+"""Stream commands without consumer groups: XADD, XTRIM, XDEL, XLEN, XRANGE, XREVRANGE, XSETID.
+
+Each handler is parse -> lookup -> engine (node.stream) -> reply -> effects, in Redis's order,
+so that the same bad input gets the same error (t_stream.c xaddCommand & co.).
+
+Effects: XADD goes out with its final ID instead of `*` / `ms-*`; a `~` trim (XADD or XTRIM)
+goes out as the exact MAXLEN/MINID that reproduces its result, and without LIMIT, because an
+approximate trim depends on the node layout and a replica or a replayed AOF must not diverge
+(streamRewriteApproxSpecifier / streamRewriteTrimArgument). XDEL and XSETID go out verbatim.
+
+`entries_reply` / `entry_reply` encode stream entries; node.commands.groups reuses them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from node import errors
+from node.client import Client
+from node.commands import command
+from node.errors import MAX_ID, SEQ_MAX, format_id, parse_range_id_or_error, string2ll, string2ull
+from node.resp import OK, ZERO, ReplyError, integer, null, null_array
+from node.stream import ElementsTooLarge, IDTooSmall, Stream
+
+# Error texts of this module, as in t_stream.c (kept here until merged into node/errors.py).
+XADD_ID_ZERO = b"ERR The ID specified in XADD must be greater than 0-0"
+XADD_ID_TOO_SMALL = b"ERR The ID specified in XADD is equal or smaller than the target stream top item"
+XADD_EXHAUSTED = b"ERR The stream has exhausted the last possible ID, unable to add more items"
+XADD_TOO_LARGE = b"ERR Elements are too large to be stored"
+MAXLEN_NEGATIVE = b"ERR The MAXLEN argument must be >= 0."
+LIMIT_NEGATIVE = b"ERR The LIMIT argument must be >= 0."
+MAXLEN_AND_MINID = b"ERR syntax error, MAXLEN and MINID options at the same time are not compatible"
+LIMIT_WITHOUT_STRATEGY = (
+    b"ERR syntax error, LIMIT cannot be used without specifying a trimming strategy")
+XTRIM_WITHOUT_STRATEGY = b"ERR syntax error, XTRIM must be called with a trimming strategy"
+LIMIT_WITHOUT_APPROX = b"ERR syntax error, LIMIT cannot be used without the special ~ option"
+INVALID_START_ID = b"ERR invalid start ID for the interval"
+INVALID_END_ID = b"ERR invalid end ID for the interval"
+XSETID_ENTRIES_ADDED_NEGATIVE = b"ERR entries_added must be positive"
+XSETID_SMALLER_THAN_MAXDEL = (
+    b"ERR The ID specified in XSETID is smaller than the provided max_deleted_entry_id")
+XSETID_SMALLER_THAN_TOP = b"ERR The ID specified in XSETID is smaller than the target stream top item"
+XSETID_ENTRIES_ADDED_SMALL = (
+    b"ERR The entries_added specified in XSETID is smaller than the target stream length")
+
+_WRONG_ARITY_XADD = errors.wrong_arity(b"xadd")
+
+
+# --- reply encoding ------------------------------------------------------------------------
+def entry_reply(sid: int, fields: list[bytes]) -> bytes:
+    """One entry: [id, [field, value, ...]] (the same in RESP2 and RESP3)."""
+    ids = format_id(sid)
+    return b"*2\r\n$%d\r\n%s\r\n*%d\r\n%s" % (
+        len(ids), ids, len(fields), b"".join([b"$%d\r\n%s\r\n" % (len(x), x) for x in fields]))
+
+
+def entries_reply(entries: Iterable[tuple[int, list[bytes]]]) -> tuple[int, bytes]:
+    """(number of entries, their encoding without the array header)."""
+    out: list[bytes] = []
+    n = 0
+    for sid, fields in entries:
+        ids = b"%d-%d" % (sid >> 64, sid & SEQ_MAX)
+        out.append(b"*2\r\n$%d\r\n%s\r\n*%d\r\n" % (len(ids), ids, len(fields)))
+        out += [b"$%d\r\n%s\r\n" % (len(x), x) for x in fields]
+        n += 1
+    return n, b"".join(out)
+
+
+# --- ID parsing ----------------------------------------------------------------------------
+def parse_strict_id_or_error(b: bytes) -> int:
+    """streamParseStrictIDOrReply without the `ms-*` form: '-' and '+' are invalid."""
+    return errors.parse_id_or_error(b, 0, strict=True)
+
+
+def _parse_xadd_id(b: bytes) -> tuple[int, bool]:
+    """An explicit XADD ID: (id, seq_given); `ms-*` gives (ms << 64, False)."""
+    if len(b) > 2 and b[-2:] == b"-*" and len(b) <= 127 and b.find(b"-") == len(b) - 2:
+        ms = string2ull(b[:-2])
+        if ms is None:
+            raise ReplyError(errors.INVALID_STREAM_ID)
+        return ms << 64, False
+    return errors.parse_id_or_error(b, 0, strict=True), True
+
+
+# --- XADD / XTRIM arguments (streamParseAddOrTrimArgsOrReply) -------------------------------
+class TrimArgs:
+    __slots__ = ("strategy", "approx", "threshold", "limit", "nomkstream", "id", "id_given",
+                 "seq_given")
+
+    def __init__(self) -> None:
+        self.strategy: str | None = None  # 'maxlen' | 'minid'
+        self.approx = False
+        self.threshold = 0
+        self.limit = 0
+        self.nomkstream = False
+        self.id = 0
+        self.id_given = False
+        self.seq_given = True
+
+
+def _parse_add_or_trim(c: Client, argv: list[bytes], xadd: bool) -> tuple[TrimArgs, int]:
+    """Options of XADD (up to the ID) or XTRIM; returns the args and the ID position."""
+    a = TrimArgs()
+    argc = len(argv)
+    i = 2
+    limit_given = False
+    while i < argc:
+        moreargs = argc - 1 - i
+        opt = argv[i]
+        lopt = opt.lower()
+        if xadd and opt == b"*":
+            break
+        elif lopt == b"maxlen" and moreargs:
+            if a.strategy is not None:
+                raise ReplyError(MAXLEN_AND_MINID)
+            a.approx = False
+            nxt = argv[i + 1]
+            if moreargs >= 2 and nxt == b"~":
+                a.approx = True
+                i += 1
+            elif moreargs >= 2 and nxt == b"=":
+                i += 1
+            v = string2ll(argv[i + 1])
+            if v is None:
+                raise ReplyError(errors.NOT_INTEGER)
+            if v < 0:
+                raise ReplyError(MAXLEN_NEGATIVE)
+            a.threshold = v
+            i += 1
+            a.strategy = "maxlen"
+        elif lopt == b"minid" and moreargs:
+            if a.strategy is not None:
+                raise ReplyError(MAXLEN_AND_MINID)
+            a.approx = False
+            nxt = argv[i + 1]
+            if moreargs >= 2 and nxt == b"~":
+                a.approx = True
+                i += 1
+            elif moreargs >= 2 and nxt == b"=":
+                i += 1
+            a.threshold = parse_strict_id_or_error(argv[i + 1])
+            i += 1
+            a.strategy = "minid"
+        elif lopt == b"limit" and moreargs:
+            v = string2ll(argv[i + 1])
+            if v is None:
+                raise ReplyError(errors.NOT_INTEGER)
+            if v < 0:
+                raise ReplyError(LIMIT_NEGATIVE)
+            a.limit = v
+            limit_given = True
+            i += 1
+        elif xadd and lopt == b"nomkstream":
+            a.nomkstream = True
+        elif xadd:
+            a.id, a.seq_given = _parse_xadd_id(opt)
+            a.id_given = True
+            break
+        else:
+            raise ReplyError(errors.SYNTAX)
+        i += 1
+
+    if a.limit and a.strategy is None:
+        raise ReplyError(LIMIT_WITHOUT_STRATEGY)
+    if not xadd and a.strategy is None:
+        raise ReplyError(XTRIM_WITHOUT_STRATEGY)
+    if limit_given:
+        if not a.approx:
+            raise ReplyError(LIMIT_WITHOUT_APPROX)
+    elif a.approx:
+        # Default work cap of a `~` trim: 100 nodes' worth of entries (Redis clamps it).
+        lim = 100 * c.server.config.stream_node_max_entries
+        if lim <= 0:
+            lim = 10000
+        a.limit = min(lim, 1000000)
+    else:
+        a.limit = 0
+    return a, i
+
+
+def _trim_effect_args(s: Stream, a: TrimArgs) -> list[bytes]:
+    """The exact trim that reproduces what was done (streamRewriteTrimArgument)."""
+    if a.strategy == "maxlen":
+        return [b"MAXLEN", b"%d" % (s.length if a.approx else a.threshold)]
+    return [b"MINID", format_id(s.edge_id(True, False) if a.approx else a.threshold)]
+
+
+# --- commands ------------------------------------------------------------------------------
+@command(b"xadd")
+def xadd(c: Client, argv: list[bytes]) -> bytes:
+    """XADD key [NOMKSTREAM] [(MAXLEN|MINID) [=|~] threshold [LIMIT count]] (*|id) field value ..."""
+    if argv[2] == b"*":  # the common case: no options
+        a = None
+        idpos = 2
+    else:
+        a, idpos = _parse_add_or_trim(c, argv, True)
+    nfields = len(argv) - idpos - 1
+    if nfields < 2 or nfields & 1:
+        raise ReplyError(_WRONG_ARITY_XADD)
+    if a is not None and a.id_given and a.seq_given and a.id == 0:
+        raise ReplyError(XADD_ID_ZERO)
+
+    key = argv[1]
+    db = c.db
+    s = db.get_stream(key)
+    created = s is None
+    if s is None:
+        if a is not None and a.nomkstream:
+            return null(c.proto)
+        s = Stream()
+    elif s.last_id == MAX_ID:
+        raise ReplyError(XADD_EXHAUSTED)
+
+    config = c.server.config
+    try:
+        if a is None or not a.id_given:
+            sid = s.next_auto_id(c.server.now_ms())
+        elif not a.seq_given:
+            sid = s.next_seq_id(a.id >> 64)
+        else:
+            sid = a.id
+        s.append(sid, argv[idpos + 1:], config.stream_node_max_entries,
+                 config.stream_node_max_bytes)
+    except IDTooSmall:
+        raise ReplyError(XADD_ID_TOO_SMALL) from None
+    except ElementsTooLarge:
+        raise ReplyError(XADD_TOO_LARGE) from None
+    ids = b"%d-%d" % (sid >> 64, sid & SEQ_MAX)
+
+    if created:
+        db.set(key, s)
+    else:
+        db.changed(key, ready=True)
+
+    if a is None:
+        eff = argv[:]
+        eff[2] = ids
+    else:
+        eff = [argv[0], key]
+        if a.nomkstream:
+            eff.append(b"NOMKSTREAM")
+        if a.strategy is not None:
+            s.trim(a.strategy, a.threshold, a.approx, a.limit)
+            eff += _trim_effect_args(s, a)
+        eff.append(ids)
+        eff += argv[idpos + 1:]
+    c.server.propagate(eff)
+    return b"$%d\r\n%s\r\n" % (len(ids), ids)
+
+
+@command(b"xtrim")
+def xtrim(c: Client, argv: list[bytes]) -> bytes:
+    """XTRIM key (MAXLEN|MINID) [=|~] threshold [LIMIT count]"""
+    a, _ = _parse_add_or_trim(c, argv, False)
+    key = argv[1]
+    s = c.db.get_stream(key)
+    if s is None:
+        return ZERO
+    assert a.strategy is not None
+    deleted = s.trim(a.strategy, a.threshold, a.approx, a.limit)
+    if deleted:
+        c.db.changed(key)
+        c.server.propagate([argv[0], key] + _trim_effect_args(s, a))
+    return integer(deleted)
+
+
+@command(b"xdel")
+def xdel(c: Client, argv: list[bytes]) -> bytes:
+    """XDEL key id [id ...]"""
+    key = argv[1]
+    s = c.db.get_stream(key)
+    if s is None:
+        return ZERO
+    # All IDs are checked before anything is deleted, so the command is all or nothing.
+    ids = [parse_strict_id_or_error(b) for b in argv[2:]]
+    deleted = 0
+    for sid in ids:
+        if s.delete(sid):
+            deleted += 1
+    if deleted:
+        c.db.changed(key)
+        c.server.propagate(argv)
+    return integer(deleted)
+
+
+@command(b"xlen")
+def xlen(c: Client, argv: list[bytes]) -> bytes:
+    """XLEN key"""
+    s = c.db.get_stream(argv[1])
+    return ZERO if s is None else integer(s.length)
+
+
+def _xrange_generic(c: Client, argv: list[bytes], rev: bool) -> bytes:
+    """XRANGE key start end [COUNT n] / XREVRANGE key end start [COUNT n].
+
+    An incomplete start gets sequence 0 and an incomplete end the maximal sequence; '(' makes a
+    bound exclusive, so `XRANGE s (1-0 (2-0` is 1-1 .. 1-18446744073709551615.
+    """
+    startarg, endarg = (argv[3], argv[2]) if rev else (argv[2], argv[3])
+    start, startex = parse_range_id_or_error(startarg, 0)
+    if startex:
+        if start == MAX_ID:
+            raise ReplyError(INVALID_START_ID)
+        start += 1
+    end, endex = parse_range_id_or_error(endarg, SEQ_MAX)
+    if endex:
+        if end == 0:
+            raise ReplyError(INVALID_END_ID)
+        end -= 1
+    count = -1
+    j = 4
+    argc = len(argv)
+    while j < argc:
+        if argv[j].lower() == b"count" and j + 1 < argc:
+            v = string2ll(argv[j + 1])
+            if v is None:
+                raise ReplyError(errors.NOT_INTEGER)
+            count = v if v >= 0 else 0
+            j += 2
+        else:
+            raise ReplyError(errors.SYNTAX)
+    s = c.db.get_stream(argv[1])
+    if s is None:
+        return b"*0\r\n"
+    if count == 0:
+        return null_array(c.proto)
+    n, body = entries_reply(s.range(start, end, None if count < 0 else count, rev))
+    return b"*%d\r\n%s" % (n, body)
+
+
+@command(b"xrange")
+def xrange(c: Client, argv: list[bytes]) -> bytes:
+    """XRANGE key start end [COUNT count]"""
+    return _xrange_generic(c, argv, False)
+
+
+@command(b"xrevrange")
+def xrevrange(c: Client, argv: list[bytes]) -> bytes:
+    """XREVRANGE key end start [COUNT count]"""
+    return _xrange_generic(c, argv, True)
+
+
+@command(b"xsetid")
+def xsetid(c: Client, argv: list[bytes]) -> bytes:
+    """XSETID key last-id [ENTRIESADDED entries-added] [MAXDELETEDID max-deleted-id]"""
+    sid = parse_strict_id_or_error(argv[2])
+    entries_added = -1
+    max_xdel = 0
+    i = 3
+    argc = len(argv)
+    while i < argc:
+        moreargs = argc - 1 - i
+        opt = argv[i].lower()
+        if opt == b"entriesadded" and moreargs:
+            v = string2ll(argv[i + 1])
+            if v is None:
+                raise ReplyError(errors.NOT_INTEGER)
+            if v < 0:
+                raise ReplyError(XSETID_ENTRIES_ADDED_NEGATIVE)
+            entries_added = v
+            i += 2
+        elif opt == b"maxdeletedid" and moreargs:
+            max_xdel = parse_strict_id_or_error(argv[i + 1])
+            if sid < max_xdel:
+                raise ReplyError(XSETID_SMALLER_THAN_MAXDEL)
+            i += 2
+        else:
+            raise ReplyError(errors.SYNTAX)
+    key = argv[1]
+    s = c.db.get_stream(key)
+    if s is None:
+        raise ReplyError(errors.NO_SUCH_KEY)
+    if s.length > 0:
+        if sid < s.last_valid_id():
+            raise ReplyError(XSETID_SMALLER_THAN_TOP)
+        if entries_added != -1 and s.length > entries_added:
+            raise ReplyError(XSETID_ENTRIES_ADDED_SMALL)
+    s.last_id = sid
+    if entries_added != -1:
+        s.entries_added = entries_added
+    if max_xdel:
+        s.max_deleted_entry_id = max_xdel
+    c.db.changed(key)
+    c.server.propagate(argv)
+    return OK
