@@ -1,0 +1,1 @@
+"""Reusable test machinery: process spawning, a raw RESP client, workload generators."""
