@@ -22,7 +22,8 @@ Options
 - `--node-impl redis`: spawn redis-server wherever an xshard node would run. This validates
   the tests themselves against the real thing (e.g. the differential test becomes oracle
   versus oracle and must pass).
-- `--diff-seeds N`, `--diff-commands N`, `--diff-seed-base N`: size of the differential run.
+- `--diff-seeds N`, `--diff-commands N`, `--diff-seed-base N`: size of the differential run;
+  `--diff-only xadd,xrange,...`: restrict its command mix.
 
 When a test fails, the last lines of the logs of the servers it used are attached to the
 report ("xshard node log" sections).
@@ -66,6 +67,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="commands per seed for the differential test")
     group.addoption("--diff-seed-base", type=int, default=0,
                     help="first seed of the differential test")
+    group.addoption("--diff-only", default=None,
+                    help="comma-separated generators for the differential workload "
+                         "(xadd,xtrim,xdel,xlen,xrange,xrevrange,xread,xgroup,xreadgroup,xack,"
+                         "xpending,xclaim,xautoclaim,xinfo,xsetid,generic); default: all")
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:

@@ -116,8 +116,12 @@ def pair(oracle, node, protocol: int) -> Iterator[tuple[RawClient, RawClient]]:
 
 
 def _run(pair, oracle, seed: int, n_commands: int, protocol: int, title: str, repro: str,
-         **gen_kw) -> dict[str, int]:
+         config: pytest.Config, **gen_kw) -> dict[str, int]:
     o, n = pair
+    only = config.getoption("--diff-only")
+    if only:
+        gen_kw["only"] = only.split(",")
+        repro += f" --diff-only {only}"
     accepted: dict[str, int] = {}
     mismatch = compare_run(o, n, StreamWorkload(seed, **gen_kw).commands(n_commands),
                            KNOWN_DIFFERENCES, oracle.version[:2], accepted=accepted)
@@ -133,7 +137,8 @@ def test_stream_commands_match_redis(pair, oracle, seed: int, protocol: int,
     n_commands = request.config.getoption("--diff-commands")
     _run(pair, oracle, seed, n_commands, protocol, "differential",
          f"pytest 'tests/node/test_differential.py::test_stream_commands_match_redis"
-         f"[resp{protocol}-seed{seed}]' --diff-seed-base 0 --diff-commands {n_commands}")
+         f"[resp{protocol}-seed{seed}]' --diff-seed-base 0 --diff-commands {n_commands}",
+         request.config)
 
 
 @pytest.mark.parametrize("setting,value", [
@@ -143,7 +148,8 @@ def test_stream_commands_match_redis(pair, oracle, seed: int, protocol: int,
 ], ids=["max-entries-3", "max-entries-10", "max-bytes-256"])
 @pytest.mark.parametrize("small_seed", [1000, 1001, 1002], ids=lambda s: f"seed{s}")
 def test_small_stream_nodes_match_redis(pair, oracle, small_seed: int, protocol: int,
-                                        setting: bytes, value: bytes) -> None:
+                                        setting: bytes, value: bytes,
+                                        request: pytest.FixtureRequest) -> None:
     """Tiny node sizes: block boundaries (XINFO radix-tree-keys) and `~` trimming by node."""
     o, n = pair
     saved = []
@@ -152,12 +158,14 @@ def test_small_stream_nodes_match_redis(pair, oracle, small_seed: int, protocol:
         saved.append(old)
         assert c.call(b"CONFIG", b"SET", setting, value) == ("+", b"OK")
     try:
-        # More XADDs and trims than the default mix, so that nodes fill up and get trimmed.
+        # More XADDs, trims and XINFO than the default mix: nodes fill up, get trimmed, and
+        # XINFO STREAM shows their count (radix-tree-keys).
         seed = small_seed
         _run(pair, oracle, seed, 300, protocol, f"differential {setting.decode()}={value.decode()}",
              f"pytest 'tests/node/test_differential.py::test_small_stream_nodes_match_redis"
              f"[resp{protocol}-seed{seed}-{setting.decode().replace('stream-node-', '')}-"
-             f"{value.decode()}]'")
+             f"{value.decode()}]'", request.config,
+             weights={"xadd": 45, "xtrim": 8, "xinfo": 10})
     finally:
         for c, old in zip((o, n), saved, strict=True):
             pairs = map_pairs(old)

@@ -245,7 +245,7 @@ class Mismatch:
     history: list[list[bytes]]
 
     def report(self, title: str, repro: str = "") -> str:
-        ctx = "\n".join(f"  [{self.index - len(self.history) + i}] {fmt_command(a)}"
+        ctx = "\n".join(f"  [{self.index - len(self.history) + i}] {fmt_command(a, 60)}"
                         for i, a in enumerate(self.history))
         lines = [
             f"{title}: replies differ at command #{self.index}",

@@ -22,7 +22,7 @@ Determinism rules, so that a real redis-server and xshard can be compared reply 
 from __future__ import annotations
 
 import random
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 
 __all__ = ["StreamWorkload", "DEFAULT_KEYS", "fmt_command"]
 
@@ -46,10 +46,16 @@ BIG_IDLE = b"100000000"        # a min-idle-time / IDLE filter no fresh delivery
 OLD_IDLE = b"1000000000"       # an IDLE that puts a delivery far in the past (passes BIG_IDLE)
 
 
-def fmt_command(argv: list[bytes]) -> str:
-    """Render argv as a redis-cli line (quoted where needed) for failure messages."""
+def fmt_command(argv: list[bytes], max_arg: int | None = None) -> str:
+    """Render argv as a redis-cli line (quoted where needed) for failure messages.
+
+    With `max_arg`, longer arguments are shortened to `"BBBB..."(1200 bytes)`.
+    """
     out = []
     for a in argv:
+        if max_arg is not None and len(a) > max_arg:
+            out.append(f'"{repr(a[:max_arg // 2])[2:-1]}..."({len(a)} bytes)')
+            continue
         s = a.decode(errors="backslashreplace")
         if not s or any(ch in s for ch in ' "\'\\') or not s.isprintable():
             s = '"' + repr(a)[2:-1].replace('"', '\\"') + '"'
@@ -62,7 +68,11 @@ class StreamWorkload:
 
     def __init__(self, seed: int, keys: tuple[bytes, ...] = DEFAULT_KEYS, *,
                  bad_ratio: float = 0.12, star_ratio: float = 0.04,
-                 block_ratio: float = 0.08) -> None:
+                 block_ratio: float = 0.08, only: Iterable[str] | None = None,
+                 weights: dict[str, int] | None = None) -> None:
+        """`only` restricts the mix to some generators by name (xadd, xrange, xgroup, ...,
+        generic), e.g. while a server implements only part of the commands; `weights`
+        overrides the weight of some generators."""
         self.rng = random.Random(seed)
         self.keys = keys
         self.bad_ratio = bad_ratio
@@ -83,6 +93,15 @@ class StreamWorkload:
             (self.xpending, 5), (self.xclaim, 5), (self.xautoclaim, 4),
             (self.xinfo, 6), (self.xsetid, 2), (self.generic, 5),
         ]
+        if weights:
+            self._table = [(f, weights.get(f.__name__, w)) for f, w in self._table]
+        if only is not None:
+            wanted = {o.strip().lower() for o in only}
+            unknown = wanted - {f.__name__ for f, _ in self._table}
+            if unknown:
+                raise ValueError(f"unknown generators {sorted(unknown)}; known: "
+                                 f"{[f.__name__ for f, _ in self._table]}")
+            self._table = [(f, w) for f, w in self._table if f.__name__ in wanted]
         self._fns = [f for f, _ in self._table]
         self._weights = [w for _, w in self._table]
 
