@@ -1,0 +1,224 @@
+"""Generic commands (keys, expiry, transactions, connection, CONFIG, INFO) against the oracle.
+
+Each script runs on a fresh connection to both servers; replies are compared as raw RESP trees.
+"""
+
+from __future__ import annotations
+
+import socket
+import time
+
+import pytest
+import redis
+
+from tests.support.rawresp import RawClient
+
+SCRIPTS = {
+    "wrongtype": [
+        ["SET", "s", "v"], ["XADD", "s", "1-1", "f", "v"], ["XLEN", "s"], ["XRANGE", "s", "-", "+"],
+        ["LPUSH", "l", "a"], ["XADD", "l", "1-1", "f", "v"], ["SADD", "z", "a"], ["XLEN", "z"],
+        ["XADD", "x", "1-1", "f", "v"], ["GET", "x"], ["LPUSH", "x", "a"], ["SADD", "x", "a"],
+        ["TYPE", "x"], ["TYPE", "s"], ["TYPE", "l"], ["TYPE", "z"], ["TYPE", "nope"],
+    ],
+    "keys": [
+        ["XADD", "a1", "1-1", "f", "v"], ["XADD", "a2", "1-1", "f", "v"], ["XADD", "b1", "1-1", "f", "v"],
+        ["EXISTS", "a1", "a2", "zz", "a1"], ["DBSIZE"], ["DEL", "a2", "zz"], ["UNLINK", "b1"],
+        ["EXISTS", "a1", "a2", "b1"], ["DBSIZE"], ["KEYS", "a*"], ["KEYS", "[ab]1"], ["KEYS", "nomatch*"],
+        ["DEL"], ["FLUSHALL", "bogus"], ["FLUSHALL"], ["DBSIZE"],
+    ],
+    "rename": [
+        ["XADD", "src", "1-1", "f", "v"], ["RENAME", "src", "dst"], ["XLEN", "dst"], ["EXISTS", "src"],
+        ["RENAME", "nokey", "x"], ["RENAME", "dst", "dst"], ["XADD", "other", "1-1", "a", "b"],
+        ["RENAMENX", "dst", "other"], ["RENAMENX", "dst", "fresh"], ["XRANGE", "fresh", "-", "+"],
+        ["RENAMENX", "missing", "x"],
+    ],
+    "expire": [
+        ["XADD", "k", "1-1", "f", "v"], ["TTL", "k"], ["PTTL", "k"], ["TTL", "missing"],
+        ["EXPIRE", "k", "abc"], ["EXPIRE", "k", "100", "XX"], ["EXPIRE", "k", "100", "NX"],
+        ["EXPIRE", "k", "200", "NX"], ["EXPIRE", "k", "50", "GT"], ["EXPIRE", "k", "300", "GT"],
+        ["EXPIRE", "k", "1000", "LT"], ["EXPIRE", "k", "10", "LT"], ["TTL", "k"],
+        ["EXPIRE", "k", "10", "NX", "XX"], ["EXPIRE", "k", "10", "GT", "LT"], ["EXPIRE", "k", "10", "FOO"],
+        ["PERSIST", "k"], ["PERSIST", "k"], ["TTL", "k"], ["EXPIRE", "missing", "10"],
+        ["EXPIRE", "k", "-1"], ["EXISTS", "k"], ["EXPIRE", "k", "99999999999999999"],
+        ["PEXPIRE", "k", "99999999999999999999"],
+    ],
+    "multi": [
+        ["MULTI"], ["XADD", "m", "1-1", "f", "v"], ["XLEN", "m"], ["XADD", "m", "0-1", "f", "v"],
+        ["EXEC"], ["EXEC"], ["DISCARD"], ["MULTI"], ["MULTI"], ["XLEN", "m"], ["DISCARD"],
+        ["MULTI"], ["NOSUCHCOMMAND"], ["XLEN", "m"], ["EXEC"], ["MULTI"], ["XLEN"], ["EXEC"],
+        ["MULTI"], ["WATCH", "m"], ["EXEC"],
+        ["MULTI"], ["XREAD", "BLOCK", "1000", "STREAMS", "nothing", "$"], ["EXEC"],
+    ],
+    "connection": [
+        ["PING"], ["PING", "hello"], ["PING", "a", "b"], ["ECHO", "x"], ["ECHO"], ["SELECT", "0"],
+        ["SELECT", "x"], ["CLIENT", "SETNAME", "bad name"], ["CLIENT", "SETNAME", "good"],
+        ["CLIENT", "GETNAME"], ["CLIENT", "SETNAME", ""], ["CLIENT", "GETNAME"],
+        ["CLIENT", "UNBLOCK", "99999"], ["CLIENT", "UNBLOCK", "1", "BAD"], ["CLIENT", "NOPE"],
+        ["CLIENT", "KILL", "1.2.3.4:5"], ["CLIENT", "KILL", "ID", "999999"], ["HELLO", "4"],
+        ["HELLO", "x"], ["HELLO", "2", "FOO"], ["AUTH", "pw"], ["AUTH", "a", "b", "c"],
+        ["NOSUCH", "a", "b"], ["xadd"], ["CONFIG", "GET", "stream-node-max-e*"],
+        ["CONFIG", "SET", "stream-node-max-entries", "abc"], ["CONFIG", "SET", "no-such-option", "1"],
+        ["CONFIG", "SET", "stream-node-max-entries", "50", "stream-node-max-bytes", "2048"],
+        ["CONFIG", "GET", "stream-node-max-entries"], ["CONFIG", "GET", "stream-node-max-bytes"],
+        ["CONFIG", "SET", "stream-node-max-entries", "100", "stream-node-max-bytes", "4096"],
+        ["CONFIG", "NOPE"], ["CONFIG", "GET"],
+    ],
+    "scan": [
+        *[["XADD", f"k{i}", "1-1", "f", "v"] for i in range(30)],
+        ["SCAN", "0", "COUNT", "0"], ["SCAN", "x"], ["SCAN", "0", "MATCH"], ["SCAN", "0", "BOGUS", "1"],
+    ],
+}
+
+
+def _run(port: int, script: list[list[str]], proto: int) -> list:
+    c = RawClient("127.0.0.1", port)
+    try:
+        if proto == 3:
+            c.call("HELLO", "3")
+        return [c.call(*cmd) for cmd in script]
+    finally:
+        c.close()
+
+
+@pytest.mark.parametrize("name", sorted(SCRIPTS))
+def test_generic_scripts_match_redis(name, node, oracle, protocol):
+    script = SCRIPTS[name]
+    try:
+        mine = _run(node.port, script, protocol)
+        theirs = _run(oracle.port, script, protocol)
+    finally:
+        for h in (node, oracle):
+            c = RawClient("127.0.0.1", h.port)
+            c.call("FLUSHALL")
+            c.close()
+    for i, (a, b) in enumerate(zip(mine, theirs, strict=True)):
+        if name == "expire" and script[i][0] in ("TTL", "PTTL") and a[0] == ":" and b[0] == ":":
+            assert abs(a[1] - b[1]) <= 1000 and (a[1] >= 0) == (b[1] >= 0)
+            continue
+        assert a == b, f"{name} step {i}: {script[i]}\n node:   {a}\n redis:  {b}"
+
+
+def test_scan_returns_every_key_once_under_churn(r):
+    for i in range(200):
+        r.xadd(f"key:{i}", {"f": "v"}, id="1-1")
+    seen: list[bytes] = []
+    cursor = 0
+    extra = 0
+    while True:
+        cursor, keys = r.scan(cursor, count=17)
+        seen += keys
+        r.xadd(f"new:{extra}", {"f": "v"}, id="1-1")  # keys that come and go must not hide others
+        r.delete(f"new:{extra}")
+        extra += 1
+        if cursor == 0:
+            break
+    stable = [k for k in seen if k.startswith(b"key:")]
+    assert sorted(stable) == sorted(f"key:{i}".encode() for i in range(200))
+    assert r.scan(0, match="key:1?", count=1000)[1] and all(
+        k.startswith(b"key:1") and len(k) == 6 for k in r.scan(0, match="key:1?", count=1000)[1])
+    assert r.scan(0, _type="string", count=1000)[1] == []
+
+
+def test_watch_detects_a_concurrent_write(node, r):
+    r.xadd("w", {"f": "v"}, id="1-1")
+    other = node.client()
+    with r.pipeline() as p:
+        p.watch("w")
+        other.xadd("w", {"f": "v"}, id="2-1")
+        p.multi()
+        p.xlen("w")
+        with pytest.raises(redis.WatchError):
+            p.execute()
+    with r.pipeline() as p:
+        p.watch("w")
+        p.multi()
+        p.xlen("w")
+        assert p.execute() == [2]
+
+
+def test_expired_stream_disappears(r):
+    r.xadd("e", {"f": "v"}, id="1-1")
+    r.pexpire("e", 50)
+    time.sleep(0.15)
+    assert r.exists("e") == 0
+    assert r.xlen("e") == 0
+
+
+def test_hello_3_switches_to_resp3_maps(node):
+    c = node.client(protocol=3)
+    info = c.execute_command("HELLO", "3")
+    assert info[b"proto"] == 3 and info[b"server"] == b"redis"
+    c.xadd("h", {"f": "v"}, id="1-1")
+    got = c.config_get("stream-node-max-entries")
+    assert {_s(k): _s(v) for k, v in got.items()} == {"stream-node-max-entries": "100"}
+    c.delete("h")
+
+
+def _s(v: bytes | str) -> str:
+    return v.decode() if isinstance(v, bytes) else v
+
+
+def test_requirepass(xnode):
+    n = xnode("--requirepass", "s3cret")
+    raw = RawClient("127.0.0.1", n.port)
+    assert raw.call("XLEN", "x") == ("-", b"NOAUTH Authentication required.")
+    assert raw.call("AUTH", "wrong") == (
+        "-", b"WRONGPASS invalid username-password pair or user is disabled.")
+    assert raw.call("AUTH", "s3cret") == ("+", b"OK")
+    assert raw.call("XLEN", "x") == (":", 0)
+    raw.close()
+    c = n.client(password="s3cret")
+    assert c.ping() is True
+
+
+def test_info_sections(node, r):
+    r.xadd("i", {"f": "v"}, id="1-1")
+    with pytest.raises(redis.ResponseError):
+        r.execute_command("XADD", "i", "0-1", "f", "v")
+    info = r.info("everything")
+    for field in ("redis_version", "connected_clients", "blocked_clients", "used_memory",
+                  "total_error_replies", "role", "db0", "cmdstat_xadd", "errorstat_ERR"):
+        assert field in info, field
+    assert info["cmdstat_xadd"]["failed_calls"] >= 1
+    assert info["db0"]["keys"] >= 1
+
+
+def test_debug_needs_enabling(node, xnode):
+    c = node.client()
+    with pytest.raises(redis.ResponseError, match="DEBUG command not allowed"):
+        c.execute_command("DEBUG", "SLEEP", "0")
+    n = xnode("--enable-debug-command", "yes")
+    assert n.client().execute_command("DEBUG", "SLEEP", "0") == b"OK"
+
+
+def test_unknown_startup_option_is_refused(tmp_path):
+    import subprocess
+    import sys
+
+    p = subprocess.run([sys.executable, "-m", "control.cli", "node", "--no-such-option", "1"],
+                       capture_output=True, text=True, timeout=30)
+    assert p.returncode == 2
+    assert "unknown option 'no-such-option'" in p.stderr
+    conf = tmp_path / "x.conf"
+    conf.write_text("# comment\nport 0\nstream-node-max-entries 7\nbogus yes\n")
+    p = subprocess.run([sys.executable, "-m", "control.cli", "node", "--config", str(conf)],
+                       capture_output=True, text=True, timeout=30)
+    assert p.returncode == 2 and "unknown option 'bogus'" in p.stderr
+
+
+def test_config_file_is_read(xnode, tmp_path):
+    conf = tmp_path / "n.conf"
+    conf.write_text('stream-node-max-entries 7\nrequirepass "pw"\n')
+    n = xnode("--config", str(conf))
+    c = n.client(password="pw")
+    assert c.config_get("stream-node-max-entries")["stream-node-max-entries"] == "7"
+
+
+def test_inline_commands(node):
+    s = socket.create_connection(("127.0.0.1", node.port), timeout=5)
+    s.sendall(b"PING\r\nECHO \"a b\"\r\n\r\nXLEN nokey\n")
+    data = b""
+    while data.count(b"\r\n") < 3:
+        data += s.recv(1000)
+    assert data == b"+PONG\r\n$3\r\na b\r\n:0\r\n"
+    s.close()
