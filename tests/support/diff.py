@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from tests.support.gen import fmt_command
-from tests.support.rawresp import RawClient, Reply, show
+from tests.support.rawresp import RawClient, Reply, brief, show
 
 __all__ = [
     "KnownDifference", "Mismatch", "SideState", "normalize", "compare_run", "map_pairs",
@@ -230,6 +230,37 @@ def normalize(argv: list[bytes], reply: Reply, side: SideState) -> Reply:
     return reply
 
 
+def first_difference(a: Reply, b: Reply, path: str = "") -> tuple[str, Reply, Reply] | None:
+    """The path of the first differing node of two reply trees, and both subtrees there."""
+    if a == b:
+        return None
+    if (isinstance(a, tuple) and isinstance(b, tuple) and a[0] == b[0]
+            and a[0] in ("*", "~", "%", ">") and a[1] is not None and b[1] is not None):
+        if a[0] == "%":
+            for i, ((ka, va), (kb, vb)) in enumerate(zip(a[1], b[1], strict=False)):
+                if ka != kb:
+                    return f"{path}{{key #{i}}}", ka, kb
+                d = first_difference(va, vb, f"{path}.{_label(ka)}")
+                if d:
+                    return d
+        else:
+            pairs = map_pairs(a) if map_pairs(b) is not None else None
+            for i, (x, y) in enumerate(zip(a[1], b[1], strict=False)):
+                name = f"[{i}]"
+                if pairs is not None and i % 2 == 1 and i < len(a[1]):
+                    name = f"[{i}]({_label(a[1][i - 1])})"
+                d = first_difference(x, y, path + name)
+                if d:
+                    return d
+        if len(a[1]) != len(b[1]):
+            return f"{path} (length {len(a[1])} vs {len(b[1])})", a, b
+    return path or "(top)", a, b
+
+
+def _label(k: Reply) -> str:
+    return k[1].decode(errors="replace") if k[0] in ("$", "+") and k[1] is not None else repr(k)
+
+
 # -- running -----------------------------------------------------------------------------------
 
 @dataclass
@@ -249,9 +280,15 @@ class Mismatch:
                         for i, a in enumerate(self.history))
         lines = [
             f"{title}: replies differ at command #{self.index}",
-            f"command: {fmt_command(self.argv)}",
-            "--- oracle (redis-server), normalised:", show(self.oracle),
-            "--- node (xshard), normalised:", show(self.node),
+            f"command: {fmt_command(self.argv, 200)}",
+        ]
+        d = first_difference(self.oracle, self.node)
+        if d is not None and d[0] != "(top)":
+            lines.append(f"first difference at {d[0]}:\n  oracle: {brief(d[1])}\n"
+                         f"  node:   {brief(d[2])}")
+        lines += [
+            "--- oracle, normalised:", show(self.oracle),
+            "--- node, normalised:", show(self.node),
         ]
         if (self.oracle_raw, self.node_raw) != (self.oracle, self.node):
             lines += ["--- oracle raw:", show(self.oracle_raw), "--- node raw:", show(self.node_raw)]

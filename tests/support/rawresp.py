@@ -17,7 +17,7 @@ import socket
 from collections.abc import Iterable
 from typing import Any
 
-__all__ = ["RawClient", "ConnectionClosed", "encode_command", "show", "Reply"]
+__all__ = ["RawClient", "ConnectionClosed", "encode_command", "show", "brief", "Reply"]
 
 Reply = tuple  # a tagged tree as described above
 
@@ -210,3 +210,28 @@ def show(reply: Any, indent: str = "") -> str:
     if t == "|":
         return f"{indent}|attrs {reply[1]!r}\n" + show(reply[2], indent)
     return indent + repr(reply)
+
+
+def brief(reply: Any, limit: int = 300) -> str:
+    """One-line rendering: `[ "1-1", ["f", "v"] ]`, `{k: v}` for maps, `nil`, `:5`, `-ERR ..`."""
+    def r(x: Any) -> str:
+        if not isinstance(x, tuple) or not x:
+            return repr(x)
+        t, v = x[0], x[1]
+        if t in ("+", "-", "!", ",", "#", "("):
+            return t + (v.decode(errors="backslashreplace") if isinstance(v, bytes) else str(v))
+        if t == ":":
+            return f":{v}"
+        if t in ("$", "="):
+            return "nil" if v is None else _s(v)
+        if t == "_":
+            return "null"
+        if t in ("*", "~", ">"):
+            if v is None:
+                return "nil-array"
+            return ("" if t == "*" else t) + "[" + ", ".join(r(e) for e in v) + "]"
+        if t == "%":
+            return "{" + ", ".join(f"{r(k)}: {r(val)}" for k, val in v) + "}"
+        return repr(x)
+    s = r(reply)
+    return s if len(s) <= limit else s[:limit] + f"...({len(s)} chars)"
