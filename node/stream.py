@@ -181,29 +181,32 @@ def _interleave(master: tuple[bytes, ...] | list[bytes], vals: Any, m: int) -> l
     return [flat[p:p + w] for p in range(0, w * m, w)]
 
 
-_LEN_TC = (("B", 1 << 8), ("H", 1 << 16), ("I", 1 << 32), ("Q", 1 << 64))
+def _tc(top: int) -> str:
+    """The smallest unsigned array typecode that holds `top`."""
+    return "H" if top < 1 << 16 else ("I" if top < 1 << 32 else "Q")
 
 
 class Block:
     """A sealed node: the entries of one Redis listpack, packed into bytes.
 
-    Fields (zero values in parentheses):
+    Fields:
       first    ID of the node's first entry (its radix-tree key), even if since deleted
-      ms0      first >> 64; entry keys are relative to it
+      ms0      first >> 64; entry milliseconds are stored relative to it
       n        entries stored, live + deleted (Redis's count + deleted)
       live     live entries;  ndel: entries flagged deleted
       lp_rest  bytes of the Redis listpack, minus the two counter elements
       master   field names of the first entry (tuple; shared with the previous node if equal)
-      ids      array of keys `(ms - ms0) << shift | seq` as bytes ('I' for shift 16, 'Q' for
-               32), or, with shift 0, 'Q' pairs (ms - ms0, seq)
+      msd      array(mtc) of `ms - ms0` per entry, as bytes (ascending)
+      seq      array(stc) of the sequence numbers, as bytes (ascending within one ms)
       blob     the stored strings: values of SAMEFIELDS entries, field/value pairs of others
-      lens     array(lentc) of the string lengths as bytes, or None when all have length elen
+      lens     the string lengths: bytes (lentc 'B') or array(lentc) bytes; None when every
+               string has length elen
       flags    bytearray of per-entry flags, or None (every entry SAMEFIELDS, none deleted)
       nfs      array('I') bytes: field counts of the non-SAMEFIELDS entries, or None
     """
 
-    __slots__ = ("first", "ms0", "n", "live", "ndel", "lp_rest", "master", "ids", "shift",
-                 "blob", "lens", "lentc", "elen", "flags", "nfs")
+    __slots__ = ("first", "ms0", "n", "live", "ndel", "lp_rest", "master", "msd", "mtc", "seq",
+                 "stc", "blob", "lens", "lentc", "elen", "flags", "nfs")
 
     first: int
     ms0: int
@@ -212,8 +215,10 @@ class Block:
     ndel: int
     lp_rest: int
     master: tuple[bytes, ...]
-    ids: bytes
-    shift: int
+    msd: bytes
+    mtc: str
+    seq: bytes
+    stc: str
     blob: bytes
     lens: bytes | None
     lentc: str
@@ -226,79 +231,63 @@ class Block:
     def pack(cls, t: Tail, prev_master: tuple[bytes, ...] | None = None) -> Block:
         """Pack an open node. Deleted entries keep their data, as Redis's tombstones do."""
         b = cls.__new__(cls)
-        sids = t.sids
-        n = len(sids)
+        n = len(t.sids)
         b.first = t.first
-        ms0 = b.ms0 = t.ms0
+        b.ms0 = t.ms0
         b.n = n
         b.live = t.live
         b.ndel = t.ndel
         b.lp_rest = t.lp_rest
         master = tuple(t.master)
         b.master = prev_master if prev_master == master else master
-        msds = [(s >> 64) - ms0 for s in sids]
-        seqs = [s & SEQ_MAX for s in sids]
-        top = max(msds[-1], max(seqs))
-        if top < 1 << 16:
-            b.shift = 16
-            b.ids = array("I", [(a << 16) | c for a, c in zip(msds, seqs, strict=True)]).tobytes()
-        elif top < 1 << 32:
-            b.shift = 32
-            b.ids = array("Q", [(a << 32) | c for a, c in zip(msds, seqs, strict=True)]).tobytes()
-        else:
-            b.shift = 0
-            pairs = [0] * (2 * n)
-            pairs[0::2] = msds
-            pairs[1::2] = seqs
-            b.ids = array("Q", pairs).tobytes()
+        msds = t.msds
+        b.mtc = tc = _tc(msds[-1])
+        b.msd = array(tc, msds).tobytes()
+        seqs = t.seqs
+        b.stc = tc = _tc(max(seqs))
+        b.seq = array(tc, seqs).tobytes()
         flags = t.flags
-        ents = t.ents
-        parts: list[bytes] = []
         if flags.count(FLAG_SAMEFIELDS) == n:
             b.flags = None
             b.nfs = None
-            for e in ents:
-                parts += e[1::2]
         else:
             b.flags = bytearray(flags)
-            nfs = []
-            for e, f in zip(ents, flags, strict=True):
-                if f & FLAG_SAMEFIELDS:
-                    parts += e[1::2]
-                else:
-                    parts += e
-                    nfs.append(len(e) >> 1)
-            b.nfs = array("I", nfs).tobytes() if nfs else None
-        b._set_strings(parts)
+            b.nfs = array("I", t.nfs).tobytes() if t.nfs else None
+        b._set_strings(t.vals)
         return b
 
     def _set_strings(self, parts: list[bytes]) -> None:
         self.blob = b"".join(parts)
-        lens = list(map(len, parts))
-        lo = min(lens)
-        hi = max(lens)
-        if lo == hi:
+        try:
+            lens = bytes(map(len, parts))
+        except ValueError:  # a string of 256 bytes or more
+            ln = list(map(len, parts))
+            tc = _tc(max(ln))
+            self.lens = array(tc, ln).tobytes()
+            self.lentc = tc
+            self.elen = -1
+            return
+        if lens.count(lens[0]) == len(lens):
             self.lens = None
             self.lentc = "B"
-            self.elen = hi
+            self.elen = lens[0]
         else:
-            tc = next(tc for tc, lim in _LEN_TC if hi < lim)
-            self.lens = array(tc, lens).tobytes()
-            self.lentc = tc
+            self.lens = lens
+            self.lentc = "B"
             self.elen = -1
 
     # -- state for persistence --
     def state(self) -> tuple:
-        """Plain values (ints, bytes, tuples) that `from_state` turns back into this block."""
+        """Plain values (ints, str, bytes, tuples) that `from_state` turns back into this block."""
         return (self.first, self.n, self.live, self.ndel, self.lp_rest, self.master,
-                self.shift, self.ids, self.blob, self.lentc, self.lens, self.elen,
-                None if self.flags is None else bytes(self.flags), self.nfs)
+                self.mtc, self.msd, self.stc, self.seq, self.blob, self.lentc, self.lens,
+                self.elen, None if self.flags is None else bytes(self.flags), self.nfs)
 
     @classmethod
     def from_state(cls, st: tuple) -> Block:
         b = cls.__new__(cls)
-        (b.first, b.n, b.live, b.ndel, b.lp_rest, master, b.shift, b.ids, b.blob, b.lentc,
-         b.lens, b.elen, flags, b.nfs) = st
+        (b.first, b.n, b.live, b.ndel, b.lp_rest, master, b.mtc, b.msd, b.stc, b.seq, b.blob,
+         b.lentc, b.lens, b.elen, flags, b.nfs) = st
         b.master = tuple(master)
         b.ms0 = b.first >> 64
         b.flags = None if flags is None else bytearray(flags)
@@ -309,21 +298,14 @@ class Block:
     def lp_bytes(self) -> int:
         return self.lp_rest + _counters_size(self.live, self.ndel)
 
-    def _keys(self) -> array:
-        return array("I" if self.shift == 16 else "Q", self.ids)
-
     def sids(self, i0: int = 0, i1: int | None = None) -> list[int]:
         """IDs of entries i0..i1-1, deleted ones included."""
         if i1 is None:
             i1 = self.n
         base = self.ms0
-        s = self.shift
-        arr = self._keys()
-        if s:
-            m = (1 << s) - 1
-            return [((base + (x >> s)) << 64) | (x & m) for x in arr[i0:i1]]
-        p = arr[2 * i0:2 * i1]
-        return [((base + a) << 64) | c for a, c in zip(p[0::2], p[1::2], strict=True)]
+        ms = array(self.mtc, self.msd)[i0:i1]
+        sq = array(self.stc, self.seq)[i0:i1]
+        return [((base + a) << 64) | c for a, c in zip(ms, sq, strict=True)]
 
     def sid_at(self, i: int) -> int:
         return self.sids(i, i + 1)[0]
@@ -332,21 +314,18 @@ class Block:
         return self.sid_at(self.n - 1)
 
     def _bound(self, sid: int, right: bool) -> int:
-        s = self.shift
-        if not s:
-            sids = self.sids()
-            return bisect_right(sids, sid) if right else bisect_left(sids, sid)
         msd = (sid >> 64) - self.ms0
         if msd < 0:
             return 0
-        if msd >> s:
-            return self.n
-        seq = sid & SEQ_MAX
-        arr = self._keys()
-        if seq >> s:
-            return bisect_left(arr, (msd + 1) << s)
-        key = (msd << s) | seq
-        return bisect_right(arr, key) if right else bisect_left(arr, key)
+        ms = array(self.mtc, self.msd)
+        lo = bisect_left(ms, msd)
+        hi = bisect_right(ms, msd, lo)
+        if lo == hi:
+            return lo
+        sq = array(self.stc, self.seq)
+        if right:
+            return bisect_right(sq, sid & SEQ_MAX, lo, hi)
+        return bisect_left(sq, sid & SEQ_MAX, lo, hi)
 
     def lower(self, sid: int) -> int:
         """Index of the first entry with ID >= sid."""
@@ -373,7 +352,7 @@ class Block:
             if w == 0:
                 return [b""] * cnt
             return struct.unpack_from(f"{w}s" * cnt, self.blob, e0 * w)
-        lens = array(self.lentc, self.lens)
+        lens = self.lens if self.lentc == "B" else array(self.lentc, self.lens)
         off = sum(lens[:e0]) if e0 else 0
         blob = self.blob
         out = []
@@ -431,7 +410,7 @@ class Block:
 
     def nbytes(self) -> int:
         """Approximate heap bytes of this node (objects and their headers)."""
-        n = 120 + 33 + len(self.ids) + 33 + len(self.blob)
+        n = 152 + 33 + len(self.msd) + 33 + len(self.seq) + 33 + len(self.blob)
         if self.lens is not None:
             n += 33 + len(self.lens)
         if self.flags is not None:
@@ -446,12 +425,14 @@ class Tail:
 
     `sids` (IDs, deleted included), `ents` (the flat field lists as given to append), `flags`
     (bytearray), `live`/`ndel` counters, `lp_rest` (exact Redis listpack bytes minus the two
-    counters), `master` (list of the first entry's field names), `first`/`ms0`/`seq0` (the
-    node's key and its parts).
+    counters), `master` (list of the first entry's field names) and `k` (their number),
+    `first`/`ms0`/`seq0` (the node's key and its parts). For packing, appends also collect
+    `msds`/`seqs` (the ID parts), `vals` (the strings a Block stores: values of SAMEFIELDS
+    entries, field/value pairs of others) and `nfs` (field counts of the others).
     """
 
     __slots__ = ("first", "ms0", "seq0", "sids", "ents", "flags", "live", "ndel", "lp_rest",
-                 "master", "k")
+                 "master", "k", "msds", "seqs", "vals", "nfs")
 
     first: int
     ms0: int
@@ -464,6 +445,10 @@ class Tail:
     lp_rest: int
     master: list[bytes]
     k: int
+    msds: list[int]
+    seqs: list[int]
+    vals: list[bytes]
+    nfs: list[int]
 
     @classmethod
     def new(cls, sid: int, fields: list[bytes]) -> Tail:
@@ -471,7 +456,7 @@ class Tail:
         t = cls.__new__(cls)
         t.first = sid
         t.ms0 = sid >> 64
-        t.seq0 = sid & SEQ_MAX
+        t.seq0 = seq = sid & SEQ_MAX
         t.sids = [sid]
         t.ents = [fields]
         t.flags = bytearray(b"\x02")
@@ -481,10 +466,14 @@ class Tail:
         k = len(master)
         t.master = master
         t.k = k
+        t.msds = [0]
+        t.seqs = [seq]
+        t.vals = vals = fields[1::2]
+        t.nfs = []
         # header+EOF, master: num-fields, fields, terminator; entry: flags, ms, seq, values,
         # lp-count.
         t.lp_rest = (7 + _isz(k) + _sum_esz(master) + 2
-                     + 6 + _sum_esz(fields[1::2]) + _isz(k + 3))
+                     + 6 + _sum_esz(vals) + _isz(k + 3))
         return t
 
     @classmethod
@@ -494,13 +483,19 @@ class Tail:
         t.ms0 = b.ms0
         t.seq0 = b.first & SEQ_MAX
         t.sids = b.sids()
-        t.ents = b.entries(0, b.n)
-        t.flags = bytearray(b"\x02") * b.n if b.flags is None else bytearray(b.flags)
+        t.ents = ents = b.entries(0, b.n)
+        t.flags = flags = (bytearray(b"\x02") * b.n if b.flags is None
+                           else bytearray(b.flags))
         t.live = b.live
         t.ndel = b.ndel
         t.lp_rest = b.lp_rest
         t.master = list(b.master)
         t.k = len(b.master)
+        t.msds = array(b.mtc, b.msd).tolist()
+        t.seqs = array(b.stc, b.seq).tolist()
+        t.vals = list(b._strings(0, _count_strings(b)))
+        t.nfs = [len(e) >> 1 for e, f in zip(ents, flags, strict=True)
+                 if not f & FLAG_SAMEFIELDS]
         return t
 
     @property
@@ -540,12 +535,25 @@ class Tail:
         return self.ents[i0:i1]
 
     def nbytes(self) -> int:
-        n = 200 + 9 * len(self.sids) + 57 + len(self.flags)
+        n = 300 + 27 * len(self.sids) + 57 + len(self.flags) + 8 * len(self.vals)
         for e in self.ents:
             n += 56 + 8 * len(e)
             for x in e:
                 n += 33 + len(x)
         return n
+
+
+def _count_strings(b: Block) -> int:
+    """How many strings a Block stores."""
+    if b.lens is not None:
+        return len(b.lens) if b.lentc == "B" else len(b.lens) // array(b.lentc).itemsize
+    if b.elen:
+        return len(b.blob) // b.elen
+    k = len(b.master)
+    if b.nfs is None:
+        return b.n * k
+    nfs = array("I", b.nfs)
+    return (b.n - len(nfs)) * k + 2 * sum(nfs)
 
 
 Node = Block | Tail
@@ -628,23 +636,28 @@ class Stream:
 
     # -- append ---------------------------------------------------------------------------
     def append(self, sid: int, fields: list[bytes], max_entries: int, max_bytes: int) -> None:
-        """streamAppendItem with a known ID; the node split follows Redis byte for byte."""
+        """streamAppendItem with a known ID; the node split follows Redis byte for byte.
+
+        This is XADD's hot path: the open tail takes the entry with a few list appends plus
+        the exact listpack size of the entry, which decides where Redis would split nodes.
+        """
         if sid <= self.last_id:
             raise IDTooSmall
         tot = len(b"".join(fields))
         if tot > LP_MAX_SIZE:
             raise ElementsTooLarge
         t = self._tail
-        if t is None and self._nodes:
-            last = self._nodes[-1]
-            assert type(last) is Block
-            if not self._must_split(last.lp_bytes, last.n, tot, max_entries, max_bytes):
-                t = self._tail = Tail.unpack(last)
-                self._nodes[-1] = t
-        if t is not None:
+        if t is None:
+            if self._nodes:
+                last = self._nodes[-1]
+                if not self._must_split(last.lp_bytes, last.n, tot, max_entries, max_bytes):
+                    t = self._tail = Tail.unpack(last)  # type: ignore[arg-type]
+                    self._nodes[-1] = t
+        else:
             live = t.live
             ndel = t.ndel
-            if ((max_entries and len(t.sids) >= max_entries)
+            sids = t.sids
+            if ((max_entries and len(sids) >= max_entries)
                     or t.lp_rest + (2 if live < 128 else _isz(live))
                     + (2 if ndel < 128 else _isz(ndel)) + tot
                     >= (max_bytes if 0 < max_bytes <= LP_MAX_SIZE else LP_MAX_SIZE)):
@@ -655,26 +668,33 @@ class Stream:
             self._nodes.append(t)
             self._firsts.append(sid)
         else:
+            # flags (2 bytes) + ms delta + seq delta + values or fields + lp-count
             msd = (sid >> 64) - t.ms0
             seqd = (sid & SEQ_MAX) - t.seq0
             size = (4 if msd < 128 else 2 + _isz(_s64(msd))) + (
-                2 if 0 <= seqd < 128 else _isz(_s64(seqd)))
+                2 if 0 <= seqd < 128 else (3 if -4096 <= seqd < 4096 else _isz(_s64(seqd))))
             k = t.k
             if len(fields) == 2 * k and fields[0::2] == t.master:
-                t.flags.append(FLAG_SAMEFIELDS)
-                size += _sum_esz(fields[1::2]) + (2 if k < 125 else _isz(k + 3))
+                t.flags.append(2)  # FLAG_SAMEFIELDS
+                vals = fields[1::2]
+                size += _sum_esz(vals) + (2 if k < 125 else _isz(k + 3))
+                t.vals += vals
             else:
                 t.flags.append(0)
                 nf = len(fields) >> 1
                 size += _isz(nf) + _sum_esz(fields) + _isz(2 * nf + 4)
+                t.vals += fields
+                t.nfs.append(nf)
+            t.msds.append(msd)
+            t.seqs.append(sid & SEQ_MAX)
             t.sids.append(sid)
             t.ents.append(fields)
             t.lp_rest += size
-            t.live = live + 1
-        self.length += 1
+            t.live += 1
+        n = self.length = self.length + 1
         self.entries_added += 1
         self.last_id = sid
-        if self.length == 1:
+        if n == 1:
             self.first_id = sid
 
     @staticmethod

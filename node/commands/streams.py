@@ -189,15 +189,36 @@ def _trim_effect_args(s: Stream, a: TrimArgs) -> list[bytes]:
 @command(b"xadd")
 def xadd(c: Client, argv: list[bytes]) -> bytes:
     """XADD key [NOMKSTREAM] [(MAXLEN|MINID) [=|~] threshold [LIMIT count]] (*|id) field value ..."""
-    if argv[2] == b"*":  # the common case: no options
-        a = None
-        idpos = 2
-    else:
-        a, idpos = _parse_add_or_trim(c, argv, True)
+    if argv[2] != b"*" or len(argv) < 5 or not len(argv) & 1:
+        return _xadd_general(c, argv)
+    # The hot path, `XADD key * field value ...` on an existing stream: no option parsing,
+    # no objects beyond the entry's field list, the effect is argv with the ID filled in.
+    srv = c.server
+    db = srv.db
+    key = argv[1]
+    s = db.get_stream(key)
+    if s is None or s.last_id == MAX_ID:
+        return _xadd_general(c, argv)
+    sid = s.next_auto_id(srv.now_ms())
+    cfg = srv.config
+    try:
+        s.append(sid, argv[3:], cfg.stream_node_max_entries, cfg.stream_node_max_bytes)
+    except ElementsTooLarge:
+        raise ReplyError(XADD_TOO_LARGE) from None
+    ids = b"%d-%d" % (sid >> 64, sid & SEQ_MAX)
+    db.changed(key, True)
+    eff = argv[:]
+    eff[2] = ids
+    srv.propagate(eff)
+    return b"$%d\r\n%s\r\n" % (len(ids), ids)
+
+
+def _xadd_general(c: Client, argv: list[bytes]) -> bytes:
+    a, idpos = _parse_add_or_trim(c, argv, True)
     nfields = len(argv) - idpos - 1
     if nfields < 2 or nfields & 1:
         raise ReplyError(_WRONG_ARITY_XADD)
-    if a is not None and a.id_given and a.seq_given and a.id == 0:
+    if a.id_given and a.seq_given and a.id == 0:
         raise ReplyError(XADD_ID_ZERO)
 
     key = argv[1]
@@ -205,7 +226,7 @@ def xadd(c: Client, argv: list[bytes]) -> bytes:
     s = db.get_stream(key)
     created = s is None
     if s is None:
-        if a is not None and a.nomkstream:
+        if a.nomkstream:
             return null(c.proto)
         s = Stream()
     elif s.last_id == MAX_ID:
@@ -213,7 +234,7 @@ def xadd(c: Client, argv: list[bytes]) -> bytes:
 
     config = c.server.config
     try:
-        if a is None or not a.id_given:
+        if not a.id_given:
             sid = s.next_auto_id(c.server.now_ms())
         elif not a.seq_given:
             sid = s.next_seq_id(a.id >> 64)
@@ -232,18 +253,15 @@ def xadd(c: Client, argv: list[bytes]) -> bytes:
     else:
         db.changed(key, ready=True)
 
-    if a is None:
-        eff = argv[:]
-        eff[2] = ids
-    else:
-        eff = [argv[0], key]
-        if a.nomkstream:
-            eff.append(b"NOMKSTREAM")
-        if a.strategy is not None:
-            s.trim(a.strategy, a.threshold, a.approx, a.limit)
-            eff += _trim_effect_args(s, a)
-        eff.append(ids)
-        eff += argv[idpos + 1:]
+    # The effect: the final ID, and a `~` trim as the exact trim that has the same result.
+    eff = [argv[0], key]
+    if a.nomkstream:
+        eff.append(b"NOMKSTREAM")
+    if a.strategy is not None:
+        s.trim(a.strategy, a.threshold, a.approx, a.limit)
+        eff += _trim_effect_args(s, a)
+    eff.append(ids)
+    eff += argv[idpos + 1:]
     c.server.propagate(eff)
     return b"$%d\r\n%s\r\n" % (len(ids), ids)
 

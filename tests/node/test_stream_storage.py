@@ -387,16 +387,16 @@ def test_elements_too_large(monkeypatch: pytest.MonkeyPatch) -> None:
     assert s.length == 0 and s.num_blocks() == 0 and s.last_id == 0
 
 
-@pytest.mark.parametrize(("ms_step", "seq", "shift"), [
-    (1, 0, 16), (70000, 0, 32), (1, 70000, 32), (1 << 33, 0, 0), (1, 1 << 40, 0)])
-def test_packed_id_layouts(ms_step: int, seq: int, shift: int) -> None:
+@pytest.mark.parametrize(("ms_step", "seq", "codes"), [
+    (1, 0, "HH"), (70000, 0, "IH"), (1, 70000, "HI"), (1 << 33, 0, "QH"), (1, 1 << 40, "HQ")])
+def test_packed_id_layouts(ms_step: int, seq: int, codes: str) -> None:
     s = Stream()
     ids = [sid(5 + i * ms_step, seq + i) for i in range(10)]
     for x in ids:
         s.append(x, [b"f", b"v"], 10, 0)
     s.append(sid(1 << 62), [b"f", b"v"], 10, 0)  # seals the first node
     blk = s._nodes[0]
-    assert type(blk) is Block and blk.shift == shift
+    assert type(blk) is Block and blk.mtc + blk.stc == codes
     assert blk.sids() == ids
     for x in ids:
         assert blk.find(x) >= 0 and s.get(x) == [b"f", b"v"]
@@ -528,7 +528,8 @@ def test_memory_per_entry_and_no_per_entry_objects() -> None:
     for blk in s._nodes[:-1]:
         assert type(blk) is Block
         heap += sys.getsizeof(blk) + sys.getsizeof(blk.first)
-        heap += sum(sys.getsizeof(getattr(blk, a)) for a in ("ids", "blob", "lens", "flags", "nfs")
+        heap += sum(sys.getsizeof(getattr(blk, a))
+                    for a in ("msd", "seq", "blob", "lens", "flags", "nfs")
                     if getattr(blk, a) is not None)
     per_entry = heap / (n - s._nodes[-1].n)
     assert per_entry < 65, per_entry  # redis-server: ~70 bytes/entry (used_memory)
