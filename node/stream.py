@@ -33,8 +33,9 @@ insertion ordered; owned by node.groups).
 - `append(sid, fields, max_entries, max_bytes)`: `fields` is the flat list
   `[f1, v1, f2, v2, ...]`; it is kept by reference, so pass a list nobody mutates later.
 - `range(start, end, count=None, rev=False)`: iterator of `(sid, fields)` of live entries with
-  `start <= sid <= end`. The yielded lists may be shared with the stream: never mutate them,
-  and do not modify the stream while iterating.
+  `start <= sid <= end`; `range_chunks` yields the same per node as `(sids, field_lists)`.
+  The yielded lists may be shared with the stream: never mutate them, and do not modify the
+  stream while iterating.
 - `get(sid)`, `delete(sid)`, `trim(strategy, threshold, approx, limit)`.
 - `first_entry()`, `last_entry()`, `edge_id(first, skip_tombstones)`, `last_valid_id()`.
 - `range_has_tombstones(start, end)`, `estimate_distance(sid)`: the consumer-group lag helpers
@@ -49,6 +50,7 @@ import struct
 from array import array
 from bisect import bisect_left, bisect_right
 from collections.abc import Iterator
+from itertools import chain
 from typing import Any
 
 __all__ = [
@@ -741,12 +743,19 @@ class Stream:
     def range(self, start: int, end: int, count: int | None = None, rev: bool = False
               ) -> Iterator[tuple[int, list[bytes]]]:
         """Live entries with start <= id <= end, ascending (or descending if rev)."""
+        return chain.from_iterable(
+            zip(sids, ents, strict=True)
+            for sids, ents in self.range_chunks(start, end, count, rev))
+
+    def range_chunks(self, start: int, end: int, count: int | None = None, rev: bool = False
+                     ) -> Iterator[tuple[list[int], list[list[bytes]]]]:
+        """Like range, one node at a time: (IDs, field lists), for encoders that work in bulk."""
         if start > end or not self._nodes or (count is not None and count <= 0):
             return iter(())
         return self._range_rev(start, end, count) if rev else self._range_fwd(start, end, count)
 
     def _range_fwd(self, start: int, end: int, left: int | None
-                   ) -> Iterator[tuple[int, list[bytes]]]:
+                   ) -> Iterator[tuple[list[int], list[list[bytes]]]]:
         nodes = self._nodes
         bi = bisect_right(self._firsts, start) - 1
         if bi < 0:
@@ -759,37 +768,38 @@ class Stream:
             if blk.live == 0:
                 continue
             i0 = blk.lower(start) if start > blk.first else 0
-            i1 = blk.upper(end)
+            # Every entry of a node is below the next node's first ID.
+            i1 = blk.n if bi < len(nodes) and nodes[bi].first <= end else blk.upper(end)
             if i0 >= i1:
                 continue
             sids, ents = _live_slice(blk, i0, i1, False, left)
             if sids:
-                yield from zip(sids, ents, strict=True)
+                yield sids, ents
                 if left is not None:
                     left -= len(sids)
                     if left <= 0:
                         return
 
     def _range_rev(self, start: int, end: int, left: int | None
-                   ) -> Iterator[tuple[int, list[bytes]]]:
+                   ) -> Iterator[tuple[list[int], list[list[bytes]]]]:
         nodes = self._nodes
         bi = bisect_right(self._firsts, end) - 1
         while bi >= 0:
             blk = nodes[bi]
-            bi -= 1
             if blk.live:
                 i0 = blk.lower(start) if start > blk.first else 0
-                i1 = blk.upper(end)
+                i1 = blk.n if bi + 1 < len(nodes) and nodes[bi + 1].first <= end else blk.upper(end)
                 if i0 < i1:
                     sids, ents = _live_slice(blk, i0, i1, True, left)
                     if sids:
-                        yield from zip(sids, ents, strict=True)
+                        yield sids, ents
                         if left is not None:
                             left -= len(sids)
                             if left <= 0:
                                 return
             if blk.first <= start:
                 return
+            bi -= 1
 
     def first_entry(self) -> tuple[int, list[bytes]] | None:
         for e in self.range(0, MAX_ID, 1):

@@ -8,12 +8,14 @@ goes out as the exact MAXLEN/MINID that reproduces its result, and without LIMIT
 approximate trim depends on the node layout and a replica or a replayed AOF must not diverge
 (streamRewriteApproxSpecifier / streamRewriteTrimArgument). XDEL and XSETID go out verbatim.
 
-`entries_reply` / `entry_reply` encode stream entries; node.commands.groups reuses them.
+`encode_entries`, `stream_range_reply`, `entries_reply` and `entry_reply` encode stream entries
+(fastest first); the group and read commands reuse them.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
+from itertools import chain
 
 from node import errors
 from node.client import Client
@@ -47,23 +49,84 @@ _WRONG_ARITY_XADD = errors.wrong_arity(b"xadd")
 
 
 # --- reply encoding ------------------------------------------------------------------------
+# An entry is [id, [field, value, ...]], the same in RESP2 and RESP3. Encoding a range is the
+# larger part of XRANGE's cost, so it is done in bulk: C-level maps over all the strings of a
+# chunk and precomputed headers, assembled with slice assignments and one join (about 2x
+# faster than formatting every bulk string with %).
+_CRLF = b"\r\n"
+_BULK_HDR = [b"$%d\r\n" % n for n in range(4096)]
+_ENTRY_HDR = [b"*2\r\n$%d\r\n" % n for n in range(48)]  # an ID has at most 41 characters
+_FIELDS_HDR = [b"\r\n*%d\r\n" % n for n in range(256)]
+
+
+def _fields_hdr(n: int) -> bytes:
+    return _FIELDS_HDR[n] if n < 256 else b"\r\n*%d\r\n" % n
+
+
+def encode_entries(sids: list[int], ents: list[list[bytes]]) -> bytes:
+    """The encoded entries (no array header) for parallel lists of IDs and field lists."""
+    m = len(sids)
+    if m < 4:  # the bulk machinery only pays off from a few entries on
+        return b"".join([entry_reply(sid, f) for sid, f in zip(sids, ents, strict=True)])
+    flat = list(chain.from_iterable(ents))
+    lens = list(map(len, flat))
+    try:
+        pre = list(map(_BULK_HDR.__getitem__, lens))
+    except IndexError:
+        pre = [b"$%d\r\n" % n for n in lens]
+    ids = [b"%d-%d" % (x >> 64, x & SEQ_MAX) for x in sids]
+    widths = list(map(len, ents))
+    w = widths[0]
+    if widths.count(w) == m:
+        step = 3 + 3 * w
+        out = [_CRLF] * (m * step)
+        out[0::step] = map(_ENTRY_HDR.__getitem__, map(len, ids))
+        out[1::step] = ids
+        out[2::step] = [_fields_hdr(w)] * m
+        for j in range(w):
+            out[3 + 3 * j::step] = pre[j::w]
+            out[4 + 3 * j::step] = flat[j::w]
+        return b"".join(out)
+    out = []
+    p = 0
+    for i in range(m):
+        x = ids[i]
+        w = widths[i]
+        seg = [_CRLF] * (3 + 3 * w)
+        seg[0] = _ENTRY_HDR[len(x)]
+        seg[1] = x
+        seg[2] = _fields_hdr(w)
+        seg[3::3] = pre[p:p + w]
+        seg[4::3] = flat[p:p + w]
+        out += seg
+        p += w
+    return b"".join(out)
+
+
 def entry_reply(sid: int, fields: list[bytes]) -> bytes:
-    """One entry: [id, [field, value, ...]] (the same in RESP2 and RESP3)."""
-    ids = format_id(sid)
+    """One entry: [id, [field, value, ...]]."""
+    ids = b"%d-%d" % (sid >> 64, sid & SEQ_MAX)
     return b"*2\r\n$%d\r\n%s\r\n*%d\r\n%s" % (
         len(ids), ids, len(fields), b"".join([b"$%d\r\n%s\r\n" % (len(x), x) for x in fields]))
 
 
 def entries_reply(entries: Iterable[tuple[int, list[bytes]]]) -> tuple[int, bytes]:
-    """(number of entries, their encoding without the array header)."""
-    out: list[bytes] = []
+    """(number of entries, their encoding without the array header) for (id, fields) pairs."""
+    pairs = list(entries)
+    if not pairs:
+        return 0, b""
+    return len(pairs), encode_entries([p[0] for p in pairs], [p[1] for p in pairs])
+
+
+def stream_range_reply(s: Stream, start: int, end: int, count: int | None, rev: bool
+                       ) -> tuple[int, bytes]:
+    """(number of entries, encoding) of s.range(start, end, count, rev), encoded per node."""
     n = 0
-    for sid, fields in entries:
-        ids = b"%d-%d" % (sid >> 64, sid & SEQ_MAX)
-        out.append(b"*2\r\n$%d\r\n%s\r\n*%d\r\n" % (len(ids), ids, len(fields)))
-        out += [b"$%d\r\n%s\r\n" % (len(x), x) for x in fields]
-        n += 1
-    return n, b"".join(out)
+    parts = []
+    for sids, ents in s.range_chunks(start, end, count, rev):
+        n += len(sids)
+        parts.append(encode_entries(sids, ents))
+    return n, b"".join(parts)
 
 
 # --- ID parsing ----------------------------------------------------------------------------
@@ -342,7 +405,7 @@ def _xrange_generic(c: Client, argv: list[bytes], rev: bool) -> bytes:
         return b"*0\r\n"
     if count == 0:
         return null_array(c.proto)
-    n, body = entries_reply(s.range(start, end, None if count < 0 else count, rev))
+    n, body = stream_range_reply(s, start, end, None if count < 0 else count, rev)
     return b"*%d\r\n%s" % (n, body)
 
 

@@ -271,6 +271,18 @@ def test_xrange_across_many_nodes(pair: Pair) -> None:
         pair("XRANGE", "s", "(" + a, "(" + b)
 
 
+def test_xrange_large_values_and_wide_entries(pair: Pair) -> None:
+    wide = [x for i in range(300) for x in (f"f{i}", str(i))]
+    for i in range(1, 9):
+        pair("XADD", "s", f"{i}-1", "a", "v" * (4090 + i), "b", "")
+    pair("XADD", "s", "10-1", *wide)
+    pair("XADD", "s", "11-1", *wide)
+    pair("XADD", "s", "12-1", "a", "x" * 70000)
+    pair("XRANGE", "s", "-", "+")
+    pair("XREVRANGE", "s", "+", "-", "COUNT", 5)
+    pair("XRANGE", "s", "10", "11")
+
+
 # --- XDEL / XLEN / XTRIM ------------------------------------------------------------------------
 def test_xdel_xlen(pair: Pair) -> None:
     pair.run([
