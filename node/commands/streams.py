@@ -231,11 +231,7 @@ def _parse_add_or_trim(c: Client, argv: list[bytes], xadd: bool) -> tuple[TrimAr
         if not a.approx:
             raise ReplyError(LIMIT_WITHOUT_APPROX)
     elif a.approx:
-        # Default work cap of a `~` trim: 100 nodes' worth of entries (Redis clamps it).
-        lim = 100 * c.server.config.stream_node_max_entries
-        if lim <= 0:
-            lim = 10000
-        a.limit = min(lim, 1000000)
+        a.limit = _approx_limit(c.server.config.stream_node_max_entries)
     else:
         a.limit = 0
     return a, i
@@ -252,10 +248,21 @@ def _trim_effect_args(s: Stream, a: TrimArgs) -> list[bytes]:
 @command(b"xadd")
 def xadd(c: Client, argv: list[bytes]) -> bytes:
     """XADD key [NOMKSTREAM] [(MAXLEN|MINID) [=|~] threshold [LIMIT count]] (*|id) field value ..."""
-    if argv[2] != b"*" or len(argv) < 5 or not len(argv) & 1:
+    # Hot paths, `XADD key * f v ...` and `XADD key MAXLEN ~ n * f v ...` on an existing
+    # stream: no option objects, nothing allocated beyond the entry's field list and the effect.
+    argc = len(argv)
+    if argv[2] == b"*":
+        idpos = 2
+        maxlen = -1
+    elif argc > 7 and argv[5] == b"*" and argv[3] == b"~" and argv[2].lower() == b"maxlen":
+        idpos = 5
+        maxlen = string2ll(argv[4])
+        if maxlen is None or maxlen < 0:
+            return _xadd_general(c, argv)
+    else:
         return _xadd_general(c, argv)
-    # The hot path, `XADD key * field value ...` on an existing stream: no option parsing,
-    # no objects beyond the entry's field list, the effect is argv with the ID filled in.
+    if argc - idpos < 3 or not (argc - idpos) & 1:
+        return _xadd_general(c, argv)
     srv = c.server
     db = srv.db
     key = argv[1]
@@ -265,15 +272,28 @@ def xadd(c: Client, argv: list[bytes]) -> bytes:
     sid = s.next_auto_id(srv.now_ms())
     cfg = srv.config
     try:
-        s.append(sid, argv[3:], cfg.stream_node_max_entries, cfg.stream_node_max_bytes)
+        s.append(sid, argv[idpos + 1:], cfg.stream_node_max_entries, cfg.stream_node_max_bytes)
     except ElementsTooLarge:
         raise ReplyError(XADD_TOO_LARGE) from None
     ids = b"%d-%d" % (sid >> 64, sid & SEQ_MAX)
     db.changed(key, True)
-    eff = argv[:]
-    eff[2] = ids
+    if maxlen < 0:
+        eff = argv[:]
+        eff[2] = ids
+    else:
+        s.trim("maxlen", maxlen, True, _approx_limit(cfg.stream_node_max_entries))
+        eff = [argv[0], key, b"MAXLEN", b"%d" % s.length, ids]
+        eff += argv[6:]
     srv.propagate(eff)
     return b"$%d\r\n%s\r\n" % (len(ids), ids)
+
+
+def _approx_limit(node_max_entries: int) -> int:
+    """Default work cap of a `~` trim: 100 nodes' worth of entries, clamped as Redis does."""
+    lim = 100 * node_max_entries
+    if lim <= 0:
+        return 10000
+    return min(lim, 1000000)
 
 
 def _xadd_general(c: Client, argv: list[bytes]) -> bytes:
