@@ -346,6 +346,9 @@ def test_matches_reference_model(cfg: tuple[int, int], ops: list) -> None:
         check_same(s, ref)
     for x in ids[::7]:
         assert s.get(x) == next((f for i, f in ref.live() if i == x), None)
+    for blk in s._nodes:
+        if type(blk) is Block:
+            assert Block.pack(Tail.unpack(blk)).state() == blk.state()
     # every node survives a persistence round trip unchanged
     s2 = Stream.from_state(s.dump_state())
     assert list(s2.range(0, MAX_ID)) == ref.live()
@@ -434,6 +437,8 @@ def test_sealed_node_layouts() -> None:
     assert s.delete(sid(6)) and b1.flags is not None and b1.ndel == 1
     assert [i >> 64 for i, _ in s.range(sid(5), sid(10))] == [5, 9, 10]
     assert [i >> 64 for i, _ in s.range(sid(5), sid(10), 2, rev=True)] == [10, 9]
+    for blk in (b0, b1):  # reopening and resealing a node changes nothing
+        assert Block.pack(Tail.unpack(blk)).state() == blk.state()
 
 
 def test_reopen_sealed_node_when_last_node_goes() -> None:
