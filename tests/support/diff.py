@@ -230,31 +230,34 @@ def normalize(argv: list[bytes], reply: Reply, side: SideState) -> Reply:
     return reply
 
 
-def first_difference(a: Reply, b: Reply, path: str = "") -> tuple[str, Reply, Reply] | None:
-    """The path of the first differing node of two reply trees, and both subtrees there."""
+def differences(a: Reply, b: Reply, path: str = ""):
+    """Yield (path, a-subtree, b-subtree) for each differing leaf-most node of two trees."""
     if a == b:
-        return None
+        return
     if (isinstance(a, tuple) and isinstance(b, tuple) and a[0] == b[0]
             and a[0] in ("*", "~", "%", ">") and a[1] is not None and b[1] is not None):
         if a[0] == "%":
             for i, ((ka, va), (kb, vb)) in enumerate(zip(a[1], b[1], strict=False)):
                 if ka != kb:
-                    return f"{path}{{key #{i}}}", ka, kb
-                d = first_difference(va, vb, f"{path}.{_label(ka)}")
-                if d:
-                    return d
+                    yield f"{path}{{key #{i}}}", ka, kb
+                    return
+                yield from differences(va, vb, f"{path}.{_label(ka)}")
         else:
-            pairs = map_pairs(a) if map_pairs(b) is not None else None
+            is_map = map_pairs(a) is not None and map_pairs(b) is not None
             for i, (x, y) in enumerate(zip(a[1], b[1], strict=False)):
                 name = f"[{i}]"
-                if pairs is not None and i % 2 == 1 and i < len(a[1]):
+                if is_map and i % 2 == 1:
                     name = f"[{i}]({_label(a[1][i - 1])})"
-                d = first_difference(x, y, path + name)
-                if d:
-                    return d
+                yield from differences(x, y, path + name)
         if len(a[1]) != len(b[1]):
-            return f"{path} (length {len(a[1])} vs {len(b[1])})", a, b
-    return path or "(top)", a, b
+            yield f"{path} (length {len(a[1])} vs {len(b[1])})", a, b
+        return
+    yield path or "(top)", a, b
+
+
+def first_difference(a: Reply, b: Reply) -> tuple[str, Reply, Reply] | None:
+    """The path of the first differing node of two reply trees, and both subtrees there."""
+    return next(differences(a, b), None)
 
 
 def _label(k: Reply) -> str:
@@ -282,9 +285,13 @@ class Mismatch:
             f"{title}: replies differ at command #{self.index}",
             f"command: {fmt_command(self.argv, 200)}",
         ]
-        d = first_difference(self.oracle, self.node)
-        if d is not None and d[0] != "(top)":
-            lines.append(f"first difference at {d[0]}:\n  oracle: {brief(d[1])}\n"
+        for n, d in enumerate(differences(self.oracle, self.node)):
+            if d[0] == "(top)":
+                break
+            if n == 5:
+                lines.append("(more differences)")
+                break
+            lines.append(f"difference at {d[0]}:\n  oracle: {brief(d[1])}\n"
                          f"  node:   {brief(d[2])}")
         lines += [
             "--- oracle, normalised:", show(self.oracle),
