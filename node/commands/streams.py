@@ -20,7 +20,14 @@ from itertools import chain
 from node import errors
 from node.client import Client
 from node.commands import command
-from node.errors import MAX_ID, SEQ_MAX, format_id, parse_range_id_or_error, string2ll, string2ull
+from node.errors import (
+    MAX_ID,
+    SEQ_MAX,
+    format_id,
+    parse_range_id_or_error,
+    string2ll,
+    string2ull,
+)
 from node.resp import OK, ZERO, ReplyError, integer, null, null_array
 from node.stream import ElementsTooLarge, IDTooSmall, Stream
 
@@ -248,20 +255,38 @@ def _trim_effect_args(s: Stream, a: TrimArgs) -> list[bytes]:
 @command(b"xadd")
 def xadd(c: Client, argv: list[bytes]) -> bytes:
     """XADD key [NOMKSTREAM] [(MAXLEN|MINID) [=|~] threshold [LIMIT count]] (*|id) field value ..."""
-    # Hot paths, `XADD key * f v ...` and `XADD key MAXLEN ~ n * f v ...` on an existing
-    # stream: no option objects, nothing allocated beyond the entry's field list and the effect.
+    # Hot paths, on an existing stream: `XADD key [MAXLEN [~] n] (*|ms-seq) field value ...`.
+    # Clients mostly send `*` and `MAXLEN ~ n *`; replicas and AOF replay send explicit IDs and
+    # exact MAXLEN. No option objects; anything unusual goes to _xadd_general.
     argc = len(argv)
-    if argv[2] == b"*":
-        idpos = 2
-        maxlen = -1
-    elif argc > 7 and argv[5] == b"*" and argv[3] == b"~" and argv[2].lower() == b"maxlen":
-        idpos = 5
-        maxlen = string2ll(argv[4])
+    i = 2
+    maxlen = -1
+    approx = False
+    opt = argv[2]
+    if opt[:1] in b"mM" and opt and opt.lower() == b"maxlen" and argc > 6:
+        if argv[3] == b"~":
+            approx = True
+            i = 4
+        else:
+            i = 3
+        maxlen = string2ll(argv[i])
         if maxlen is None or maxlen < 0:
             return _xadd_general(c, argv)
+        i += 1
+    idarg = argv[i]
+    if idarg == b"*":
+        sid = -1
     else:
-        return _xadd_general(c, argv)
-    if argc - idpos < 3 or not (argc - idpos) & 1:
+        # `ms-seq` in plain digits (what effects carry); anything else is parsed in full.
+        msb, _, seqb = idarg.partition(b"-")
+        if not (msb.isdigit() and seqb.isdigit() and len(idarg) < 128):
+            return _xadd_general(c, argv)
+        ms = int(msb)
+        seq = int(seqb)
+        if ms > SEQ_MAX or seq > SEQ_MAX or not (ms or seq):
+            return _xadd_general(c, argv)
+        sid = ms << 64 | seq
+    if argc - i < 3 or not (argc - i) & 1:
         return _xadd_general(c, argv)
     srv = c.server
     db = srv.db
@@ -269,10 +294,13 @@ def xadd(c: Client, argv: list[bytes]) -> bytes:
     s = db.get_stream(key)
     if s is None or s.last_id == MAX_ID:
         return _xadd_general(c, argv)
-    sid = s.next_auto_id(srv.now_ms())
+    if sid < 0:
+        sid = s.next_auto_id(srv.now_ms())
     cfg = srv.config
     try:
-        s.append(sid, argv[idpos + 1:], cfg.stream_node_max_entries, cfg.stream_node_max_bytes)
+        s.append(sid, argv[i + 1:], cfg.stream_node_max_entries, cfg.stream_node_max_bytes)
+    except IDTooSmall:
+        raise ReplyError(XADD_ID_TOO_SMALL) from None
     except ElementsTooLarge:
         raise ReplyError(XADD_TOO_LARGE) from None
     ids = b"%d-%d" % (sid >> 64, sid & SEQ_MAX)
@@ -281,9 +309,13 @@ def xadd(c: Client, argv: list[bytes]) -> bytes:
         eff = argv[:]
         eff[2] = ids
     else:
-        s.trim("maxlen", maxlen, True, _approx_limit(cfg.stream_node_max_entries))
-        eff = [argv[0], key, b"MAXLEN", b"%d" % s.length, ids]
-        eff += argv[6:]
+        if approx:
+            s.trim("maxlen", maxlen, True, _approx_limit(cfg.stream_node_max_entries))
+            maxlen = s.length
+        else:
+            s.trim("maxlen", maxlen, False, 0)
+        eff = [argv[0], key, b"MAXLEN", b"%d" % maxlen, ids]
+        eff += argv[i + 1:]
     srv.propagate(eff)
     return b"$%d\r\n%s\r\n" % (len(ids), ids)
 
