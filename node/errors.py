@@ -178,3 +178,27 @@ GETKEYS_INVALID_COMMAND = b"ERR Invalid command specified"
 GETKEYS_NO_KEYS = b"ERR The command has no key arguments"
 GETKEYS_WRONG_ARITY = b"ERR Invalid number of arguments specified for command"
 GETKEYS_INVALID_ARGS = b"ERR Invalid arguments specified for command"
+
+# --- stream commands (t_stream.c xaddCommand, streamParseAddOrTrimArgsOrReply, xrange, xsetid) --
+XADD_ID_ZERO = b"ERR The ID specified in XADD must be greater than 0-0"
+XADD_ID_TOO_SMALL = (
+    b"ERR The ID specified in XADD is equal or smaller than the target stream top item")
+XADD_EXHAUSTED = b"ERR The stream has exhausted the last possible ID, unable to add more items"
+XADD_TOO_LARGE = b"ERR Elements are too large to be stored"
+MAXLEN_NEGATIVE = b"ERR The MAXLEN argument must be >= 0."
+LIMIT_NEGATIVE = b"ERR The LIMIT argument must be >= 0."
+MAXLEN_AND_MINID = (
+    b"ERR syntax error, MAXLEN and MINID options at the same time are not compatible")
+LIMIT_WITHOUT_STRATEGY = (
+    b"ERR syntax error, LIMIT cannot be used without specifying a trimming strategy")
+XTRIM_WITHOUT_STRATEGY = b"ERR syntax error, XTRIM must be called with a trimming strategy"
+LIMIT_WITHOUT_APPROX = b"ERR syntax error, LIMIT cannot be used without the special ~ option"
+INVALID_START_ID = b"ERR invalid start ID for the interval"
+INVALID_END_ID = b"ERR invalid end ID for the interval"
+XSETID_ENTRIES_ADDED_NEGATIVE = b"ERR entries_added must be positive"
+XSETID_SMALLER_THAN_MAXDEL = (
+    b"ERR The ID specified in XSETID is smaller than the provided max_deleted_entry_id")
+XSETID_SMALLER_THAN_TOP = (
+    b"ERR The ID specified in XSETID is smaller than the target stream top item")
+XSETID_ENTRIES_ADDED_SMALL = (
+    b"ERR The entries_added specified in XSETID is smaller than the target stream length")

@@ -31,27 +31,6 @@ from node.errors import (
 from node.resp import OK, ZERO, ReplyError, integer, null, null_array
 from node.stream import ElementsTooLarge, IDTooSmall, Stream
 
-# Error texts of this module, as in t_stream.c (kept here until merged into node/errors.py).
-XADD_ID_ZERO = b"ERR The ID specified in XADD must be greater than 0-0"
-XADD_ID_TOO_SMALL = b"ERR The ID specified in XADD is equal or smaller than the target stream top item"
-XADD_EXHAUSTED = b"ERR The stream has exhausted the last possible ID, unable to add more items"
-XADD_TOO_LARGE = b"ERR Elements are too large to be stored"
-MAXLEN_NEGATIVE = b"ERR The MAXLEN argument must be >= 0."
-LIMIT_NEGATIVE = b"ERR The LIMIT argument must be >= 0."
-MAXLEN_AND_MINID = b"ERR syntax error, MAXLEN and MINID options at the same time are not compatible"
-LIMIT_WITHOUT_STRATEGY = (
-    b"ERR syntax error, LIMIT cannot be used without specifying a trimming strategy")
-XTRIM_WITHOUT_STRATEGY = b"ERR syntax error, XTRIM must be called with a trimming strategy"
-LIMIT_WITHOUT_APPROX = b"ERR syntax error, LIMIT cannot be used without the special ~ option"
-INVALID_START_ID = b"ERR invalid start ID for the interval"
-INVALID_END_ID = b"ERR invalid end ID for the interval"
-XSETID_ENTRIES_ADDED_NEGATIVE = b"ERR entries_added must be positive"
-XSETID_SMALLER_THAN_MAXDEL = (
-    b"ERR The ID specified in XSETID is smaller than the provided max_deleted_entry_id")
-XSETID_SMALLER_THAN_TOP = b"ERR The ID specified in XSETID is smaller than the target stream top item"
-XSETID_ENTRIES_ADDED_SMALL = (
-    b"ERR The entries_added specified in XSETID is smaller than the target stream length")
-
 _WRONG_ARITY_XADD = errors.wrong_arity(b"xadd")
 
 
@@ -182,7 +161,7 @@ def _parse_add_or_trim(c: Client, argv: list[bytes], xadd: bool) -> tuple[TrimAr
             break
         elif lopt == b"maxlen" and moreargs:
             if a.strategy is not None:
-                raise ReplyError(MAXLEN_AND_MINID)
+                raise ReplyError(errors.MAXLEN_AND_MINID)
             a.approx = False
             nxt = argv[i + 1]
             if moreargs >= 2 and nxt == b"~":
@@ -194,13 +173,13 @@ def _parse_add_or_trim(c: Client, argv: list[bytes], xadd: bool) -> tuple[TrimAr
             if v is None:
                 raise ReplyError(errors.NOT_INTEGER)
             if v < 0:
-                raise ReplyError(MAXLEN_NEGATIVE)
+                raise ReplyError(errors.MAXLEN_NEGATIVE)
             a.threshold = v
             i += 1
             a.strategy = "maxlen"
         elif lopt == b"minid" and moreargs:
             if a.strategy is not None:
-                raise ReplyError(MAXLEN_AND_MINID)
+                raise ReplyError(errors.MAXLEN_AND_MINID)
             a.approx = False
             nxt = argv[i + 1]
             if moreargs >= 2 and nxt == b"~":
@@ -216,7 +195,7 @@ def _parse_add_or_trim(c: Client, argv: list[bytes], xadd: bool) -> tuple[TrimAr
             if v is None:
                 raise ReplyError(errors.NOT_INTEGER)
             if v < 0:
-                raise ReplyError(LIMIT_NEGATIVE)
+                raise ReplyError(errors.LIMIT_NEGATIVE)
             a.limit = v
             limit_given = True
             i += 1
@@ -231,12 +210,12 @@ def _parse_add_or_trim(c: Client, argv: list[bytes], xadd: bool) -> tuple[TrimAr
         i += 1
 
     if a.limit and a.strategy is None:
-        raise ReplyError(LIMIT_WITHOUT_STRATEGY)
+        raise ReplyError(errors.LIMIT_WITHOUT_STRATEGY)
     if not xadd and a.strategy is None:
-        raise ReplyError(XTRIM_WITHOUT_STRATEGY)
+        raise ReplyError(errors.XTRIM_WITHOUT_STRATEGY)
     if limit_given:
         if not a.approx:
-            raise ReplyError(LIMIT_WITHOUT_APPROX)
+            raise ReplyError(errors.LIMIT_WITHOUT_APPROX)
     elif a.approx:
         a.limit = _approx_limit(c.server.config.stream_node_max_entries)
     else:
@@ -300,9 +279,9 @@ def xadd(c: Client, argv: list[bytes]) -> bytes:
     try:
         s.append(sid, argv[i + 1:], cfg.stream_node_max_entries, cfg.stream_node_max_bytes)
     except IDTooSmall:
-        raise ReplyError(XADD_ID_TOO_SMALL) from None
+        raise ReplyError(errors.XADD_ID_TOO_SMALL) from None
     except ElementsTooLarge:
-        raise ReplyError(XADD_TOO_LARGE) from None
+        raise ReplyError(errors.XADD_TOO_LARGE) from None
     ids = b"%d-%d" % (sid >> 64, sid & SEQ_MAX)
     db.changed(key, True)
     if maxlen < 0:
@@ -334,7 +313,7 @@ def _xadd_general(c: Client, argv: list[bytes]) -> bytes:
     if nfields < 2 or nfields & 1:
         raise ReplyError(_WRONG_ARITY_XADD)
     if a.id_given and a.seq_given and a.id == 0:
-        raise ReplyError(XADD_ID_ZERO)
+        raise ReplyError(errors.XADD_ID_ZERO)
 
     key = argv[1]
     db = c.db
@@ -345,7 +324,7 @@ def _xadd_general(c: Client, argv: list[bytes]) -> bytes:
             return null(c.proto)
         s = Stream()
     elif s.last_id == MAX_ID:
-        raise ReplyError(XADD_EXHAUSTED)
+        raise ReplyError(errors.XADD_EXHAUSTED)
 
     config = c.server.config
     try:
@@ -358,9 +337,9 @@ def _xadd_general(c: Client, argv: list[bytes]) -> bytes:
         s.append(sid, argv[idpos + 1:], config.stream_node_max_entries,
                  config.stream_node_max_bytes)
     except IDTooSmall:
-        raise ReplyError(XADD_ID_TOO_SMALL) from None
+        raise ReplyError(errors.XADD_ID_TOO_SMALL) from None
     except ElementsTooLarge:
-        raise ReplyError(XADD_TOO_LARGE) from None
+        raise ReplyError(errors.XADD_TOO_LARGE) from None
     ids = b"%d-%d" % (sid >> 64, sid & SEQ_MAX)
 
     if created:
@@ -433,12 +412,12 @@ def _xrange_generic(c: Client, argv: list[bytes], rev: bool) -> bytes:
     start, startex = parse_range_id_or_error(startarg, 0)
     if startex:
         if start == MAX_ID:
-            raise ReplyError(INVALID_START_ID)
+            raise ReplyError(errors.INVALID_START_ID)
         start += 1
     end, endex = parse_range_id_or_error(endarg, SEQ_MAX)
     if endex:
         if end == 0:
-            raise ReplyError(INVALID_END_ID)
+            raise ReplyError(errors.INVALID_END_ID)
         end -= 1
     count = -1
     j = 4
@@ -489,13 +468,13 @@ def xsetid(c: Client, argv: list[bytes]) -> bytes:
             if v is None:
                 raise ReplyError(errors.NOT_INTEGER)
             if v < 0:
-                raise ReplyError(XSETID_ENTRIES_ADDED_NEGATIVE)
+                raise ReplyError(errors.XSETID_ENTRIES_ADDED_NEGATIVE)
             entries_added = v
             i += 2
         elif opt == b"maxdeletedid" and moreargs:
             max_xdel = parse_strict_id_or_error(argv[i + 1])
             if sid < max_xdel:
-                raise ReplyError(XSETID_SMALLER_THAN_MAXDEL)
+                raise ReplyError(errors.XSETID_SMALLER_THAN_MAXDEL)
             i += 2
         else:
             raise ReplyError(errors.SYNTAX)
@@ -505,9 +484,9 @@ def xsetid(c: Client, argv: list[bytes]) -> bytes:
         raise ReplyError(errors.NO_SUCH_KEY)
     if s.length > 0:
         if sid < s.last_valid_id():
-            raise ReplyError(XSETID_SMALLER_THAN_TOP)
+            raise ReplyError(errors.XSETID_SMALLER_THAN_TOP)
         if entries_added != -1 and s.length > entries_added:
-            raise ReplyError(XSETID_ENTRIES_ADDED_SMALL)
+            raise ReplyError(errors.XSETID_ENTRIES_ADDED_SMALL)
     s.last_id = sid
     if entries_added != -1:
         s.entries_added = entries_added
