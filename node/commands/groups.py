@@ -1,0 +1,511 @@
+"""Consumer-group commands: XGROUP, XACK, XPENDING, XCLAIM, XAUTOCLAIM (Redis 7.4 t_stream.c).
+
+Each handler is parse -> lookup -> engine (node.groups) -> reply -> effects, in Redis's order,
+so that the same bad input gets the same error.
+
+Effects (DESIGN §1): every change of a pending entry goes out as one idempotent
+`XCLAIM key group consumer 0 id TIME ms RETRYCOUNT n FORCE JUSTID LASTID last-id`
+(streamPropagateXCLAIM), a cursor move as `XGROUP SETID key group id ENTRIESREAD n`
+(streamPropagateGroupID), and a new consumer as `XGROUP CREATECONSUMER key group consumer`
+(streamPropagateConsumerCreation). XACK and XGROUP go out verbatim. Unlike Redis we also emit
+CREATECONSUMER for consumers that XCLAIM / XAUTOCLAIM / XREADGROUP create, so that a replica
+or a replayed AOF has exactly the same consumers.
+
+WATCH: Redis does not call signalModifiedKey for group-only changes (XREADGROUP, XACK, XCLAIM,
+XAUTOCLAIM, XGROUP without MKSTREAM), so they do not abort a MULTI watching the key; checked
+against redis-server. We do the same: see `_group_changed`.
+"""
+
+from __future__ import annotations
+
+from node import errors
+from node.client import Client
+from node.commands import command
+from node.commands.streams import entry_reply, parse_strict_id_or_error
+from node.errors import MAX_ID, format_id, parse_range_id_or_error, string2ll
+from node.groups import Consumer, ConsumerGroup, Nack, create_group
+from node.resp import NULL_ARRAY, OK, ONE, ZERO, ReplyError, Status, encode, integer
+from node.stream import Stream
+
+# Error texts of this module, as in t_stream.c.
+BUSYGROUP = b"BUSYGROUP Consumer Group name already exists"
+XGROUP_NO_KEY = (
+    b"ERR The XGROUP subcommand requires the key to exist. Note that for CREATE you may want "
+    b"to use the MKSTREAM option to create an empty stream automatically.")
+ENTRIESREAD_NEGATIVE = b"ERR value for ENTRIESREAD must be positive or -1"
+XCLAIM_MIN_IDLE = b"ERR Invalid min-idle-time argument for XCLAIM"
+XCLAIM_IDLE = b"ERR Invalid IDLE option argument for XCLAIM"
+XCLAIM_TIME = b"ERR Invalid TIME option argument for XCLAIM"
+XCLAIM_RETRYCOUNT = b"ERR Invalid RETRYCOUNT option argument for XCLAIM"
+XAUTOCLAIM_MIN_IDLE = b"ERR Invalid min-idle-time argument for XAUTOCLAIM"
+XAUTOCLAIM_COUNT = b"ERR COUNT must be > 0"
+INVALID_START_ID = b"ERR invalid start ID for the interval"
+INVALID_END_ID = b"ERR invalid end ID for the interval"
+
+_LLONG_MAX = errors.LLONG_MAX
+# XAUTOCLAIM: COUNT is at most LONG_MAX / max(sizeof(streamID), attempts_factor).
+_XAUTOCLAIM_MAX_COUNT = _LLONG_MAX // 16
+_ATTEMPTS_FACTOR = 10
+
+
+def subcommand_syntax_error(argv: list[bytes]) -> ReplyError:
+    """addReplySubcommandSyntaxError."""
+    return ReplyError(b"ERR unknown subcommand or wrong number of arguments for '%s'. Try %s HELP."
+                      % (argv[1][:128], argv[0].upper()))
+
+
+def help_reply(argv: list[bytes], lines: list[bytes]) -> bytes:
+    """addReplyHelp: status lines, the command's own first and HELP last."""
+    name = argv[0].upper()
+    out = [Status(b"%s <subcommand> [<arg> [value] [opt] ...]. Subcommands are:" % name)]
+    out += [Status(x) for x in lines]
+    out += [Status(b"HELP"), Status(b"    Prints this help.")]
+    return encode(out)
+
+
+def nogroup_key_or_group(key: bytes, group: bytes) -> ReplyError:
+    return ReplyError(b"NOGROUP No such key '%s' or consumer group '%s'" % (key, group))
+
+
+def nogroup_for_key(group: bytes, key: bytes) -> ReplyError:
+    return ReplyError(b"NOGROUP No such consumer group '%s' for key name '%s'" % (group, key))
+
+
+def _group_changed(c: Client, key: bytes) -> None:
+    """A change to a stream's groups only. Redis does not signalModifiedKey for these, so
+    WATCH is not aborted (checked against redis-server 7.0; 7.4 is the same code). The key
+    space is still told through effects; keep this the one place to change if that policy
+    changes."""
+
+
+# --- effects (streamPropagateXCLAIM / GroupID / ConsumerCreation) ---------------------------
+def propagate_xclaim(c: Client, key: bytes, groupname: bytes, g: ConsumerGroup, sid: int,
+                     nack: Nack) -> None:
+    """XCLAIM key group consumer 0 id TIME ms RETRYCOUNT n FORCE JUSTID LASTID last-id.
+
+    Idempotent: it sets the NACK's owner, time and count whatever they were, creates it if
+    needed (FORCE), deletes it if the entry no longer exists, and moves the group's last ID
+    forward only. JUSTID avoids reading the entry on the replica.
+    """
+    c.server.propagate([b"XCLAIM", key, groupname, nack[2], b"0", format_id(sid),
+                        b"TIME", b"%d" % nack[0], b"RETRYCOUNT", b"%d" % nack[1],
+                        b"FORCE", b"JUSTID", b"LASTID", format_id(g.last_id)])
+
+
+def propagate_group_id(c: Client, key: bytes, groupname: bytes, g: ConsumerGroup) -> None:
+    """XGROUP SETID key group last-id ENTRIESREAD n: the group cursor, exactly."""
+    er = -1 if g.entries_read is None else g.entries_read
+    c.server.propagate([b"XGROUP", b"SETID", key, groupname, format_id(g.last_id),
+                        b"ENTRIESREAD", b"%d" % er])
+
+
+def propagate_consumer_creation(c: Client, key: bytes, groupname: bytes, name: bytes) -> None:
+    c.server.propagate([b"XGROUP", b"CREATECONSUMER", key, groupname, name])
+
+
+def lookup_or_create_consumer(c: Client, key: bytes, groupname: bytes, g: ConsumerGroup,
+                              name: bytes) -> Consumer:
+    """The named consumer, created (and propagated) if missing; its seen-time is now."""
+    now = c.server.now_ms()
+    cons = g.consumers.get(name)
+    if cons is None:
+        cons = g.create_consumer(name, now)
+        assert cons is not None
+        propagate_consumer_creation(c, key, groupname, name)
+    cons.seen_time = now
+    return cons
+
+
+# --- XGROUP --------------------------------------------------------------------------------
+_XGROUP_HELP = [
+    b"CREATE <key> <groupname> <id|$> [option]",
+    b"    Create a new consumer group. Options are:",
+    b"    * MKSTREAM",
+    b"      Create the empty stream if it does not exist.",
+    b"    * ENTRIESREAD entries_read",
+    b"      Set the group's entries_read counter (internal use).",
+    b"CREATECONSUMER <key> <groupname> <consumer>",
+    b"    Create a new consumer in the specified group.",
+    b"DELCONSUMER <key> <groupname> <consumer>",
+    b"    Remove the specified consumer.",
+    b"DESTROY <key> <groupname>",
+    b"    Remove the specified group.",
+    b"SETID <key> <groupname> <id|$> [ENTRIESREAD entries_read]",
+    b"    Set the current group ID and entries_read counter.",
+]
+
+
+@command(b"xgroup")
+def xgroup(c: Client, argv: list[bytes]) -> bytes:
+    """XGROUP CREATE key group id|$ [MKSTREAM] [ENTRIESREAD n]
+    XGROUP SETID key group id|$ [ENTRIESREAD n]
+    XGROUP DESTROY key group
+    XGROUP CREATECONSUMER key group consumer
+    XGROUP DELCONSUMER key group consumer
+    XGROUP HELP"""
+    argc = len(argv)
+    sub = argv[1].lower()
+    s: Stream | None = None
+    g: ConsumerGroup | None = None
+    mkstream = False
+    entries_read: int | None = None  # -1 / invalid unless ENTRIESREAD says otherwise
+    key = argv[2] if argc > 2 else b""
+    groupname = argv[3] if argc > 3 else b""
+
+    # Everything but HELP takes a key and a group name.
+    if argc >= 4:
+        create, setid = sub == b"create", sub == b"setid"
+        i = 5
+        while i < argc:
+            opt = argv[i].lower()
+            if create and opt == b"mkstream":
+                mkstream = True
+                i += 1
+            elif (create or setid) and opt == b"entriesread" and i + 1 < argc:
+                v = string2ll(argv[i + 1])
+                if v is None:
+                    raise ReplyError(errors.NOT_INTEGER)
+                if v < 0 and v != -1:
+                    raise ReplyError(ENTRIESREAD_NEGATIVE)
+                entries_read = None if v == -1 else v
+                i += 2
+            else:
+                raise subcommand_syntax_error(argv)
+        s = c.db.get_stream(key)
+
+    if argc >= 4 and not mkstream:
+        if s is None:
+            raise ReplyError(XGROUP_NO_KEY)
+        g = s.groups.get(groupname)
+        if g is None and sub in (b"setid", b"createconsumer", b"delconsumer"):
+            raise nogroup_for_key(groupname, key)
+
+    if argc == 2 and sub == b"help":
+        return help_reply(argv, _XGROUP_HELP)
+    if sub == b"create" and 5 <= argc <= 8:
+        if argv[4] == b"$":
+            sid = s.last_id if s is not None else 0
+        else:
+            sid = parse_strict_id_or_error(argv[4])
+        if s is None:  # MKSTREAM, now that the command can no longer fail
+            s = Stream()
+            c.db.set(key, s)  # a new key: signals it ready and breaks WATCH, as dbAdd does
+        if create_group(s, groupname, sid, entries_read) is None:
+            raise ReplyError(BUSYGROUP)
+        _group_changed(c, key)
+        c.server.propagate(argv)
+        return OK
+    if sub == b"setid" and argc in (5, 7):
+        assert s is not None and g is not None
+        sid = s.last_id if argv[4] == b"$" else errors.parse_id_or_error(argv[4], 0)
+        g.last_id = sid
+        g.entries_read = entries_read
+        # Redis does not signal the key ready here: a blocked XREADGROUP is served at the
+        # next write to the stream, not because its group moved back.
+        _group_changed(c, key)
+        c.server.propagate(argv)
+        return OK
+    if sub == b"destroy" and argc == 4:
+        assert s is not None
+        if g is None:
+            return ZERO
+        del s.groups[groupname]
+        _group_changed(c, key)
+        # Wake blocked XREADGROUP clients of this group: re-run, they get -NOGROUP.
+        c.server.blocking.signal_ready(key)
+        c.server.propagate(argv)
+        return ONE
+    if sub == b"createconsumer" and argc == 5:
+        assert g is not None
+        if g.create_consumer(argv[4], c.server.now_ms()) is None:
+            return ZERO
+        _group_changed(c, key)
+        c.server.propagate(argv)
+        return ONE
+    if sub == b"delconsumer" and argc == 5:
+        assert g is not None
+        pending = g.delete_consumer(argv[4])
+        if pending is None:
+            return ZERO
+        _group_changed(c, key)
+        c.server.propagate(argv)
+        return integer(pending)
+    raise subcommand_syntax_error(argv)
+
+
+# --- XACK ----------------------------------------------------------------------------------
+@command(b"xack")
+def xack(c: Client, argv: list[bytes]) -> bytes:
+    """XACK key group id [id ...]: all IDs are parsed before any is acknowledged."""
+    key = argv[1]
+    s = c.db.get_stream(key)
+    g = s.groups.get(argv[2]) if s is not None else None
+    if g is None:
+        return ZERO
+    ids = [parse_strict_id_or_error(a) for a in argv[3:]]
+    acked = 0
+    for sid in ids:
+        if g.ack(sid):
+            acked += 1
+    if acked:
+        _group_changed(c, key)
+        c.server.propagate(argv)
+    return integer(acked)
+
+
+# --- XPENDING ------------------------------------------------------------------------------
+@command(b"xpending")
+def xpending(c: Client, argv: list[bytes]) -> bytes:
+    """XPENDING key group [[IDLE min-idle] start end count [consumer]]"""
+    argc = len(argv)
+    justinfo = argc == 3
+    if argc != 3 and (argc < 6 or argc > 9):
+        raise ReplyError(errors.SYNTAX)
+    count = 0
+    minidle = 0
+    start = end = 0
+    consumername = None
+    if argc >= 6:
+        si = 3
+        if argv[3].lower() == b"idle":
+            minidle = errors.parse_int_or_error(argv[4])
+            if argc < 8:
+                raise ReplyError(errors.SYNTAX)
+            si += 2
+        count = errors.parse_int_or_error(argv[si + 2])
+        if count < 0:
+            count = 0
+        start, startex = parse_range_id_or_error(argv[si], 0)
+        if startex:
+            if start == MAX_ID:
+                raise ReplyError(INVALID_START_ID)
+            start += 1
+        end, endex = parse_range_id_or_error(argv[si + 1], errors.SEQ_MAX)
+        if endex:
+            if end == 0:
+                raise ReplyError(INVALID_END_ID)
+            end -= 1
+        if si + 3 < argc:
+            consumername = argv[si + 3]
+
+    key, groupname = argv[1], argv[2]
+    s = c.db.get_stream(key)
+    g = s.groups.get(groupname) if s is not None else None
+    if g is None:
+        raise nogroup_key_or_group(key, groupname)
+
+    if justinfo:
+        pel = g.pel
+        if not pel:
+            return encode([0, None, None, NULL_ARRAY], c.proto)
+        owners = [[cons.name, b"%d" % len(cons.pel)] for cons in g.sorted_consumers() if cons.pel]
+        return encode([len(pel), format_id(pel.peekitem(0)[0]), format_id(pel.peekitem(-1)[0]),
+                       owners], c.proto)
+
+    if consumername is not None:
+        cons = g.consumers.get(consumername)
+        if cons is None:
+            return b"*0\r\n"
+        ids = cons.pel.irange(start, end)
+    else:
+        ids = g.pel.irange(start, end)
+    now = c.server.now_ms()
+    pel = g.pel
+    out: list[bytes] = []
+    n = 0
+    for sid in ids:
+        if not count:
+            break
+        t, dc, owner = pel[sid]
+        if minidle and now - t < minidle:
+            continue
+        n += 1
+        count -= 1
+        sids = format_id(sid)
+        elapsed = now - t
+        if elapsed < 0:
+            elapsed = 0
+        out.append(b"*4\r\n$%d\r\n%s\r\n$%d\r\n%s\r\n:%d\r\n:%d\r\n"
+                   % (len(sids), sids, len(owner), owner, elapsed, dc))
+    return b"*%d\r\n%s" % (n, b"".join(out))
+
+
+# --- XCLAIM --------------------------------------------------------------------------------
+@command(b"xclaim")
+def xclaim(c: Client, argv: list[bytes]) -> bytes:
+    """XCLAIM key group consumer min-idle-time id [id ...] [IDLE ms] [TIME unix-ms]
+    [RETRYCOUNT n] [FORCE] [JUSTID] [LASTID id]"""
+    key, groupname, name = argv[1], argv[2], argv[3]
+    s = c.db.get_stream(key)
+    g = s.groups.get(groupname) if s is not None else None
+    if s is None or g is None:
+        raise nogroup_key_or_group(key, groupname)
+    minidle = errors.parse_int_or_error(argv[4], XCLAIM_MIN_IDLE)
+    if minidle < 0:
+        minidle = 0
+
+    # IDs first, up to the first argument that is not one: the options follow.
+    argc = len(argv)
+    ids: list[int] = []
+    j = 5
+    while j < argc:
+        sid = errors.parse_id(argv[j], 0, strict=True)
+        if sid is None:
+            break
+        ids.append(sid)
+        j += 1
+
+    now = c.server.now_ms()
+    retrycount = -1
+    deliverytime = -1
+    force = justid = False
+    last_id = 0
+    while j < argc:
+        moreargs = argc - 1 - j
+        opt = argv[j].lower()
+        if opt == b"force":
+            force = True
+        elif opt == b"justid":
+            justid = True
+        elif opt == b"idle" and moreargs:
+            j += 1
+            deliverytime = now - errors.parse_int_or_error(argv[j], XCLAIM_IDLE)
+        elif opt == b"time" and moreargs:
+            j += 1
+            deliverytime = errors.parse_int_or_error(argv[j], XCLAIM_TIME)
+        elif opt == b"retrycount" and moreargs:
+            j += 1
+            retrycount = errors.parse_int_or_error(argv[j], XCLAIM_RETRYCOUNT)
+        elif opt == b"lastid" and moreargs:
+            j += 1
+            last_id = parse_strict_id_or_error(argv[j])
+        else:
+            raise ReplyError(b"ERR Unrecognized XCLAIM option '%s'" % argv[j])
+        j += 1
+
+    propagate_last_id = False
+    if last_id > g.last_id:
+        g.last_id = last_id
+        propagate_last_id = True
+
+    # A bogus delivery time (negative, or in the future) becomes now rather than an error:
+    # clients compute it from their own clocks.
+    if deliverytime < 0 or deliverytime > now:
+        deliverytime = now
+
+    # Redis 7.2+: the consumer exists (and is seen) even if nothing gets claimed.
+    cons = lookup_or_create_consumer(c, key, groupname, g, name)
+    pel = g.pel
+    out: list[bytes] = []
+    for sid in ids:
+        nack = pel.get(sid)
+        fields = s.get(sid)
+        if fields is None:
+            # The entry is gone: drop its NACK (and say so to replicas).
+            if nack is not None:
+                propagate_xclaim(c, key, groupname, g, sid, nack)
+                propagate_last_id = False
+                g.ack(sid)
+            continue
+        if nack is None:
+            if not force:
+                continue
+            dcount = 1  # streamCreateNACK, then counted below like any other
+        else:
+            if minidle and now - nack[0] < minidle:
+                continue
+            dcount = nack[1]
+        if retrycount >= 0:
+            dcount = retrycount
+        elif not justid:
+            dcount += 1
+        nack = g.set_nack(sid, cons, deliverytime, dcount)
+        out.append(bulk_id(sid) if justid else entry_reply(sid, fields))
+        cons.active_time = now
+        propagate_xclaim(c, key, groupname, g, sid, nack)
+        propagate_last_id = False
+    if propagate_last_id:
+        propagate_group_id(c, key, groupname, g)
+    _group_changed(c, key)
+    return b"*%d\r\n%s" % (len(out), b"".join(out))
+
+
+def bulk_id(sid: int) -> bytes:
+    b = format_id(sid)
+    return b"$%d\r\n%s\r\n" % (len(b), b)
+
+
+# --- XAUTOCLAIM ----------------------------------------------------------------------------
+@command(b"xautoclaim")
+def xautoclaim(c: Client, argv: list[bytes]) -> bytes:
+    """XAUTOCLAIM key group consumer min-idle-time start [COUNT count] [JUSTID]
+
+    Reply: [next-start-id, [claimed...], [IDs that were pending but no longer exist]].
+    """
+    minidle = errors.parse_int_or_error(argv[4], XAUTOCLAIM_MIN_IDLE)
+    if minidle < 0:
+        minidle = 0
+    start, startex = parse_range_id_or_error(argv[5], 0)
+    if startex:
+        if start == MAX_ID:
+            raise ReplyError(INVALID_START_ID)
+        start += 1
+    count = 100
+    justid = False
+    argc = len(argv)
+    j = 6
+    while j < argc:
+        moreargs = argc - 1 - j
+        opt = argv[j].lower()
+        if opt == b"count" and moreargs:
+            v = string2ll(argv[j + 1])
+            if v is None or v < 1 or v > _XAUTOCLAIM_MAX_COUNT:
+                raise ReplyError(XAUTOCLAIM_COUNT)
+            count = v
+            j += 1
+        elif opt == b"justid":
+            justid = True
+        else:
+            raise ReplyError(errors.SYNTAX)
+        j += 1
+
+    key, groupname, name = argv[1], argv[2], argv[3]
+    s = c.db.get_stream(key)
+    g = s.groups.get(groupname) if s is not None else None
+    if s is None or g is None:
+        raise nogroup_key_or_group(key, groupname)
+
+    cons = lookup_or_create_consumer(c, key, groupname, g, name)
+    now = c.server.now_ms()
+    attempts = count * _ATTEMPTS_FACTOR
+    pel = g.pel
+    keys = pel.keys()
+    i = pel.bisect_left(start)
+    out: list[bytes] = []
+    deleted: list[int] = []
+    while attempts and count and i < len(keys):
+        attempts -= 1
+        sid = keys[i]
+        nack = pel[sid]
+        fields = s.get(sid)
+        if fields is None:
+            # Gone from the stream: drop the NACK, report the ID; it counts toward COUNT.
+            propagate_xclaim(c, key, groupname, g, sid, nack)
+            g.ack(sid)  # the next ID slides into position i
+            deleted.append(sid)
+            count -= 1
+            continue
+        i += 1
+        if minidle and now - nack[0] < minidle:
+            continue
+        nack = g.set_nack(sid, cons, now, nack[1] if justid else nack[1] + 1)
+        out.append(bulk_id(sid) if justid else entry_reply(sid, fields))
+        count -= 1
+        cons.active_time = now
+        propagate_xclaim(c, key, groupname, g, sid, nack)
+    cursor = keys[i] if i < len(keys) else 0
+    _group_changed(c, key)
+    return b"*3\r\n%s*%d\r\n%s*%d\r\n%s" % (
+        bulk_id(cursor), len(out), b"".join(out), len(deleted),
+        b"".join(bulk_id(sid) for sid in deleted))
+

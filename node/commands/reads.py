@@ -1,0 +1,256 @@
+"""XREAD and XREADGROUP: one generic function, as xreadCommand in Redis 7.4 t_stream.c.
+
+Blocking follows Redis 7.2+, where a blocked reader is simply re-run when one of its keys is
+ready: with BLOCK and nothing to serve we raise `Blocked` with `$` replaced by the stream's
+last ID at block time (so a re-run reads what arrived since, not what arrives after the
+re-run). A re-run XREADGROUP whose key was deleted or whose group was destroyed replies with
+the NOGROUP error, and WRONGTYPE if the key now holds another type (7.0 replied
+"-UNBLOCKED the stream key no longer exists" instead). A re-run XREAD that finds a key of
+another type keeps waiting, because Redis only re-runs XREAD for keys that hold a stream.
+
+Effects: every entry delivered to a consumer goes out as XCLAIM, a cursor move as XGROUP
+SETID with ENTRIESREAD, a new consumer as XGROUP CREATECONSUMER (see node.commands.groups).
+"""
+
+from __future__ import annotations
+
+from itertools import islice
+
+from node import errors
+from node.blocking import Blocked
+from node.client import Client
+from node.commands import command
+from node.commands.groups import (
+    lookup_or_create_consumer,
+    propagate_group_id,
+    propagate_xclaim,
+)
+from node.commands.streams import entry_reply
+from node.errors import MAX_ID, format_id
+from node.groups import Consumer, ConsumerGroup
+from node.resp import ReplyError, null_array
+from node.stream import Stream
+
+GROUP_ONLY_XREADGROUP = (
+    b"ERR The GROUP option is only supported by XREADGROUP. You called XREAD instead.")
+NOACK_ONLY_XREADGROUP = (
+    b"ERR The NOACK option is only supported by XREADGROUP. You called XREAD instead.")
+MISSING_GROUP = b"ERR Missing GROUP option for XREADGROUP"
+DOLLAR_IN_XREADGROUP = (
+    b"ERR The $ ID is meaningless in the context of XREADGROUP: you want to read the history "
+    b"of this consumer by specifying a proper ID, or use the > ID to get new messages. The $ "
+    b"ID would just return an empty result set.")
+# 7.4 added `+` (the last entry) to XREAD; its XREADGROUP refusal mirrors the `$` one.
+PLUS_IN_XREADGROUP = (
+    b"ERR The + ID is meaningless in the context of XREADGROUP: you want to read the history "
+    b"of this consumer by specifying a proper ID, or use the > ID to get new messages. The + "
+    b"ID would just return an empty result set.")
+PLUS_ON_ZERO = b"ERR the stream last element ID is 0-0"
+GT_IN_XREAD = (
+    b"ERR The > ID can be specified only when calling XREADGROUP using the GROUP <group> "
+    b"<consumer> option.")
+TIMEOUT_OUT_OF_RANGE = b"ERR timeout is out of range"
+
+# ">" is stored as the maximal ID, as Redis does (an explicit max ID therefore acts as ">").
+_NEW = MAX_ID
+
+
+def _unbalanced(xreadgroup: bool) -> ReplyError:
+    return ReplyError(b"ERR Unbalanced '%s' list of streams: for each stream key an ID or '%s' "
+                      b"must be specified." % ((b"xreadgroup", b">") if xreadgroup
+                                               else (b"xread", b"$")))
+
+
+def _nogroup(key: bytes, group: bytes) -> ReplyError:
+    return ReplyError(b"NOGROUP No such key '%s' or consumer group '%s' in XREADGROUP with "
+                      b"GROUP option" % (key, group))
+
+
+@command(b"xread", b"xreadgroup")
+def xread(c: Client, argv: list[bytes]) -> bytes:
+    """XREAD [COUNT count] [BLOCK ms] STREAMS key [key ...] id [id ...]
+    XREADGROUP GROUP group consumer [COUNT count] [BLOCK ms] [NOACK]
+               STREAMS key [key ...] id [id ...]"""
+    argc = len(argv)
+    xreadgroup = len(argv[0]) == 10
+    timeout = -1
+    count = 0
+    noack = False
+    streams_arg = 0
+    nkeys = 0
+    groupname: bytes | None = None
+    consumername = b""
+    i = 1
+    while i < argc:
+        moreargs = argc - i - 1
+        o = argv[i].lower()
+        if o == b"block" and moreargs:
+            i += 1
+            timeout = errors.parse_timeout_ms_or_error(argv[i])
+            if timeout > errors.LLONG_MAX - c.server.now_ms():
+                raise ReplyError(TIMEOUT_OUT_OF_RANGE)
+        elif o == b"count" and moreargs:
+            i += 1
+            count = errors.parse_int_or_error(argv[i])
+            if count < 0:
+                count = 0
+        elif o == b"streams" and moreargs:
+            streams_arg = i + 1
+            n = argc - streams_arg
+            if n % 2:
+                raise _unbalanced(xreadgroup)
+            nkeys = n // 2
+            break
+        elif o == b"group" and moreargs >= 2:
+            if not xreadgroup:
+                raise ReplyError(GROUP_ONLY_XREADGROUP)
+            groupname = argv[i + 1]
+            consumername = argv[i + 2]
+            i += 2
+        elif o == b"noack":
+            if not xreadgroup:
+                raise ReplyError(NOACK_ONLY_XREADGROUP)
+            noack = True
+        else:
+            raise ReplyError(errors.SYNTAX)
+        i += 1
+    if streams_arg == 0:
+        raise ReplyError(errors.SYNTAX)
+    if xreadgroup and groupname is None:
+        raise ReplyError(MISSING_GROUP)
+
+    keys = argv[streams_arg:streams_arg + nkeys]
+    streams: list[Stream | None] = []
+    groups: list[ConsumerGroup] = []
+    ids: list[int] = []
+    dollars: list[int] = []  # positions of '$' in argv, resolved if we block
+    for idx in range(nkeys):
+        key = keys[idx]
+        arg = argv[streams_arg + nkeys + idx]
+        try:
+            s = c.db.get_stream(key)
+        except ReplyError:
+            if c.rerunning and groupname is None:
+                # Redis re-runs XREAD only for keys that hold a stream: keep waiting.
+                raise Blocked(keys, timeout, argv) from None
+            raise
+        streams.append(s)
+        if groupname is not None:
+            g = s.groups.get(groupname) if s is not None else None
+            if g is None:
+                raise _nogroup(key, groupname)
+            groups.append(g)
+        if arg == b"$":
+            if xreadgroup:
+                raise ReplyError(DOLLAR_IN_XREADGROUP)
+            ids.append(s.last_id if s is not None else 0)
+            dollars.append(streams_arg + nkeys + idx)
+        elif arg == b">":
+            if not xreadgroup:
+                raise ReplyError(GT_IN_XREAD)
+            ids.append(_NEW)
+        elif arg == b"+":
+            # 7.4: the last entry. Resolved to "after last_id - 1", as Redis does.
+            if xreadgroup:
+                raise ReplyError(PLUS_IN_XREADGROUP)
+            if s is not None:
+                if s.last_id == 0:
+                    raise ReplyError(PLUS_ON_ZERO)
+                ids.append(s.last_id - 1)
+            else:
+                ids.append(0)
+        else:
+            ids.append(errors.parse_id_or_error(arg, 0, strict=True))
+
+    # Serve synchronously what we can.
+    proto = c.proto
+    parts: list[bytes] = []
+    served = 0
+    for idx in range(nkeys):
+        s = streams[idx]
+        if s is None:
+            continue
+        gt = ids[idx]
+        if groupname is not None:
+            g = groups[idx]
+            key = keys[idx]
+            history = gt != _NEW
+            serve = history
+            if not history and s.length and s.last_valid_id() > g.last_id:
+                serve = True
+                gt = g.last_id
+            # 7.2+: the consumer is created and seen even when nothing is served.
+            cons = lookup_or_create_consumer(c, key, groupname, g, consumername)
+            if not serve:
+                continue
+            if history:
+                n, body = _serve_history(c, s, g, cons, key, groupname, gt + 1, count)
+            else:
+                n, body = _serve_new(c, s, g, cons, key, groupname, gt + 1, count, noack)
+        else:
+            if not s.length or s.last_valid_id() <= gt:
+                continue
+            n = 0
+            out: list[bytes] = []
+            for sid, fields in s.range(gt + 1, MAX_ID, count or None):
+                out.append(entry_reply(sid, fields))
+                n += 1
+            body = b"".join(out)
+        key = keys[idx]
+        served += 1
+        head = b"*2\r\n" if proto == 2 else b""
+        parts.append(b"%s$%d\r\n%s\r\n*%d\r\n%s" % (head, len(key), key, n, body))
+    if served:
+        return (b"*%d\r\n" if proto == 2 else b"%%%d\r\n") % served + b"".join(parts)
+
+    if timeout != -1:
+        if dollars:
+            argv = list(argv)
+            for pos in dollars:
+                argv[pos] = format_id(ids[pos - streams_arg - nkeys])
+        raise Blocked(keys, timeout, argv)
+    return null_array(proto)
+
+
+def _serve_new(c: Client, s: Stream, g: ConsumerGroup, cons: Consumer, key: bytes, groupname: bytes,
+               start: int, count: int, noack: bool) -> tuple[int, bytes]:
+    """streamReplyWithRange with a group: deliver entries after the group's last ID."""
+    now = c.server.now_ms()
+    out: list[bytes] = []
+    moved = False
+    for sid, fields in s.range(start, MAX_ID, count or None):
+        moved |= g.advance(s, sid)
+        out.append(entry_reply(sid, fields))
+        if not noack:
+            nack = g.deliver(sid, cons, now)
+            cons.active_time = now
+            propagate_xclaim(c, key, groupname, g, sid, nack)
+    if moved:
+        # Redis sends this for NOACK only, and replicas of its XCLAIM ... LASTID effects lose
+        # the group's entries_read. One SETID per read keeps them exact.
+        propagate_group_id(c, key, groupname, g)
+    return len(out), b"".join(out)
+
+
+def _serve_history(c: Client, s: Stream, g: ConsumerGroup, cons: Consumer, key: bytes, groupname: bytes,
+                   start: int, count: int) -> tuple[int, bytes]:
+    """streamReplyWithRangeFromConsumerPEL: the consumer's own pending entries from `start`.
+
+    An entry deleted from the stream is reported as [id, nil]. A served one is delivered
+    again (count + 1, time now); Redis does not propagate this, we do, as XCLAIM.
+    """
+    now = c.server.now_ms()
+    sids = list(islice(cons.pel.irange(start, None), count or None))
+    out: list[bytes] = []
+    nil = b"*-1\r\n" if c.proto == 2 else b"_\r\n"
+    for sid in sids:
+        fields = s.get(sid)
+        if fields is None:
+            ids = format_id(sid)
+            out.append(b"*2\r\n$%d\r\n%s\r\n%s" % (len(ids), ids, nil))
+        else:
+            out.append(entry_reply(sid, fields))
+            nack = g.redeliver(sid, now)
+            propagate_xclaim(c, key, groupname, g, sid, nack)
+    return len(sids), b"".join(out)
+

@@ -1,0 +1,273 @@
+"""Consumer groups: the group internals of Redis 7.4 t_stream.c, data only.
+
+No RESP and no client here: the command modules (node.commands.groups / reads / xinfo) parse,
+call these, reply and emit effects. Times are unix milliseconds passed in by the caller (the
+command's cached time), so that the same command applied twice gives the same state.
+
+Layout (stream.h streamCG / streamConsumer / streamNACK)
+-------------------------------------------------------
+- `ConsumerGroup.pel`: a SortedDict `id -> (delivery_time, delivery_count, consumer_name)`,
+  the group's pending entries list (Redis's group PEL rax of streamNACK).
+- `Consumer.pel`: a SortedList of the IDs this consumer owns (Redis's consumer PEL rax, whose
+  values point at the same NACKs). Every ID in a consumer PEL is in the group PEL with that
+  consumer's name, and the other way round.
+- A NACK is an immutable tuple of ints and the consumer's name (shared with `Consumer.name`):
+  no per-NACK object with references, so the garbage collector untracks them after one pass
+  and millions of pending entries cost no collection time. An update replaces the tuple.
+- `ConsumerGroup.consumers` is a dict in creation order; Redis keeps consumers (and groups)
+  in a rax, so every listing is in byte-wise lexicographic order: use `sorted_consumers()`
+  (and `sorted_groups()` for a stream's groups).
+- `entries_read` is None where Redis has SCG_INVALID_ENTRIES_READ (-1): the group's logical
+  read counter is unknown.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from sortedcontainers import SortedDict, SortedList
+
+from node.errors import MAX_ID
+
+if TYPE_CHECKING:
+    from node.stream import Stream
+
+__all__ = ["Consumer", "ConsumerGroup", "range_has_tombstones", "estimate_distance", "create_group", "lookup_group", "sorted_groups",
+           "copy_groups", "dump_groups", "load_groups"]
+
+# A NACK: (delivery_time ms, delivery_count, consumer name).
+Nack = tuple[int, int, bytes]
+
+
+class Consumer:
+    """streamConsumer: a name, its pending IDs, and when it was last seen / last active."""
+
+    __slots__ = ("name", "seen_time", "active_time", "pel")
+
+    def __init__(self, name: bytes, now_ms: int) -> None:
+        self.name = name
+        # seen_time: last attempted interaction (XREADGROUP, XCLAIM, XAUTOCLAIM), even if
+        # nothing was delivered. active_time: last successful one (something was read into
+        # the PEL or claimed), -1 until then. Both as in Redis 7.2+ (7.0 had only seen_time).
+        self.seen_time = now_ms
+        self.active_time = -1
+        self.pel: SortedList = SortedList()
+
+    def __repr__(self) -> str:
+        return f"<Consumer {self.name!r} pending={len(self.pel)}>"
+
+
+class ConsumerGroup:
+    """streamCG: the last delivered ID, its logical read counter, the PEL and the consumers."""
+
+    __slots__ = ("last_id", "entries_read", "pel", "consumers")
+
+    def __init__(self, last_id: int, entries_read: int | None) -> None:
+        self.last_id = last_id
+        self.entries_read = entries_read  # None = invalid (SCG_INVALID_ENTRIES_READ)
+        self.pel: SortedDict = SortedDict()
+        self.consumers: dict[bytes, Consumer] = {}
+
+    def __repr__(self) -> str:
+        return (f"<ConsumerGroup last_id={self.last_id} entries_read={self.entries_read} "
+                f"pending={len(self.pel)} consumers={len(self.consumers)}>")
+
+    # -- consumers (streamCreateConsumer / streamLookupConsumer / streamDelConsumer) -------
+    def create_consumer(self, name: bytes, now_ms: int) -> Consumer | None:
+        """A new consumer, or None if one with that name exists."""
+        if name in self.consumers:
+            return None
+        cons = self.consumers[name] = Consumer(name, now_ms)
+        return cons
+
+    def lookup_consumer(self, name: bytes) -> Consumer | None:
+        return self.consumers.get(name)
+
+    def delete_consumer(self, name: bytes) -> int | None:
+        """Remove a consumer and its pending entries; returns how many it had (None: no such)."""
+        cons = self.consumers.pop(name, None)
+        if cons is None:
+            return None
+        pel = self.pel
+        for sid in cons.pel:
+            del pel[sid]
+        return len(cons.pel)
+
+    def sorted_consumers(self) -> list[Consumer]:
+        """Consumers in Redis's rax order (byte-wise lexicographic by name)."""
+        return [self.consumers[n] for n in sorted(self.consumers)]
+
+    # -- PEL ---------------------------------------------------------------------------------
+    def deliver(self, sid: int, cons: Consumer, now_ms: int) -> Nack:
+        """A new delivery of `sid` to `cons` (streamReplyWithRange without NOACK).
+
+        The entry may already be pending (XGROUP SETID moved the group back): it is then
+        reassigned to this consumer with its delivery count reset to 1, as Redis does.
+        """
+        pel = self.pel
+        old = pel.get(sid)
+        if old is not None and old[2] != cons.name:
+            self.consumers[old[2]].pel.remove(sid)
+            cons.pel.add(sid)
+        elif old is None:
+            cons.pel.add(sid)
+        nack = pel[sid] = (now_ms, 1, cons.name)
+        return nack
+
+    def set_nack(self, sid: int, cons: Consumer, delivery_time: int, delivery_count: int) -> Nack:
+        """Create or update the NACK of `sid`, owned by `cons` (XCLAIM / XAUTOCLAIM)."""
+        pel = self.pel
+        old = pel.get(sid)
+        if old is None:
+            cons.pel.add(sid)
+        elif old[2] != cons.name:
+            self.consumers[old[2]].pel.remove(sid)
+            cons.pel.add(sid)
+        nack = pel[sid] = (delivery_time, delivery_count, cons.name)
+        return nack
+
+    def redeliver(self, sid: int, now_ms: int) -> Nack:
+        """A history read (XREADGROUP with an explicit ID) delivers a pending entry again."""
+        t, n, name = self.pel[sid]
+        nack = self.pel[sid] = (now_ms, n + 1, name)
+        return nack
+
+    def ack(self, sid: int) -> bool:
+        """XACK of one ID: drop it from the group PEL and from its consumer's PEL."""
+        nack = self.pel.pop(sid, None)
+        if nack is None:
+            return False
+        self.consumers[nack[2]].pel.remove(sid)
+        return True
+
+    # -- logical read counter and lag ------------------------------------------------------
+    def advance(self, s: Stream, sid: int) -> bool:
+        """The group read `sid`: move last_id and entries_read as streamReplyWithRange does.
+
+        The counter is incremented only while it is known to be exact: valid, the group's
+        last ID not before the stream's first entry, and no tombstone after the last ID.
+        Otherwise it is estimated for `sid` (and may become unknown). Returns True if the
+        cursor moved (sid > last_id).
+        """
+        if sid <= self.last_id:
+            return False
+        if (self.entries_read is not None and self.last_id >= s.first_id
+                and not range_has_tombstones(s, self.last_id, None)):
+            self.entries_read += 1
+        elif s.entries_added:
+            self.entries_read = estimate_distance(s, sid)
+        self.last_id = sid
+        return True
+
+    def lag(self, s: Stream) -> int | None:
+        """streamReplyWithCGLag: entries not yet delivered, None when it cannot be known."""
+        if not s.entries_added:
+            return 0  # a never-used stream
+        if self.entries_read is not None and not range_has_tombstones(s, self.last_id, None):
+            return s.entries_added - self.entries_read
+        er = estimate_distance(s, self.last_id)
+        if er is None:
+            return None
+        return s.entries_added - er
+
+    # -- persistence -------------------------------------------------------------------------
+    def dump_state(self) -> tuple:
+        """Plain values that `from_state` restores: (last_id, entries_read, consumers, pel)."""
+        consumers = [(c.name, c.seen_time, c.active_time) for c in self.consumers.values()]
+        return (self.last_id, self.entries_read, consumers, list(self.pel.items()))
+
+    @classmethod
+    def from_state(cls, st: tuple) -> ConsumerGroup:
+        last_id, entries_read, consumers, pel = st
+        g = cls(last_id, entries_read)
+        for name, seen, active in consumers:
+            cons = g.consumers[name] = Consumer(name, seen)
+            cons.active_time = active
+        g.pel.update((sid, (t, n, g.consumers[owner].name)) for sid, (t, n, owner) in pel)
+        by_owner: dict[bytes, list[int]] = {}
+        for sid, (_t, _n, owner) in pel:
+            by_owner.setdefault(owner, []).append(sid)
+        for owner, sids in by_owner.items():
+            g.consumers[owner].pel.update(sids)
+        return g
+
+    def copy(self) -> ConsumerGroup:
+        return ConsumerGroup.from_state(self.dump_state())
+
+
+# -- logical read counters (t_stream.c, Redis 7.2+) --------------------------------------------
+# These are the 7.2+ versions, checked against a 7.2-based server (valkey 8.1) by fuzzing
+# entries-read/lag after random XADD/XDEL/XTRIM/XSETID/XGROUP SETID/XREADGROUP. They differ
+# from 7.0's (and from Stream.range_has_tombstones / Stream.estimate_distance, which follow
+# 7.0): a tombstone before the first entry still counts, and an ID before the last tombstone
+# has no estimate (except 0-0).
+def range_has_tombstones(s: Stream, start: int | None, end: int | None) -> bool:
+    """streamRangeHasTombstones: could an XDEL'd entry lie in [start, end]?"""
+    mdel = s.max_deleted_entry_id
+    if not s.length or not mdel:
+        return False
+    lo = 0 if start is None else start
+    hi = MAX_ID if end is None else end
+    return lo <= mdel <= hi
+
+
+def estimate_distance(s: Stream, sid: int) -> int | None:
+    """streamEstimateDistanceFromFirstEverEntry: the entries-read counter of `sid`, or None.
+
+    Known exactly for the last ID (entries_added) and for the first entry or any ID before it
+    when nothing was deleted after it; unknown when an entry after `sid` was deleted, or for
+    an ID between the first and last entries, or in the future.
+    """
+    added = s.entries_added
+    if not added:
+        return 0  # a never-used stream: every counter is 0
+    last = s.last_id
+    if not s.length and sid <= last:
+        return added
+    if sid and sid < s.max_deleted_entry_id:
+        return None  # fragmentation between sid and the last ID
+    if sid == last:
+        return added
+    if sid > last:
+        return None  # a future ID
+    mdel = s.max_deleted_entry_id
+    first = s.first_id
+    if not mdel or mdel < first:
+        if sid < first:
+            return added - s.length
+        if sid == first:
+            return added - s.length + 1
+    return None
+
+
+# -- a stream's groups (streamCreateCG / streamLookupCG) -------------------------------------
+def create_group(s: Stream, name: bytes, last_id: int, entries_read: int | None
+                 ) -> ConsumerGroup | None:
+    """A new group in `s`, or None if a group with that name exists."""
+    if name in s.groups:
+        return None
+    g = s.groups[name] = ConsumerGroup(last_id, entries_read)
+    return g
+
+
+def lookup_group(s: Stream, name: bytes) -> ConsumerGroup | None:
+    return s.groups.get(name)
+
+
+def sorted_groups(s: Stream) -> list[tuple[bytes, ConsumerGroup]]:
+    """A stream's groups in Redis's rax order (byte-wise lexicographic by name)."""
+    return sorted(s.groups.items())
+
+
+def copy_groups(src: Stream, dst: Stream) -> None:
+    """Deep-copy the groups of `src` into `dst` (Stream.copy copies entries only)."""
+    dst.groups = {name: g.copy() for name, g in src.groups.items()}
+
+
+def dump_groups(s: Stream) -> list[tuple[bytes, tuple]]:
+    """Plain values for a snapshot; `load_groups` restores them."""
+    return [(name, g.dump_state()) for name, g in s.groups.items()]
+
+
+def load_groups(s: Stream, state: list[tuple[bytes, tuple]]) -> None:
+    s.groups = {name: ConsumerGroup.from_state(st) for name, st in state}
