@@ -60,8 +60,8 @@ def wrong_arity(name: bytes) -> bytes:
 
 
 def _sanitize(b: bytes) -> bytes:
-    """Redis replaces newlines in error arguments so the reply stays one line."""
-    return b.replace(b"\r", b" ").replace(b"\n", b" ")
+    """As Redis's "%.128s": stop at a NUL; and newlines become spaces so the reply stays one line."""
+    return b.split(b"\0", 1)[0].replace(b"\r", b" ").replace(b"\n", b" ")
 
 
 # --- integers, Redis rules ------------------------------------------------------------------

@@ -207,7 +207,7 @@ def check_request_header(buf: bytes, max_bulk: int, authed: bool) -> bytes | Non
     nl = buf.find(b"\r\n")
     if nl < 0:
         return b"too big mbulk count string" if len(buf) > PROTO_INLINE_MAX_SIZE else None
-    n = _ll(buf[1:nl])
+    n = _strict_ll(buf[1:nl])
     if n is None or n > INT_MAX:
         return b"invalid multibulk length"
     if n > PROTO_UNAUTH_MULTIBULK and not authed:
@@ -221,20 +221,13 @@ def check_request_header(buf: bytes, max_bulk: int, authed: bool) -> bytes | Non
         nl = buf.find(b"\r\n", pos)
         if nl < 0:
             return b"too big bulk count string" if len(buf) - pos > PROTO_INLINE_MAX_SIZE else None
-        ln = _ll(buf[pos + 1:nl])
+        ln = _strict_ll(buf[pos + 1:nl])
         if ln is None or ln < 0 or ln > max_bulk:
             return b"invalid bulk length"
         if ln > PROTO_UNAUTH_BULK and not authed:
             return b"unauthenticated bulk length"
         pos = nl + 2 + ln + 2
     return None
-
-
-def _ll(b: bytes) -> int | None:
-    try:
-        return int(b) if b and b.strip() == b and b[:1] != b"+" else None
-    except ValueError:
-        return None
 
 
 _ESCAPES = {ord("n"): b"\n", ord("r"): b"\r", ord("t"): b"\t", ord("b"): b"\b", ord("a"): b"\a"}
@@ -302,3 +295,90 @@ def split_inline_args(line: bytes) -> list[bytes] | None:
                     cur.append(ch)
             i += 1
         args.append(bytes(cur))
+
+
+class ProtocolError(Exception):
+    """A malformed request; `text` is Redis's reason (after 'Protocol error: ')."""
+
+    def __init__(self, text: bytes) -> None:
+        super().__init__(text)
+        self.text = text
+
+
+SKIP: list[bytes] = []  # parse_request's "nothing to run" (empty line, *0, *-1)
+
+
+def parse_request(buf: bytes, pos: int, max_bulk: int, authed: bool) -> tuple[list[bytes] | None, int]:
+    """Parse one request at `pos` exactly as Redis's processInlineBuffer/processMultibulkBuffer.
+
+    Returns (argv, end), (SKIP, end) for a request that runs nothing, or (None, pos) when more
+    bytes are needed; raises ProtocolError. This is the slow path: hiredis frames ordinary
+    traffic, and this takes over for inline commands and anything hiredis rejects.
+    """
+    n = len(buf)
+    if pos >= n:
+        return None, pos
+    if buf[pos] != 42:  # not '*': an inline command
+        nl = buf.find(b"\n", pos)
+        if nl < 0:
+            if n - pos > PROTO_INLINE_MAX_SIZE:
+                raise ProtocolError(b"too big inline request")
+            return None, pos
+        line = buf[pos:nl]
+        if line.endswith(b"\r"):
+            line = line[:-1]
+        argv = split_inline_args(line)
+        if argv is None:
+            raise ProtocolError(b"unbalanced quotes in request")
+        return (argv or SKIP), nl + 1
+    cr = buf.find(b"\r", pos)
+    if cr < 0:
+        if n - pos > PROTO_INLINE_MAX_SIZE:
+            raise ProtocolError(b"too big mbulk count string")
+        return None, pos
+    if cr + 1 >= n:
+        return None, pos
+    count = _strict_ll(buf[pos + 1:cr])
+    if count is None or count > INT_MAX:
+        raise ProtocolError(b"invalid multibulk length")
+    if count > PROTO_UNAUTH_MULTIBULK and not authed:
+        raise ProtocolError(b"unauthenticated multibulk length")
+    p = cr + 2
+    if count <= 0:
+        return SKIP, p
+    argv = []
+    for _ in range(count):
+        if p >= n:
+            return None, pos
+        cr = buf.find(b"\r", p)
+        if cr < 0:
+            if n - p > PROTO_INLINE_MAX_SIZE:
+                raise ProtocolError(b"too big bulk count string")
+            return None, pos
+        if buf[p] != 36:  # '$'
+            raise ProtocolError(b"expected '$', got '%s'" % buf[p:p + 1])
+        if cr + 1 >= n:
+            return None, pos
+        ln = _strict_ll(buf[p + 1:cr])
+        if ln is None or ln < 0 or ln > max_bulk:
+            raise ProtocolError(b"invalid bulk length")
+        if ln > PROTO_UNAUTH_BULK and not authed:
+            raise ProtocolError(b"unauthenticated bulk length")
+        start = cr + 2
+        if start + ln + 2 > n:
+            return None, pos
+        argv.append(buf[start:start + ln])
+        p = start + ln + 2  # Redis skips the two bytes after a bulk without looking at them
+    return argv, p
+
+
+def _strict_ll(b: bytes) -> int | None:
+    """Redis string2ll on a header number: no spaces, no '+', no leading zeros."""
+    if not b or len(b) > 20:
+        return None
+    if b == b"0":
+        return 0
+    digits = b[1:] if b[:1] == b"-" else b
+    if not digits.isdigit() or digits[:1] == b"0":
+        return None
+    return int(b)

@@ -25,11 +25,12 @@ from node.config import Config
 from node.effects import EffectLog
 from node.keyspace import Keyspace
 from node.resp import (
-    PROTO_INLINE_MAX_SIZE,
     QUEUED,
+    SKIP,
+    ProtocolError,
     ReplyError,
     check_request_header,
-    split_inline_args,
+    parse_request,
 )
 
 log = logging.getLogger("xshard.node")
@@ -39,10 +40,8 @@ _MULTI_IMMEDIATE = frozenset((b"exec", b"discard", b"multi", b"watch", b"quit", 
 # Commands an unauthenticated client may send.
 _NOAUTH_OK = frozenset((b"auth", b"hello", b"quit", b"reset"))
 
-_HIREDIS_ERRORS = {
-    "Bad multi-bulk length": b"invalid multibulk length",
-    "Bad bulk string length": b"invalid bulk length",
-}
+_SPAN_LIMIT = 8 * 1024 * 1024  # past this, a request's raw bytes are not kept for error texts
+_BLOCKED_INPUT_LIMIT = 64 * 1024  # a blocked client's input buffered before reading pauses
 
 
 class CommandStats:
@@ -243,15 +242,20 @@ class Server:
 class Connection(asyncio.Protocol):
     """One client socket. Parses synchronously, replies once per batch, never awaits."""
 
-    __slots__ = ("server", "transport", "reader", "client", "_inline", "_closing",
-                 "_write_paused", "_read_paused", "_pending")
+    __slots__ = ("server", "transport", "reader", "client", "_slow", "_closing",
+                 "_write_paused", "_read_paused", "_pending", "_boundary", "_span",
+                 "_span_len", "_done")
 
     def __init__(self, server: Server) -> None:
         self.server = server
         self.transport: asyncio.Transport | None = None
         self.reader = hiredis.Reader()
         self.client: Client | None = None
-        self._inline = b""  # unparsed inline-protocol bytes
+        self._slow = b""  # bytes for the exact (slow) parser: inline commands, odd input
+        self._boundary = True  # hiredis holds nothing: the next byte starts a request
+        self._span: list[bytes] | None = []  # bytes fed to hiredis since the last boundary
+        self._span_len = 0
+        self._done = 0  # commands of the span that already ran
         self._closing = False
         self._write_paused = False
         self._read_paused = False
@@ -298,36 +302,49 @@ class Connection(asyncio.Protocol):
             return
         self.server.stats.net_input_bytes += len(data)
         reader = self.reader
-        if self._inline or (data[:1] != b"*" and not reader.has_data()):
-            self._inline += data
+        if self._slow or (data[:1] != b"*" and self._boundary):
+            self._slow += data
             self._process()
             return
-        at_boundary = not reader.has_data()
+        # Keep the bytes since the last known request boundary: if hiredis rejects something,
+        # the slow path re-parses them exactly as Redis would.
+        span = self._span
+        if self._boundary:
+            self._span = [data]
+            self._span_len = len(data)
+            self._done = 0
+        elif span is not None:
+            span.append(data)
+            self._span_len += len(data)
+            if self._span_len > _SPAN_LIMIT:
+                self._span = None
         reader.feed(data)
         if self._process():
             self._pending = len(data)
-        else:
-            self._pending += len(data)
-            if reader.has_data() and not self._closing:
-                self._check_pending(data if at_boundary else None)
-
-    def _check_pending(self, head: bytes | None) -> None:
-        """A chunk that completed no command: catch impossible declared lengths now, before
-        buffering them (hiredis would just wait for the bytes), as Redis does."""
+            return
+        self._pending += len(data)
         c = self.client
+        if c is not None and c.blocked is not None:
+            if self._pending > _BLOCKED_INPUT_LIMIT:
+                self._pause_reading()  # a blocked client's pipeline waits in the kernel
+            return
+        span = self._span
         err = None
-        if head is not None:
-            err = check_request_header(head, self.server.config.proto_max_bulk_len,
+        if span is not None and len(span) == 1 and not self._done:
+            # Nothing ran from the first chunk after a boundary: the request at its start may
+            # declare an impossible length that hiredis would wait for forever.
+            err = check_request_header(span[0], self.server.config.proto_max_bulk_len,
                                        c is not None and c.authenticated)
         if err is None and self._pending > self.server.config.client_query_buffer_limit:
             err = b"query buffer limit exceeded"
         if err is not None:
-            self._protocol_error(err)
+            self._write(self._protocol_error_reply(err))
+            self.close()
 
     def _process(self) -> int:
         """Run every complete command that is ready, then write the replies at once.
 
-        Returns how many requests were taken from the parser."""
+        Returns how many commands hiredis produced."""
         c = self.client
         if c is None or self._closing:
             return 0
@@ -335,79 +352,101 @@ class Connection(asyncio.Protocol):
         out: list[bytes] = []
         execute = self.server.execute
         reader = self.reader
-        if self._inline:
-            self._process_inline(out)
-        while c.blocked is None and not self._closing and not self._inline and not self._write_paused:
+        if self._slow:
+            self._process_slow(out)
+        while not self._slow and c.blocked is None and not self._closing and not self._write_paused:
+            if not reader.has_data():
+                break
             try:
                 argv = reader.gets()
-            except hiredis.ProtocolError as e:
-                msg = str(e)
-                if msg.startswith("Protocol error, got"):
-                    err = b"expected '$', got '%s'" % msg.split('"')[1].encode()
-                else:
-                    err = _HIREDIS_ERRORS.get(msg, b"invalid multibulk length")
-                out.append(self._protocol_error_reply(err))
+            except hiredis.ProtocolError:
+                self._fallback(out)
                 break
             if argv is False:
+                self._boundary = False
                 break
             n += 1
             if type(argv) is not list:
-                out.append(self._protocol_error_reply(b"expected '$', got '%s'" % _type_byte(argv)))
+                self._fallback(out)
                 break
             if not argv:
                 continue
             try:
                 b"".join(argv)  # every argument must be a bulk string; C-speed check
             except TypeError:
-                bad = next(a for a in argv if type(a) is not bytes)
-                out.append(self._protocol_error_reply(
-                    b"invalid bulk length" if bad is None else b"expected '$', got '%s'" % _type_byte(bad)))
+                self._fallback(out)
                 break
+            self._done += 1
             reply = execute(c, argv)
             if reply is not None:
                 out.append(reply)
             if c.close_after_reply:
                 break
             if not reader.has_data():
+                self._boundary = True
                 break
         if out:
             self._write(b"".join(out))
         if c.close_after_reply:
             self.close()
-        elif c.blocked is not None:
-            self._pause_reading()
         return n
 
-    def _process_inline(self, out: list[bytes]) -> None:
-        """Inline commands: one per line, split like sdssplitargs (Redis processInlineBuffer)."""
+    def _fallback(self, out: list[bytes]) -> None:
+        """hiredis rejected the input: hand the bytes since the last boundary to the slow path."""
+        self.reader = hiredis.Reader()
+        span = self._span
+        if span is None:  # too much to keep: an approximate error is the best we can do
+            out.append(self._protocol_error_reply(b"invalid multibulk length"))
+            return
+        self._slow = b"".join(span)
+        self._span = None
+        self._boundary = False
+        skip = self._done
+        self._done = 0
+        self._process_slow(out, skip)
+
+    def _process_slow(self, out: list[bytes], skip: int = 0) -> None:
+        """The exact Redis parser, for inline commands and input hiredis rejects; `skip`
+        commands at the front already ran from hiredis."""
         c = self.client
         assert c is not None
-        buf = self._inline
-        while buf and c.blocked is None and not c.close_after_reply:
-            if buf[:1] == b"*":  # back to the multibulk protocol
-                self._inline = b""
-                self.reader.feed(buf)
-                return
-            nl = buf.find(b"\n")
-            if nl < 0:
-                if len(buf) > PROTO_INLINE_MAX_SIZE:
-                    out.append(self._protocol_error_reply(b"too big inline request"))
-                    buf = b""
+        buf = self._slow
+        pos = 0
+        max_bulk = self.server.config.proto_max_bulk_len
+        while c.blocked is None and not c.close_after_reply:
+            try:
+                argv, end = parse_request(buf, pos, max_bulk, c.authenticated)
+            except ProtocolError as e:
+                out.append(self._protocol_error_reply(e.text))
+                pos = len(buf)
                 break
-            line, buf = buf[:nl], buf[nl + 1:]
-            if line.endswith(b"\r"):
-                line = line[:-1]
-            argv = split_inline_args(line)
             if argv is None:
-                out.append(self._protocol_error_reply(b"unbalanced quotes in request"))
-                buf = b""
                 break
-            if not argv:
+            pos = end
+            if argv is SKIP:
+                continue
+            if skip:
+                skip -= 1
                 continue
             reply = self.server.execute(c, argv)
             if reply is not None:
                 out.append(reply)
-        self._inline = buf
+        rest = buf[pos:]
+        if rest[:1] == b"*" or not rest:
+            # Back to hiredis at a request boundary.
+            self._slow = b""
+            self._boundary = True
+            if rest:
+                self.data_received_fast(rest)
+        else:
+            self._slow = rest
+
+    def data_received_fast(self, data: bytes) -> None:
+        self._span = [data]
+        self._span_len = len(data)
+        self._done = 0
+        self._boundary = False
+        self.reader.feed(data)
 
     def _protocol_error_reply(self, err: bytes) -> bytes:
         """Redis replies to a protocol error and then closes the connection."""
@@ -416,10 +455,6 @@ class Connection(asyncio.Protocol):
         if self.client is not None:
             self.client.close_after_reply = True
         return b"-%s\r\n" % msg
-
-    def _protocol_error(self, err: bytes) -> None:
-        self._write(self._protocol_error_reply(err))
-        self.close()
 
     # --- output -------------------------------------------------------------------------------
     def _write(self, data: bytes) -> None:
@@ -477,15 +512,3 @@ class Connection(asyncio.Protocol):
             self.transport.abort()
         else:
             self.transport.close()
-
-
-def _type_byte(v: object) -> bytes:
-    if isinstance(v, int):
-        return b":"
-    if isinstance(v, list):
-        return b"*"
-    if isinstance(v, hiredis.ReplyError):
-        return b"-"
-    if isinstance(v, float):
-        return b","
-    return b"+"
