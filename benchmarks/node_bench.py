@@ -65,7 +65,7 @@ class Sizes:
     xadd: int = 200_000
     xadd_p16: int = 1_000_000
     xrange_prefill: int = 10_000
-    xrange: int = 100_000
+    xrange: int = 50_000
     xreadgroup_prefill: int = 500_000
     xreadgroup_seconds: float = 30.0
     memory: int = 1_000_000
@@ -104,14 +104,31 @@ class Ctx:
 # Load helpers
 
 
-def load_entries(port: int, n: int, batch: int = 100) -> None:
+def distinct_xadds(first: int, k: int) -> bytes:
+    """k pipelined XADDs whose 10-byte values are all different ("v" + 9 digits).
+
+    Used where memory is measured: identical values would reward a server that dedups or
+    compresses them, which real data does not allow. The "v" keeps redis-server from storing
+    a value as an integer.
+    """
+    names = [f"f{j}".encode() for j in range(1, 6)]
+    out = []
+    for i in range(first, first + k):
+        argv = [b"XADD", b"s", b"*"]
+        for j, name in enumerate(names):
+            argv += (name, b"v%09d" % (i * 5 + j))
+        out.append(hiredis.pack_command(tuple(argv)))
+    return b"".join(out)
+
+
+def load_entries(port: int, n: int, batch: int = 100, distinct: bool = False) -> None:
     """Append exactly n entries with pipelined XADD on one connection (checks every reply)."""
     cmd = hiredis.pack_command(tuple(XADD_ARGS))
     with Conn(port, timeout=120) as c:
         left = n
         while left:
             k = min(batch, left)
-            c.send(cmd * k)
+            c.send(distinct_xadds(n - left, k) if distinct else cmd * k)
             for r in c.read_replies(k):
                 if isinstance(r, hiredis.ReplyError):
                     raise RuntimeError(f"XADD failed: {r}")
@@ -295,12 +312,17 @@ def m_memory(srv: ServerProc, ctx: Ctx) -> dict[str, tuple[float, float]]:
     rss0 = srv.rss_kib()
     with Conn(srv.port) as c:
         um0 = info_fields(c).get("used_memory")
-    load_entries(srv.port, n)
+    load_entries(srv.port, n, distinct=True)
     expect_xlen(srv, n, "memory load")
     time.sleep(0.5)  # let any deferred work (lazy frees, block sealing) settle
     rss = srv.rss_kib()
     with Conn(srv.port) as c:
-        um = info_fields(c).get("used_memory")
+        info = info_fields(c)
+    um = info.get("used_memory")
+    if um is not None and um == info.get("used_memory_rss"):
+        # A server that reports its RSS as used_memory has no allocator-level figure to
+        # compare with redis-server's; the RSS rows already cover it.
+        um = None
     nan = math.nan
     res = {
         "VmRSS after load (MiB)": (rss / 1024, nan),
@@ -421,13 +443,44 @@ def describe(name: str, s: Sizes, procs: int) -> str:
                   f"{s.xrange:,} requests",
         "xreadgroup": f"XREADGROUP COUNT 10 + XACK, {procs} consumer processes, "
                       f"{s.xreadgroup_prefill:,} entries (cap {s.xreadgroup_seconds:g} s)",
-        "memory": f"after {s.memory:,} XADDs of 5×10 B fields",
+        "memory": f"after {s.memory:,} XADDs of 5×10 B fields (all values distinct); "
+                  "used_memory only where the server reports an allocator figure, not its RSS",
         "stall": f"PING every 1 ms while 4 conns × pipeline 100 XADD {s.stall:,} entries",
     }[name]
 
 
 # --------------------------------------------------------------------------------------------
 # Driver and report
+
+
+OTHERS_LIMIT = 15.0  # % of a core used by unrelated processes above which a figure is suspect
+
+
+def _attempt(fn: Callable[[ServerProc, Ctx], dict], srv: ServerProc, ctx: Ctx,
+             idle_wait: float) -> tuple[float, dict, list[str]] | str:
+    """Run one measurement on one server: (others' CPU %, result, notes) or an error text."""
+    if idle_wait > 0:
+        level = wait_for_idle(idle_wait)
+        if level >= 0.3:
+            print(f"   machine still busy ({level:.2f} cores) after {idle_wait:g} s, "
+                  "measuring anyway", file=sys.stderr, flush=True)
+    t0 = time.perf_counter()
+    saved = ctx.notes
+    ctx.notes = []
+    try:
+        with OthersMeter(srv.pid) as others:
+            res = fn(srv, ctx)
+    except Exception as e:  # noqa: BLE001 - one failure must not hide the rest
+        msg = f"{srv.label}: {type(e).__name__}: {e}"
+        if srv.proc.poll() is not None:
+            msg += f"\n  server exited ({srv.proc.returncode}):\n{srv.log_tail(10)}"
+        return msg
+    finally:
+        notes, ctx.notes = ctx.notes, saved
+    print(f"   {srv.label:16s} " + ", ".join(f"{m} {v:,.2f}" for m, (v, _) in res.items())
+          + f"  [{time.perf_counter() - t0:.1f} s, others {others.pct:.0f}%]",
+          file=sys.stderr, flush=True)
+    return others.pct, res, notes
 
 
 def run(args: argparse.Namespace) -> tuple[list[Metric], Ctx, list[str]]:
@@ -450,34 +503,38 @@ def run(args: argparse.Namespace) -> tuple[list[Metric], Ctx, list[str]]:
         try:
             for kind, label in roles:
                 servers.append(start_server(kind, label=label, cpu=ctx.server_cpu))
-            for srv in servers:
-                if args.idle_wait > 0:
-                    level = wait_for_idle(args.idle_wait)
-                    if level >= 0.3:
-                        print(f"   machine still busy ({level:.2f} cores) after "
-                              f"{args.idle_wait:g} s, measuring anyway", file=sys.stderr)
-                t0 = time.perf_counter()
-                try:
-                    with OthersMeter(srv.pid) as others:
-                        res = fn(srv, ctx)
-                except Exception as e:  # noqa: BLE001 - one failure must not hide the rest
-                    msg = f"{name} on {srv.label}: {type(e).__name__}: {e}"
-                    if srv.proc.poll() is not None:
-                        msg += f"\n  server exited ({srv.proc.returncode}):\n{srv.log_tail(10)}"
-                    failures.append(msg)
-                    print("   FAILED " + msg, file=sys.stderr, flush=True)
+            for i, (kind, label) in enumerate(roles):
+                best = None  # (others %, result, notes) of the least disturbed attempt
+                for attempt in range(1 + args.retries):
+                    if attempt:
+                        # A retry needs the same fresh state as the first try.
+                        servers[i].stop()
+                        servers[i] = start_server(kind, label=label, cpu=ctx.server_cpu)
+                        print(f"   retry {attempt} on {label}: the machine was shared",
+                              file=sys.stderr, flush=True)
+                    outcome = _attempt(fn, servers[i], ctx, args.idle_wait)
+                    if isinstance(outcome, str):
+                        failures.append(f"{name} on {outcome}")
+                        print("   FAILED " + outcome, file=sys.stderr, flush=True)
+                        best = None
+                        break
+                    if best is None or outcome[0] < best[0]:
+                        best = outcome
+                    if best[0] <= OTHERS_LIMIT:
+                        break
+                if best is None:
                     continue
+                others_pct, res, notes = best
+                ctx.notes.extend(notes)
                 for m, (v, cpu) in res.items():
-                    rows[m].values[srv.label] = v
-                    rows[m].cpu[srv.label] = cpu
-                    rows[m].others[srv.label] = others.pct
-                if others.pct > 15:
-                    ctx.notes.append(f"WARNING: other processes used {others.pct:.0f}% of a "
-                                     f"core during {name} on {srv.label}; rerun on an idle "
-                                     "machine before trusting that figure")
-                print(f"   {srv.label:16s} " + ", ".join(f"{m} {v:,.2f}" for m, (v, _) in
-                                                      res.items())
-                      + f"  [{time.perf_counter() - t0:.1f} s]", file=sys.stderr, flush=True)
+                    rows[m].values[label] = v
+                    rows[m].cpu[label] = cpu
+                    rows[m].others[label] = others_pct
+                if others_pct > OTHERS_LIMIT:
+                    ctx.notes.append(f"WARNING: other processes used {others_pct:.0f}% of a "
+                                     f"core during {name} on {label} (best of "
+                                     f"{1 + args.retries} tries); rerun on an idle machine "
+                                     "before trusting that figure")
         except Exception as e:  # noqa: BLE001 - e.g. a server that does not start
             failures.append(f"{name}: {type(e).__name__}: {e}")
             print(f"   FAILED {name}: {e}", file=sys.stderr, flush=True)
@@ -571,6 +628,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--idle-wait", type=float, default=60.0,
                     help="before each measurement wait up to this many seconds for the machine "
                          "to be idle (0: do not wait)")
+    ap.add_argument("--retries", type=int, default=1,
+                    help="re-run a measurement (on a fresh server) up to this many times when "
+                         "other processes used more than 15%% of a core during it; the least "
+                         "disturbed try is reported")
     ap.add_argument("--no-pin", action="store_true", help="do not pin servers/load to CPUs")
     ap.add_argument("--output", default=str(Path(__file__).resolve().parent / "RESULTS.md"),
                     help="Markdown file to write (default benchmarks/RESULTS.md)")

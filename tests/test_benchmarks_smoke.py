@@ -26,7 +26,7 @@ pytestmark = pytest.mark.skipif(shutil.which("redis-benchmark") is None
 def _run(tmp_path: Path, *extra: str) -> str:
     out = tmp_path / "RESULTS.md"
     res = subprocess.run([sys.executable, str(BENCH), "--quick", "--only", "xadd",
-                          "--idle-wait", "0", "--output", str(out), *extra],
+                          "--idle-wait", "0", "--retries", "0", "--output", str(out), *extra],
                          capture_output=True, text=True, timeout=90, cwd=REPO)
     assert res.returncode == 0, f"stdout:\n{res.stdout}\nstderr:\n{res.stderr}"
     md = out.read_text()
