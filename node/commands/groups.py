@@ -22,7 +22,7 @@ from node import errors
 from node.client import Client
 from node.commands import command
 from node.commands.streams import entry_reply, parse_strict_id_or_error
-from node.errors import MAX_ID, format_id, parse_range_id_or_error, string2ll
+from node.errors import MAX_ID, SEQ_MAX, format_id, parse_range_id_or_error, string2ll
 from node.groups import Consumer, ConsumerGroup, Nack, create_group
 from node.resp import NULL_ARRAY, OK, ONE, ZERO, ReplyError, Status, encode, integer
 from node.stream import Stream
@@ -87,9 +87,11 @@ def propagate_xclaim(c: Client, key: bytes, groupname: bytes, g: ConsumerGroup, 
     needed (FORCE), deletes it if the entry no longer exists, and moves the group's last ID
     forward only. JUSTID avoids reading the entry on the replica.
     """
-    c.server.propagate([b"XCLAIM", key, groupname, nack[2], b"0", format_id(sid),
-                        b"TIME", b"%d" % nack[0], b"RETRYCOUNT", b"%d" % nack[1],
-                        b"FORCE", b"JUSTID", b"LASTID", format_id(g.last_id)])
+    last = g.last_id
+    c.server.propagate([b"XCLAIM", key, groupname, nack[2], b"0",
+                        b"%d-%d" % (sid >> 64, sid & SEQ_MAX), b"TIME", b"%d" % nack[0],
+                        b"RETRYCOUNT", b"%d" % nack[1], b"FORCE", b"JUSTID", b"LASTID",
+                        b"%d-%d" % (last >> 64, last & SEQ_MAX)])
 
 
 def propagate_group_id(c: Client, key: bytes, groupname: bytes, g: ConsumerGroup) -> None:
@@ -234,6 +236,23 @@ def xgroup(c: Client, argv: list[bytes]) -> bytes:
 
 
 # --- XACK ----------------------------------------------------------------------------------
+def parse_strict_ids_or_error(args: list[bytes]) -> list[int]:
+    """Many strict IDs (XACK): a fast path for plain `ms-seq`, else streamParseStrictID."""
+    out = []
+    for a in args:
+        dash = a.find(b"-")
+        if 0 < dash < len(a) - 1 and len(a) <= 127:
+            ms, seq = a[:dash], a[dash + 1:]
+            # Digits only: strtoull reads them as int() does (leading zeros included).
+            if ms.isdigit() and seq.isdigit():
+                ms_v, seq_v = int(ms), int(seq)
+                if ms_v <= SEQ_MAX and seq_v <= SEQ_MAX:
+                    out.append(ms_v << 64 | seq_v)
+                    continue
+        out.append(parse_strict_id_or_error(a))
+    return out
+
+
 @command(b"xack")
 def xack(c: Client, argv: list[bytes]) -> bytes:
     """XACK key group id [id ...]: all IDs are parsed before any is acknowledged."""
@@ -242,7 +261,7 @@ def xack(c: Client, argv: list[bytes]) -> bytes:
     g = s.groups.get(argv[2]) if s is not None else None
     if g is None:
         return ZERO
-    ids = [parse_strict_id_or_error(a) for a in argv[3:]]
+    ids = parse_strict_ids_or_error(argv[3:])
     acked = 0
     for sid in ids:
         if g.ack(sid):

