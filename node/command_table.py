@@ -569,7 +569,7 @@ def help_reply(name: bytes = b"COMMAND", lines: tuple[bytes, ...] = HELP_LINES) 
     """networking.c addReplyHelp: a header naming the command, the lines, then HELP."""
     out = [b"+%s <subcommand> [<arg> [value] [opt] ...]. Subcommands are:\r\n" % name.upper()]
     out.extend(b"+%s\r\n" % line for line in lines)
-    out.append(b"+HELP\r\n+    Prints this help.\r\n")
+    out.append(b"+HELP\r\n+    Print this help.\r\n")
     return b"*%d\r\n" % (len(lines) + 3) + b"".join(out)
 
 

@@ -202,3 +202,5 @@ XSETID_SMALLER_THAN_TOP = (
     b"ERR The ID specified in XSETID is smaller than the target stream top item")
 XSETID_ENTRIES_ADDED_SMALL = (
     b"ERR The entries_added specified in XSETID is smaller than the target stream length")
+XSETID_SMALLER_THAN_CURRENT_MAXDEL = (
+    b"ERR The ID specified in XSETID is smaller than current max_deleted_entry_id")

@@ -26,7 +26,7 @@ CONFIG_HELP = [
     b"SET <directive> <value>", b"    Set the configuration <directive> to <value>.",
     b"RESETSTAT", b"    Reset statistics reported by the INFO command.",
     b"REWRITE", b"    Rewrite the configuration file.",
-    b"HELP", b"    Prints this help.",
+    b"HELP", b"    Print this help.",
 ]
 
 
@@ -150,7 +150,7 @@ DEBUG_HELP = [
     b"OBJECT <key>", b"    Show low level info about `key` and associated value.",
     b"SET-ACTIVE-EXPIRE <0|1>", b"    Setting it to 0 disables expiring keys in background.",
     b"SLEEP <seconds>", b"    Stop the server for <seconds>. Decimals allowed.",
-    b"HELP", b"    Prints this help.",
+    b"HELP", b"    Print this help.",
 ]
 
 

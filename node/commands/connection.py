@@ -183,7 +183,7 @@ CLIENT_HELP = [
     b"NO-EVICT (ON|OFF)", b"    Protect current client connection from eviction.",
     b"NO-TOUCH (ON|OFF)",
     b"    Will not touch LRU/LFU stats when this mode is on.",
-    b"HELP", b"    Prints this help.",
+    b"HELP", b"    Print this help.",
 ]
 
 

@@ -59,7 +59,7 @@ def help_reply(argv: list[bytes], lines: list[bytes]) -> bytes:
     name = argv[0].upper()
     out = [Status(b"%s <subcommand> [<arg> [value] [opt] ...]. Subcommands are:" % name)]
     out += [Status(x) for x in lines]
-    out += [Status(b"HELP"), Status(b"    Prints this help.")]
+    out += [Status(b"HELP"), Status(b"    Print this help.")]
     return encode(out)
 
 

@@ -264,7 +264,7 @@ def object_(c: Client, argv: list[bytes]) -> bytes:
                        Status(b"ENCODING <key>"),
                        Status(b"    Return the kind of internal representation used in order to store the value"),
                        Status(b"    associated with a <key>."),
-                       Status(b"HELP"), Status(b"    Prints this help.")], c.proto)
+                       Status(b"HELP"), Status(b"    Print this help.")], c.proto)
     if sub == b"encoding" and len(argv) == 3:
         v = c.db.get(argv[2])
         if v is None:

@@ -482,6 +482,10 @@ def xsetid(c: Client, argv: list[bytes]) -> bytes:
     s = c.db.get_stream(key)
     if s is None:
         raise ReplyError(errors.NO_SUCH_KEY)
+    if sid < s.max_deleted_entry_id:
+        # Redis 7.2+: never move the last ID below a deleted one, or a later XADD could reuse
+        # the ID of a deleted entry (and land below the first key of a kept node).
+        raise ReplyError(errors.XSETID_SMALLER_THAN_CURRENT_MAXDEL)
     if s.length > 0:
         if sid < s.last_valid_id():
             raise ReplyError(errors.XSETID_SMALLER_THAN_TOP)

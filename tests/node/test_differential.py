@@ -231,6 +231,30 @@ KNOWN_DIFFERENCES = [
             and n[0] == "-" and n[1].startswith(b"ERR The + ID is meaningless in the context "
                                                 b"of XREADGROUP")),
     ),
+    KnownDifference(
+        name="XSETID below max-deleted-entry-id (7.2)",
+        reason="7.2+ refuses to move a stream's last ID below its max-deleted-entry-id (a later "
+               "XADD could reuse a deleted ID); 7.0 accepts it. Checked against valkey 8.1. The "
+               "servers' states differ afterwards, so the run ends there.",
+        fixed_in=(7, 2),
+        accept=lambda argv, o, n: (
+            argv[0].upper() == b"XSETID" and o[0] != "-"
+            and n == ("-", b"ERR The ID specified in XSETID is smaller than current "
+                           b"max_deleted_entry_id")),
+        diverges=True,
+    ),
+    KnownDifference(
+        name="XSETID max-deleted-entry-id check comes first (7.2)",
+        reason="When an XSETID ID is below both the top item and max-deleted-entry-id, 7.2+ "
+               "names max-deleted-entry-id (its check runs first); 7.0 has no such check. Both "
+               "refuse, so the states stay equal. Checked against valkey 8.1.",
+        fixed_in=(7, 2),
+        accept=lambda argv, o, n: (
+            argv[0].upper() == b"XSETID" and o[0] == "-"
+            and o[1].startswith(b"ERR The ID specified in XSETID is smaller than")
+            and n == ("-", b"ERR The ID specified in XSETID is smaller than current "
+                           b"max_deleted_entry_id")),
+    ),
     # XREAD with the `+` ID (7.4) is not generated at all (see tests/support/gen.py).
 ]
 

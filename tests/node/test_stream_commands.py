@@ -418,22 +418,40 @@ def test_xsetid(pair: Pair) -> None:
         ("XSETID", "s", "10-0", "ENTRIESADDED", "5", "bar"),
         ("XADD", "s", "10-0", "f", "v"),
         ("XADD", "s", "10-*", "f", "v"),
-        ("XDEL", "s", "6-0"),
-        ("XSETID", "s", "5-5"),
-        ("XSETID", "s", "5-4"),
-        ("XDEL", "s", "5-5", "10-1"),
-        ("XSETID", "s", "1-0"),
-        ("XSETID", "s", "0-0", "ENTRIESADDED", "0"),
-        ("XLEN", "s"),
-        ("XADD", "s", "0-1", "f", "v"),
-        ("XLEN", "s"),
-        ("XSETID", "s", f"{MAXS}-{MAXS}"),
-        ("XADD", "s", "*", "f", "v"),
-        ("XADD", "s", "1-1", "f", "v"),
         ("SET", "str", "x"),
         ("XSETID", "str", "1-1"),
         ("XSETID", "str", "x"),
     ])
+
+
+def test_xsetid_after_deletes_as_7_2(node, oracle72, protocol: int) -> None:
+    """7.2+ refuses an XSETID below max-deleted-entry-id (7.0 accepted it); compared with a
+    7.2+ reference server, since the 7.0 oracle predates the rule."""
+    from tests.support.rawresp import RawClient
+
+    script = [
+        ("XADD", "s", "5-5", "f", "v"), ("XADD", "s", "6-0", "f", "v"),
+        ("XADD", "s", "10-0", "f", "v"), ("XADD", "s", "10-*", "f", "v"),
+        ("XDEL", "s", "6-0"), ("XSETID", "s", "5-5"), ("XSETID", "s", "5-4"),
+        ("XDEL", "s", "5-5", "10-1"), ("XSETID", "s", "1-0"),
+        ("XSETID", "s", "0-0", "ENTRIESADDED", "0"), ("XSETID", "s", "7-0", "MAXDELETEDID", "3-0"),
+        ("XLEN", "s"), ("XADD", "s", "0-1", "f", "v"), ("XLEN", "s"),
+        ("XSETID", "s", f"{MAXS}-{MAXS}"), ("XADD", "s", "*", "f", "v"),
+        ("XADD", "s", "1-1", "f", "v"),
+    ]
+    replies = []
+    for h in (node, oracle72):
+        c = RawClient(h.host, h.port)
+        try:
+            if protocol == 3:
+                c.call("HELLO", "3")
+            c.call("DEL", "s")
+            replies.append([c.call(*cmd) for cmd in script])
+            c.call("DEL", "s")
+        finally:
+            c.close()
+    for cmd, ours, ref in zip(script, *replies, strict=True):
+        assert ours == ref, (cmd, ours, ref)
 
 
 # --- redis-py, as applications use it ----------------------------------------------------------

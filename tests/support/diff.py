@@ -70,6 +70,9 @@ class KnownDifference:
     fixed_in: tuple[int, int]
     rewrite_node: Callable[[list[bytes], Reply], Reply] | None = None
     accept: Callable[[list[bytes], Reply, Reply], bool] | None = None
+    # The accepted difference leaves the two servers in different states, so the rest of the
+    # run cannot be compared and ends (as a pass) right there.
+    diverges: bool = False
 
 
 # -- tree helpers -------------------------------------------------------------------------------
@@ -345,6 +348,8 @@ def compare_run(
                 return Mismatch(i, argv, ro, rn, ro_raw, rn_raw, past[-history:])
             if accepted is not None:
                 accepted[row.name] = accepted.get(row.name, 0) + 1
+            if row.diverges:
+                return None
         if ro_raw[0] == "-" and _ERROR_CLOSED.encode() in ro_raw[1]:
             raise ConnectionError(f"oracle connection lost at command #{i}: {ro_raw[1]!r}")
         past.append(argv)
