@@ -41,7 +41,8 @@ _MULTI_IMMEDIATE = frozenset((b"exec", b"discard", b"multi", b"watch", b"quit", 
 _NOAUTH_OK = frozenset((b"auth", b"hello", b"quit", b"reset"))
 
 _SPAN_LIMIT = 8 * 1024 * 1024  # past this, a request's raw bytes are not kept for error texts
-_BLOCKED_INPUT_LIMIT = 64 * 1024  # a blocked client's input buffered before reading pauses
+_BLOCKED_INPUT_LIMIT = 64 * 1024
+_MAX_COMMANDS_PER_TURN = 128  # commands of one client run before yielding to the loop  # a blocked client's input buffered before reading pauses
 
 
 class CommandStats:
@@ -385,11 +386,23 @@ class Connection(asyncio.Protocol):
             if not reader.has_data():
                 self._boundary = True
                 break
+            if n >= _MAX_COMMANDS_PER_TURN:
+                # A deep pipeline must not hold the loop: let other clients (and timers) run,
+                # and continue from where we stopped on the next loop iteration.
+                self._boundary = False
+                self._pause_reading()
+                self.server.loop.call_soon(self._continue)
+                break
         if out:
             self._write(b"".join(out))
         if c.close_after_reply:
             self.close()
         return n
+
+    def _continue(self) -> None:
+        if not self._write_paused:
+            self._resume_reading()
+        self._process()
 
     def _fallback(self, out: list[bytes]) -> None:
         """hiredis rejected the input: hand the bytes since the last boundary to the slow path."""

@@ -222,3 +222,16 @@ def test_inline_commands(node):
         data += s.recv(1000)
     assert data == b"+PONG\r\n$3\r\na b\r\n:0\r\n"
     s.close()
+
+
+def test_deep_pipeline_keeps_order_and_other_clients_are_served(node, r):
+    """A pipeline far deeper than one turn's share runs in order while others get served."""
+    other = node.client()
+    with r.pipeline(transaction=False) as p:
+        for i in range(1, 3001):
+            p.xadd("deep", {"i": str(i)}, id=f"{i}-1")
+        p.xlen("deep")
+        replies = p.execute()
+    assert replies[:3000] == [f"{i}-1".encode() for i in range(1, 3001)]
+    assert replies[3000] == 3000
+    assert other.ping() is True
