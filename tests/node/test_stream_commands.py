@@ -23,6 +23,7 @@ from collections.abc import Iterator
 import pytest
 
 from node.errors import SEQ_MAX
+from tests.support.inproc import InprocServer, run
 from tests.support.rawresp import RawClient, show
 
 MAXS = "18446744073709551615"
@@ -478,52 +479,8 @@ def test_redis_py_api(r, oracle_client, protocol: int) -> None:
 
 
 # --- effects -------------------------------------------------------------------------------------
-class _Config:
-    stream_node_max_entries = 100
-    stream_node_max_bytes = 4096
-
-
-class _Blocking:
-    def signal_ready(self, key: bytes) -> None:
-        pass
-
-
-class _Server:
-    """Just what the stream handlers and Keyspace use, with propagate() recording."""
-
-    def __init__(self) -> None:
-        from node.keyspace import Keyspace
-
-        self.config = _Config()
-        self.blocking = _Blocking()
-        self.effects: list[list[bytes]] = []
-        self.clock = 1_700_000_000_000
-        self.db = Keyspace(self)  # type: ignore[arg-type]
-
-    def now_ms(self) -> int:
-        return self.clock
-
-    def propagate(self, argv: list[bytes]) -> None:
-        self.effects.append(list(argv))
-
-
-class _Client:
-    proto = 2
-
-    def __init__(self, server: _Server) -> None:
-        self.server = server
-        self.db = server.db
-
-
-def _run(server: _Server, argv: list[bytes]) -> bytes:
-    from node.commands import load_all
-    from node.resp import ReplyError
-
-    handler = load_all()[argv[0].lower()]
-    try:
-        return handler(_Client(server), argv)  # type: ignore[arg-type]
-    except ReplyError as e:
-        return b"-" + e.message
+_Server = InprocServer
+_run = run
 
 
 def _workload(seed: int) -> list[list[bytes]]:
