@@ -94,7 +94,6 @@ def _stats(s: Server) -> list[tuple[str, object]]:
         ("total_net_input_bytes", st.net_input_bytes), ("total_net_output_bytes", st.net_output_bytes),
         ("rejected_connections", st.rejected_connections),
         ("expired_keys", s.db.expired_keys), ("evicted_keys", 0),
-        ("keyspace_hits", s.db.hits), ("keyspace_misses", s.db.misses),
         ("total_error_replies", st.total_error_replies),
         ("total_blocking_keys", len(s.blocking.waiting)),
     ]

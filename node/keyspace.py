@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import time
 from collections import deque
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from node import errors
@@ -26,7 +27,7 @@ def type_name(value: Any) -> bytes:
 
 
 class Keyspace:
-    __slots__ = ("data", "expires", "watchers", "server", "expired_keys", "hits", "misses")
+    __slots__ = ("data", "expires", "watchers", "server", "expired_keys", "_expire_cursor")
 
     def __init__(self, server: Server) -> None:
         self.data: dict[bytes, Any] = {}
@@ -34,8 +35,7 @@ class Keyspace:
         self.watchers: dict[bytes, set[Client]] = {}
         self.server = server
         self.expired_keys = 0
-        self.hits = 0
-        self.misses = 0
+        self._expire_cursor: Iterator[tuple[bytes, int]] = iter(())
 
     # --- lookup -----------------------------------------------------------------------------
     def get(self, key: bytes) -> Any:
@@ -114,13 +114,25 @@ class Keyspace:
         self.server.propagate([b"DEL", key])
 
     def active_expire(self, budget_s: float = 0.001) -> None:
-        """Redis's active expiry cycle, bounded in time so it never stalls the loop."""
-        if not self.expires:
+        """Redis's active expiry cycle: look at a bounded number of keys with a TTL per call,
+        resuming where the last call stopped, so it never stalls the loop however many keys
+        have a TTL (lazy expiry on access covers the rest)."""
+        if not self.expires or not self.server.active_expire_enabled:
             return
         now = self.server.now_ms()
         deadline = time.perf_counter() + budget_s
-        for key, when in list(self.expires.items())[:200]:
-            if when <= now and key in self.data:
+        due = []
+        for _ in range(200):
+            try:
+                key, when = next(self._expire_cursor)
+            except (StopIteration, RuntimeError):  # wrapped around, or the dict changed
+                self._expire_cursor = iter(self.expires.items())
+                break
+            if when <= now:
+                due.append(key)
+        for key in due:
+            when = self.expires.get(key)
+            if when is not None and when <= now and key in self.data:
                 self._expire(key)
             if time.perf_counter() > deadline:
                 break

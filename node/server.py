@@ -89,6 +89,7 @@ class Server:
         self.run_id = os.urandom(20).hex()
         self.dirty = 0
         self.role = "master"
+        self.active_expire_enabled = True  # DEBUG SET-ACTIVE-EXPIRE 0 turns the cycle off
         self._cmd_time_ms = int(time.time() * 1000)
         self.tcp_server: asyncio.AbstractServer | None = None
         self.shutdown_hooks: list[Callable[[], None]] = []

@@ -235,3 +235,17 @@ def test_deep_pipeline_keeps_order_and_other_clients_are_served(node, r):
     assert replies[:3000] == [f"{i}-1".encode() for i in range(1, 3001)]
     assert replies[3000] == 3000
     assert other.ping() is True
+
+
+def test_active_expiry_removes_keys_nobody_reads(r):
+    with r.pipeline(transaction=False) as p:
+        for i in range(1500):
+            p.xadd(f"ttl:{i}", {"f": "v"}, id="1-1")
+            p.pexpire(f"ttl:{i}", 100)
+        p.execute()
+    r.xadd("keep", {"f": "v"}, id="1-1")
+    deadline = time.time() + 20
+    while r.dbsize() > 1 and time.time() < deadline:
+        time.sleep(0.2)
+    assert r.dbsize() == 1  # DBSIZE does not expire lazily: the cron did it
+    assert r.info("stats")["expired_keys"] >= 1500
