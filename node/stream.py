@@ -148,15 +148,28 @@ def _esz(b: bytes) -> int:
 
 
 def _sum_esz(items: list[bytes]) -> int:
-    """Sum of _esz over items, inlined because XADD runs it on every value."""
+    """Sum of _esz over items, with _as_int inlined because XADD runs it on every value.
+
+    Most values are not integers: a value is sized as an int only if it is all digits
+    (after an optional '-'), has no leading zero, and fits int64."""
     s = 0
     for b in items:
         n = len(b)
-        if n < 21 and n and b[0] in _INTSTART:
-            v = _as_int(b)
-            if v is not None:
-                s += _isz(v)
-                continue
+        if n < 21 and n:
+            c0 = b[0]
+            if 48 <= c0 <= 57:
+                if (c0 != 48 or n == 1) and b.isdigit():
+                    v = int(b)
+                    if v <= _LLMAX:
+                        s += _isz(v)
+                        continue
+            elif c0 == 45 and n > 1 and b[1] != 48:
+                t = b[1:]
+                if t.isdigit():
+                    v = -int(t)
+                    if v >= -_I64:
+                        s += _isz(v)
+                        continue
         s += _SSZ[n] if n < 4096 else _ssz(n)
     return s
 
