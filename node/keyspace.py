@@ -47,8 +47,15 @@ class Keyspace:
         return v
 
     def get_stream(self, key: bytes) -> Stream | None:
-        v = self.get(key)
-        if v is None or type(v) is Stream:
+        # get() inlined: every stream command starts here.
+        v = self.data.get(key)
+        if v is None:
+            return None
+        expires = self.expires
+        if expires and key in expires and expires[key] <= self.server.cmd_time_ms:
+            self._expire(key)
+            return None
+        if type(v) is Stream:
             return v
         raise ReplyError(errors.WRONGTYPE)
 
@@ -83,7 +90,9 @@ class Keyspace:
             for c in w:
                 c.dirty_cas = True
         if ready:
-            self.server.blocking.signal_ready(key)
+            b = self.server.blocking
+            if key in b.waiting:  # BlockingManager.signal_ready, inlined for XADD
+                b.ready[key] = None
 
     def flush(self) -> int:
         n = len(self.data)

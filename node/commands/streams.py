@@ -274,7 +274,7 @@ def xadd(c: Client, argv: list[bytes]) -> bytes:
     if s is None or s.last_id == MAX_ID:
         return _xadd_general(c, argv)
     if sid < 0:
-        sid = s.next_auto_id(srv.now_ms())
+        sid = s.next_auto_id(srv.cmd_time_ms)
     cfg = srv.config
     try:
         s.append(sid, argv[i + 1:], cfg.stream_node_max_entries, cfg.stream_node_max_bytes)
@@ -284,19 +284,26 @@ def xadd(c: Client, argv: list[bytes]) -> bytes:
         raise ReplyError(errors.XADD_TOO_LARGE) from None
     ids = b"%d-%d" % (sid >> 64, sid & SEQ_MAX)
     db.changed(key, True)
-    if maxlen < 0:
-        eff = argv[:]
-        eff[2] = ids
-    else:
+    if maxlen >= 0:
         if approx:
             s.trim("maxlen", maxlen, True, _approx_limit(cfg.stream_node_max_entries))
             maxlen = s.length
         else:
             s.trim("maxlen", maxlen, False, 0)
-        eff = [argv[0], key, b"MAXLEN", b"%d" % maxlen, ids]
-        eff += argv[i + 1:]
-    srv.propagate(eff)
-    return b"$%d\r\n%s\r\n" % (len(ids), ids)
+    if srv.effects.listeners:
+        if maxlen < 0:
+            eff = argv[:]
+            eff[2] = ids
+        else:
+            eff = [argv[0], key, b"MAXLEN", b"%d" % maxlen, ids]
+            eff += argv[i + 1:]
+        srv.propagate(eff)
+    else:  # nobody consumes effects: propagate() would only count the write
+        srv.dirty += 1
+    return _BULK_HDR[len(ids)] + ids + b"\r\n"
+
+
+_BULK_HDR = [b"$%d\r\n" % n for n in range(42)]  # an ID is at most 20 + 1 + 20 bytes
 
 
 def _approx_limit(node_max_entries: int) -> int:
