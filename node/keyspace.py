@@ -52,7 +52,7 @@ class Keyspace:
         if v is None:
             return None
         expires = self.expires
-        if expires and key in expires and expires[key] <= self.server.cmd_time_ms:
+        if expires and key in expires and expires[key] <= self.server.now_ms():
             self._expire(key)
             return None
         if type(v) is Stream:
@@ -90,9 +90,7 @@ class Keyspace:
             for c in w:
                 c.dirty_cas = True
         if ready:
-            b = self.server.blocking
-            if key in b.waiting:  # BlockingManager.signal_ready, inlined for XADD
-                b.ready[key] = None
+            self.server.blocking.signal_ready(key)
 
     def flush(self) -> int:
         n = len(self.data)

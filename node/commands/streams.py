@@ -274,7 +274,7 @@ def xadd(c: Client, argv: list[bytes]) -> bytes:
     if s is None or s.last_id == MAX_ID:
         return _xadd_general(c, argv)
     if sid < 0:
-        sid = s.next_auto_id(srv.cmd_time_ms)
+        sid = s.next_auto_id(srv.now_ms())
     cfg = srv.config
     try:
         s.append(sid, argv[i + 1:], cfg.stream_node_max_entries, cfg.stream_node_max_bytes)
@@ -290,16 +290,13 @@ def xadd(c: Client, argv: list[bytes]) -> bytes:
             maxlen = s.length
         else:
             s.trim("maxlen", maxlen, False, 0)
-    if srv.effects.listeners:
-        if maxlen < 0:
-            eff = argv[:]
-            eff[2] = ids
-        else:
-            eff = [argv[0], key, b"MAXLEN", b"%d" % maxlen, ids]
-            eff += argv[i + 1:]
-        srv.propagate(eff)
-    else:  # nobody consumes effects: propagate() would only count the write
-        srv.dirty += 1
+    if maxlen < 0:
+        eff = argv[:]
+        eff[2] = ids
+    else:
+        eff = [argv[0], key, b"MAXLEN", b"%d" % maxlen, ids]
+        eff += argv[i + 1:]
+    srv.propagate(eff)
     return _BULK_HDR[len(ids)] + ids + b"\r\n"
 
 
