@@ -94,10 +94,14 @@ class Server:
         self.cmd_time_ms = int(time.time() * 1000)
         self.tcp_server: asyncio.AbstractServer | None = None
         self.shutdown_hooks: list[Callable[[], None]] = []
-        # Only commands with both a handler and a command-table entry are served.
-        self._dispatch: dict[bytes, tuple[Handler]] = {
-            name: (handler,) for name, handler in load_all().items()
-            if command_table.lookup(name) is not None}
+        # Only commands with both a handler and a command-table entry are served. The arity of
+        # a plain command rides along so that execute() checks it without a call; containers
+        # (None) always go through command_table.check_arity.
+        self._dispatch: dict[bytes, tuple[Handler, int | None]] = {}
+        for name, handler in load_all().items():
+            spec = command_table.lookup(name)
+            if spec is not None:
+                self._dispatch[name] = (handler, None if spec.subcommands else spec.arity)
 
     # --- the command path ---------------------------------------------------------------------
     def now_ms(self) -> int:
@@ -117,8 +121,12 @@ class Server:
             if c.in_multi:
                 c.multi_failed = True
             return self._reject(None, errors.unknown_command(argv[0], argv[1:]))
-        handler = entry[0]
-        err = command_table.check_arity(argv, name)
+        handler, arity = entry
+        n = len(argv)
+        if arity is None or (n != arity if arity > 0 else n < -arity):
+            err = command_table.check_arity(argv, name)
+        else:
+            err = None
         if err is not None:
             if c.in_multi:
                 c.multi_failed = True
