@@ -23,6 +23,7 @@ Layout (stream.h streamCG / streamConsumer / streamNACK)
 
 from __future__ import annotations
 
+from itertools import repeat
 from typing import TYPE_CHECKING
 
 from sortedcontainers import SortedDict, SortedList
@@ -126,6 +127,26 @@ class ConsumerGroup:
         nack = pel[sid] = (delivery_time, delivery_count, cons.name)
         return nack
 
+    def deliver_run(self, sids: list[int], cons: Consumer, now_ms: int) -> Nack:
+        """`deliver` for ascending `sids` (one node of a `>` read); returns the (shared) NACK.
+
+        The common case, every ID above everything pending, appends to the tail of both PELs
+        in one step and shares one NACK tuple; anything else falls back to `deliver`.
+        """
+        pel = self.pel
+        keys = pel._list
+        if keys._maxes and sids[0] <= keys._maxes[-1]:
+            nack = (now_ms, 1, cons.name)
+            for sid in sids:
+                nack = self.deliver(sid, cons, now_ms)
+            return nack
+        nack = (now_ms, 1, cons.name)
+        dict.update(pel, zip(sids, repeat(nack)))
+        _extend_tail(keys, sids)
+        # The consumer PEL is a subset of the group PEL: the IDs are above it too.
+        _extend_tail(cons.pel, sids)
+        return nack
+
     def redeliver(self, sid: int, now_ms: int) -> Nack:
         """A history read (XREADGROUP with an explicit ID) delivers a pending entry again."""
         t, n, name = self.pel[sid]
@@ -139,6 +160,49 @@ class ConsumerGroup:
             return False
         self.consumers[nack[2]].pel.remove(sid)
         return True
+
+    def ack_many(self, sids: list[int]) -> int:
+        """XACK of many IDs (duplicates and non-pending ones allowed); returns how many were
+        pending. Acknowledging the oldest pending IDs, the common case, trims the front of
+        the PELs in one step instead of one sorted removal per ID per PEL."""
+        pel = self.pel
+        pop = dict.pop
+        acked: list[int] = []
+        names: list[bytes] = []
+        for sid in sids:
+            nack = pop(pel, sid, None)  # the sorted keys are fixed just below
+            if nack is not None:
+                acked.append(sid)
+                names.append(nack[2])
+        k = len(acked)
+        if not k:
+            return 0
+        ordered = sorted(acked)
+        _remove_members(pel._list, ordered)
+        name = names[0]
+        if names.count(name) == k:
+            _remove_members(self.consumers[name].pel, ordered)
+        else:
+            consumers = self.consumers
+            for sid, name in zip(acked, names, strict=True):
+                consumers[name].pel.remove(sid)
+        return k
+
+    def advance_run(self, s: Stream, sids: list[int]) -> bool:
+        """`advance` for ascending `sids`: once the counter is exact it stays exact for the
+        rest of the run (last_id only grows), so the rest is one addition."""
+        moved = False
+        for i, sid in enumerate(sids):
+            if self.advance(s, sid):
+                moved = True
+                if (self.entries_read is not None and self.last_id >= s.first_id
+                        and not range_has_tombstones(s, self.last_id, None)):
+                    rest = len(sids) - i - 1
+                    if rest and sids[-1] > self.last_id:
+                        self.entries_read += rest
+                        self.last_id = sids[-1]
+                    return True
+        return moved
 
     # -- logical read counter and lag ------------------------------------------------------
     def advance(self, s: Stream, sid: int) -> bool:
@@ -193,6 +257,67 @@ class ConsumerGroup:
 
     def copy(self) -> ConsumerGroup:
         return ConsumerGroup.from_state(self.dump_state())
+
+
+# -- SortedList fast paths ---------------------------------------------------------------------
+# These use sortedcontainers 2.4's documented-by-source internals (_lists, _maxes, _index, _len,
+# _load): a list of sorted sublists, their maxima, and a positional index rebuilt lazily when
+# cleared. Keeping those invariants is all SortedList needs.
+def _extend_tail(sl: SortedList, sids: list[int]) -> None:
+    """Add ascending `sids`, all above every member, to the last sublist (split if long)."""
+    lists = sl._lists
+    maxes = sl._maxes
+    if lists:
+        last = lists[-1]
+        last.extend(sids)
+        maxes[-1] = sids[-1]
+    else:
+        last = list(sids)
+        lists.append(last)
+        maxes.append(sids[-1])
+    sl._len += len(sids)
+    if sl._index:
+        del sl._index[:]
+    load = sl._load
+    n = len(last)
+    if n > load << 1:  # split into sublists of load..2*load entries
+        lists.pop()
+        maxes.pop()
+        i = 0
+        while n - i > load << 1:
+            lists.append(last[i:i + load])
+            i += load
+            maxes.append(last[i - 1])
+        lists.append(last[i:])
+        maxes.append(last[-1])
+
+
+def _remove_members(sl: SortedList, ordered: list[int]) -> None:
+    """Remove distinct members `ordered` (ascending): one slice deletion when they are the
+    smallest ones, else one `remove` each."""
+    lists = sl._lists
+    first = lists[0]
+    k = len(ordered)
+    # k distinct members all <= first[k-1] can only be first[:k].
+    if k <= len(first) and first[k - 1] == ordered[-1]:
+        del first[:k]
+        sl._len -= k
+        if sl._index:
+            del sl._index[:]
+        if not first:
+            del lists[0]
+            del sl._maxes[0]
+        elif len(first) < sl._load >> 1 and len(lists) > 1:
+            # Merge a short first sublist into the next one, as SortedList._delete does.
+            maxes = sl._maxes
+            first.extend(lists[1])
+            maxes[0] = maxes[1]
+            del lists[1]
+            del maxes[1]
+            sl._expand(0)
+        return
+    for sid in ordered:
+        sl.remove(sid)
 
 
 # -- logical read counters (t_stream.c, Redis 7.2+) --------------------------------------------

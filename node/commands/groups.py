@@ -262,10 +262,7 @@ def xack(c: Client, argv: list[bytes]) -> bytes:
     if g is None:
         return ZERO
     ids = parse_strict_ids_or_error(argv[3:])
-    acked = 0
-    for sid in ids:
-        if g.ack(sid):
-            acked += 1
+    acked = g.ack_many(ids)
     if acked:
         _group_changed(c, key)
         c.server.propagate(argv)

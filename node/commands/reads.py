@@ -214,14 +214,25 @@ def _serve_new(c: Client, s: Stream, g: ConsumerGroup, cons: Consumer, key: byte
     n = 0
     parts: list[bytes] = []
     moved = False
+    server = c.server
+    # Without effect listeners an effect is only a dirty count (Server.propagate), so the
+    # entries of a node are delivered as one run; with listeners, one XCLAIM each as before.
+    # (A stand-in server without an EffectLog, as in the in-process tests, always records.)
+    listening = bool(getattr(server.effects, "listeners", True))
     for sids, ents in s.range_chunks(start, MAX_ID, count or None):
         n += len(sids)
         parts.append(encode_entries(sids, ents))
-        for sid in sids:
-            moved |= g.advance(s, sid)
+        if listening:
+            for sid in sids:
+                moved |= g.advance(s, sid)
+                if not noack:
+                    nack = g.deliver(sid, cons, now)
+                    propagate_xclaim(c, key, groupname, g, sid, nack)
+        else:
+            moved |= g.advance_run(s, sids)
             if not noack:
-                nack = g.deliver(sid, cons, now)
-                propagate_xclaim(c, key, groupname, g, sid, nack)
+                g.deliver_run(sids, cons, now)
+                server.dirty += len(sids)
         if not noack:
             cons.active_time = now
     if moved:
