@@ -300,9 +300,6 @@ def xadd(c: Client, argv: list[bytes]) -> bytes:
     return _BULK_HDR[len(ids)] + ids + b"\r\n"
 
 
-_BULK_HDR = [b"$%d\r\n" % n for n in range(42)]  # an ID is at most 20 + 1 + 20 bytes
-
-
 def _approx_limit(node_max_entries: int) -> int:
     """Default work cap of a `~` trim: 100 nodes' worth of entries, clamped as Redis does."""
     lim = 100 * node_max_entries
