@@ -175,18 +175,19 @@ def xread(c: Client, argv: list[bytes]) -> bytes:
             g = groups[idx]
             key = keys[idx]
             history = gt != _NEW
-            serve = history
-            if not history and s.length and s.last_valid_id() > g.last_id:
-                serve = True
-                gt = g.last_id
             # 7.2+: the consumer is created and seen even when nothing is served.
             cons = lookup_or_create_consumer(c, key, groupname, g, consumername)
-            if not serve:
-                continue
             if history:
                 n, body = _serve_history(c, s, g, cons, key, groupname, gt + 1, count)
             else:
-                n, body = _serve_new(c, s, g, cons, key, groupname, gt + 1, count, noack)
+                # Served when a live entry follows the group's last ID (Redis compares
+                # with the last live entry). last_id bounds it from above, and a range that
+                # finds nothing has no effect, so an empty result means "not served".
+                if not s.length or s.last_id <= g.last_id:
+                    continue
+                n, body = _serve_new(c, s, g, cons, key, groupname, g.last_id + 1, count, noack)
+                if not n:
+                    continue
         else:
             if not s.length or s.last_valid_id() <= gt:
                 continue
