@@ -147,11 +147,24 @@ def _esz(b: bytes) -> int:
     return _SSZ[n] if n < 4096 else _ssz(n)
 
 
-def _sum_esz(items: list[bytes]) -> int:
-    """Sum of _esz over items, with _as_int inlined because XADD runs it on every value.
+# Integer element sizes of canonical decimal strings by digit count, without int(): for digit
+# strings of one length without leading zeros, bytes order is numeric order. (limit, size if
+# <= limit, size otherwise); limit None: one size for the whole length; size 0: beyond int64,
+# stored as a string.
+_POS_ISZ: list[tuple[bytes | None, int, int]] = [
+    (None, 0, 0), (None, 2, 2), (None, 2, 2), (b"127", 2, 3), (b"4095", 3, 4), (b"32767", 4, 5),
+    (None, 5, 5), (b"8388607", 5, 6), (None, 6, 6), (None, 6, 6), (b"2147483647", 6, 10),
+    *[(None, 10, 10)] * 8, (b"9223372036854775807", 10, 0), (None, 0, 0)]
+_NEG_ISZ: list[tuple[bytes | None, int, int]] = [  # by digits after the '-'
+    (None, 0, 0), (None, 3, 3), (None, 3, 3), (None, 3, 3), (b"4096", 3, 4), (b"32768", 4, 5),
+    (None, 5, 5), (b"8388608", 5, 6), (None, 6, 6), (None, 6, 6), (b"2147483648", 6, 10),
+    *[(None, 10, 10)] * 8, (b"9223372036854775808", 10, 0)]
 
-    Most values are not integers: a value is sized as an int only if it is all digits
-    (after an optional '-'), has no leading zero, and fits int64."""
+
+def _sum_esz(items: list[bytes]) -> int:
+    """Sum of _esz over items, with lpStringToInt64 + _isz inlined as table lookups because
+    XADD runs it on every value. A value is sized as an int only if it is all digits (after an
+    optional '-'), has no leading zero, and fits int64."""
     s = 0
     for b in items:
         n = len(b)
@@ -159,16 +172,18 @@ def _sum_esz(items: list[bytes]) -> int:
             c0 = b[0]
             if 48 <= c0 <= 57:
                 if (c0 != 48 or n == 1) and b.isdigit():
-                    v = int(b)
-                    if v <= _LLMAX:
-                        s += _isz(v)
+                    lim, lo, hi = _POS_ISZ[n]
+                    z = lo if lim is None or b <= lim else hi
+                    if z:
+                        s += z
                         continue
             elif c0 == 45 and n > 1 and b[1] != 48:
                 t = b[1:]
                 if t.isdigit():
-                    v = -int(t)
-                    if v >= -_I64:
-                        s += _isz(v)
+                    lim, lo, hi = _NEG_ISZ[n - 1]
+                    z = lo if lim is None or t <= lim else hi
+                    if z:
+                        s += z
                         continue
         s += _SSZ[n] if n < 4096 else _ssz(n)
     return s
