@@ -159,7 +159,7 @@ def _parse_add_or_trim(c: Client, argv: list[bytes], xadd: bool) -> tuple[TrimAr
         lopt = opt.lower()
         if xadd and opt == b"*":
             break
-        elif lopt == b"maxlen" and moreargs:
+        elif (lopt == b"maxlen" or lopt == b"minid") and moreargs:
             if a.strategy is not None:
                 raise ReplyError(errors.MAXLEN_AND_MINID)
             a.approx = False
@@ -169,27 +169,18 @@ def _parse_add_or_trim(c: Client, argv: list[bytes], xadd: bool) -> tuple[TrimAr
                 i += 1
             elif moreargs >= 2 and nxt == b"=":
                 i += 1
-            v = string2ll(argv[i + 1])
-            if v is None:
-                raise ReplyError(errors.NOT_INTEGER)
-            if v < 0:
-                raise ReplyError(errors.MAXLEN_NEGATIVE)
-            a.threshold = v
+            if lopt == b"maxlen":
+                v = string2ll(argv[i + 1])
+                if v is None:
+                    raise ReplyError(errors.NOT_INTEGER)
+                if v < 0:
+                    raise ReplyError(errors.MAXLEN_NEGATIVE)
+                a.threshold = v
+                a.strategy = "maxlen"
+            else:
+                a.threshold = parse_strict_id_or_error(argv[i + 1])
+                a.strategy = "minid"
             i += 1
-            a.strategy = "maxlen"
-        elif lopt == b"minid" and moreargs:
-            if a.strategy is not None:
-                raise ReplyError(errors.MAXLEN_AND_MINID)
-            a.approx = False
-            nxt = argv[i + 1]
-            if moreargs >= 2 and nxt == b"~":
-                a.approx = True
-                i += 1
-            elif moreargs >= 2 and nxt == b"=":
-                i += 1
-            a.threshold = parse_strict_id_or_error(argv[i + 1])
-            i += 1
-            a.strategy = "minid"
         elif lopt == b"limit" and moreargs:
             v = string2ll(argv[i + 1])
             if v is None:
