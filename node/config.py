@@ -7,7 +7,6 @@ Names and value syntax follow redis.conf (`stream-node-max-entries 100`, `proto-
 from __future__ import annotations
 
 import shlex
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -134,15 +133,11 @@ for _s in SETTINGS:
 
 
 class Config:
-    """Current values as attributes (`config.stream_node_max_entries`), plus change hooks."""
+    """Current values as attributes (`config.stream_node_max_entries`)."""
 
     def __init__(self) -> None:
         for s in SETTINGS:
             setattr(self, s.attr, s.default)
-        self._hooks: dict[str, list[Callable[[Any], None]]] = {}
-
-    def on_change(self, name: str, fn: Callable[[Any], None]) -> None:
-        self._hooks.setdefault(name, []).append(fn)
 
     def apply(self, name: str, raw: bytes, startup: bool = False) -> None:
         """Set one value from its text form; raises KeyError (unknown) or ConfigError."""
@@ -153,8 +148,6 @@ class Config:
         if s.name == "client-output-buffer-limit":
             v = _merge_obuf_limits(getattr(self, s.attr), raw)
         setattr(self, s.attr, v)
-        for fn in self._hooks.get(s.name, ()):
-            fn(v)
 
     def get(self, pattern: bytes) -> list[tuple[bytes, bytes]]:
         """CONFIG GET: glob-match names (aliases too), as Redis does."""

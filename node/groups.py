@@ -323,9 +323,8 @@ def _remove_members(sl: SortedList, ordered: list[int]) -> None:
 # -- logical read counters (t_stream.c, Redis 7.2+) --------------------------------------------
 # These are the 7.2+ versions, checked against a 7.2-based server (valkey 8.1) by fuzzing
 # entries-read/lag after random XADD/XDEL/XTRIM/XSETID/XGROUP SETID/XREADGROUP. They differ
-# from 7.0's (and from Stream.range_has_tombstones / Stream.estimate_distance, which follow
-# 7.0): a tombstone before the first entry still counts, and an ID before the last tombstone
-# has no estimate (except 0-0).
+# from 7.0's: a tombstone before the first entry still counts, and an ID before the last
+# tombstone has no estimate (except 0-0).
 def range_has_tombstones(s: Stream, start: int | None, end: int | None) -> bool:
     """streamRangeHasTombstones: could an XDEL'd entry lie in [start, end]?"""
     mdel = s.max_deleted_entry_id

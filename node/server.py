@@ -13,7 +13,6 @@ import logging
 import os
 import socket
 import time
-from collections.abc import Callable
 from time import perf_counter_ns, time_ns
 
 import hiredis
@@ -93,7 +92,6 @@ class Server:
         self.active_expire_enabled = True  # DEBUG SET-ACTIVE-EXPIRE 0 turns the cycle off
         self.cmd_time_ms = int(time.time() * 1000)
         self.tcp_server: asyncio.AbstractServer | None = None
-        self.shutdown_hooks: list[Callable[[], None]] = []
         # Only commands with both a handler and a command-table entry are served. The arity of
         # a plain command rides along so that execute() checks it without a call; containers
         # (None) always go through command_table.check_arity.
@@ -239,11 +237,6 @@ class Server:
         self.loop.call_later(1 / self.config.hz, self._cron)
 
     def close(self) -> None:
-        for fn in self.shutdown_hooks:
-            try:
-                fn()
-            except Exception:
-                log.exception("shutdown hook failed")
         if self.tcp_server is not None:
             self.tcp_server.close()
         for c in list(self.clients.values()):

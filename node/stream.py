@@ -40,8 +40,6 @@ insertion ordered; owned by node.groups).
   stream while iterating.
 - `get(sid)`, `delete(sid)`, `trim(strategy, threshold, approx, limit)`.
 - `first_entry()`, `last_entry()`, `edge_id(first, skip_tombstones)`, `last_valid_id()`.
-- `range_has_tombstones(start, end)`, `estimate_distance(sid)`: the consumer-group lag helpers
-  of t_stream.c (streamRangeHasTombstones / streamEstimateDistanceFromFirstEverEntry).
 - `num_blocks()` (radix-tree-keys), `memory_usage()`, `blocks()`, `dump_state()`,
   `Stream.from_state()`, `copy()`.
 """
@@ -931,36 +929,6 @@ class Stream:
         elif deleted:
             self.first_id = self.edge_id(True, True)
         return deleted
-
-    # -- consumer-group helpers (pure stream logic from t_stream.c) -----------------------
-    def range_has_tombstones(self, start: int | None, end: int | None) -> bool:
-        """streamRangeHasTombstones: could an XDEL'd entry lie in [start, end]?"""
-        mdel = self.max_deleted_entry_id
-        if not self.length or not mdel:
-            return False
-        if self.first_id > mdel:
-            return False
-        lo = 0 if start is None else start
-        hi = MAX_ID if end is None else end
-        return lo <= mdel <= hi
-
-    def estimate_distance(self, sid: int) -> int | None:
-        """streamEstimateDistanceFromFirstEverEntry: entries-read of `sid`, None if unknown."""
-        if not self.entries_added:
-            return 0
-        if not self.length and sid <= self.last_id:
-            return self.entries_added
-        if sid == self.last_id:
-            return self.entries_added
-        if sid > self.last_id:
-            return None
-        mdel = self.max_deleted_entry_id
-        if not mdel or mdel < self.first_id:
-            if sid < self.first_id:
-                return self.entries_added - self.length
-            if sid == self.first_id:
-                return self.entries_added - self.length + 1
-        return None
 
     # -- introspection and persistence ----------------------------------------------------
     def num_blocks(self) -> int:

@@ -177,9 +177,6 @@ def debug(c: Client, argv: list[bytes]) -> bytes:
             raise ReplyError(errors.NO_SUCH_KEY)
         return encode(Status(b"Value at:0x0 refcount:1 encoding:%s serializedlength:0 lru:0 "
                              b"lru_seconds_idle:0" % type(v).__name__.lower().encode()), c.proto)
-    hook = getattr(c.server, "debug_hooks", {}).get(sub)
-    if hook is not None:
-        return hook(c, argv)
     if sub == b"help":
         return encode([Status(x) for x in DEBUG_HELP], c.proto)
     raise ReplyError(errors.unknown_subcommand(argv[1], b"DEBUG"))
