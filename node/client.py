@@ -16,7 +16,7 @@ class Client:
         "id", "server", "conn", "proto", "name", "authenticated", "addr", "laddr", "ctime",
         "last_interaction", "last_cmd", "in_multi", "multi_queue", "multi_failed", "in_exec",
         "watched", "dirty_cas", "blocked", "rerunning", "readonly", "asking", "lib_name",
-        "lib_ver", "close_after_reply", "obuf_soft_since", "no_evict",
+        "lib_ver", "close_after_reply", "obuf_soft_since", "no_evict", "is_master", "woff",
     )
 
     def __init__(self, server: Server, conn: Connection | None, client_id: int,
@@ -47,6 +47,8 @@ class Client:
         self.close_after_reply = False
         self.obuf_soft_since = 0.0
         self.no_evict = False
+        self.is_master = False  # the client that applies a primary's effects (or the AOF)
+        self.woff = 0  # effect-log offset after this client's last write (WAIT, WAITAOF)
 
     @property
     def db(self) -> Keyspace:

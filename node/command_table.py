@@ -263,6 +263,15 @@ def is_write(name: bytes) -> bool:
     return name in _WRITE
 
 
+def is_write_argv(argv: list[bytes], name: bytes) -> bool:
+    """is_write for a request: containers (XGROUP ...) are judged by their subcommand."""
+    if name in _WRITE:
+        return True
+    if len(argv) > 1 and type(_ARITY.get(name)) is dict:
+        return name + b"|" + argv[1].lower() in _WRITE
+    return False
+
+
 # --- key extraction --------------------------------------------------------------------------
 def _keys_from_specs(cmd: CommandSpec, argv: list[bytes]) -> KeyRefs | None:
     """db.c getKeysUsingKeySpecs; None where Redis returns -1 (a spec that does not fit)."""

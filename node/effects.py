@@ -7,25 +7,33 @@ offset. Consumers subscribe with `listen`; with none, emitting costs a counter i
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 
 from node.resp import encode_command
 
+log = logging.getLogger("xshard.node")
+
 
 class EffectLog:
-    __slots__ = ("offset", "listeners", "_batch", "in_multi")
+    __slots__ = ("offset", "listeners", "_batch", "in_multi", "replaying")
 
     def __init__(self) -> None:
         self.offset = 0
         self.listeners: list[Callable[[bytes], None]] = []
         self._batch: list[bytes] | None = None
         self.in_multi = False
+        self.replaying = 0  # >0 while an EffectApplier runs commands: they emit nothing
+
+    def publish_raw(self, data: bytes) -> None:
+        """Publish effect bytes received from elsewhere (a primary) as they are."""
+        self._publish(data)
 
     def listen(self, fn: Callable[[bytes], None]) -> None:
         self.listeners.append(fn)
 
     def emit(self, argv: list[bytes]) -> None:
-        if not self.listeners:
+        if not self.listeners or self.replaying:
             return
         data = encode_command(argv)
         if self._batch is not None:
@@ -35,7 +43,8 @@ class EffectLog:
 
     def begin_transaction(self) -> None:
         """Effects of EXEC are wrapped in MULTI/EXEC so that they apply atomically."""
-        self._batch = []
+        if not self.replaying:
+            self._batch = []
 
     def end_transaction(self) -> None:
         batch, self._batch = self._batch, None
@@ -49,3 +58,85 @@ class EffectLog:
         self.offset += len(data)
         for fn in self.listeners:
             fn(data)
+
+
+class EffectStreamError(Exception):
+    """A byte sequence that is not a well-formed effect stream, at `offset` within it."""
+
+    def __init__(self, offset: int, reason: str) -> None:
+        super().__init__(f"{reason} at offset {offset}")
+        self.offset = offset
+        self.reason = reason
+
+
+def _command_len(argv: list[bytes]) -> int:
+    """Bytes of `argv` in canonical RESP (what encode_command writes), without encoding it."""
+    n = 3 + len(str(len(argv)))
+    for a in argv:
+        la = len(a)
+        n += la + 5 + len(str(la))
+    return n
+
+
+class EffectApplier:
+    """The one apply path: AOF loading and replicas feed effect bytes here.
+
+    Commands run through the server's normal dispatch as a dedicated client that is exempt from
+    write guards and whose replies are dropped. Their own effects are not re-derived: with
+    `republish`, the received bytes themselves are published to the effect log, so a replica's
+    AOF, backlog and offset are byte-identical to its primary's.
+    """
+
+    def __init__(self, server, republish: bool) -> None:  # noqa: ANN001 - node.server.Server
+        from hiredis import Reader
+
+        from node.client import Client
+
+        self.server = server
+        self.republish = republish
+        self.client = Client(server, None, 0, "master", "")
+        self.client.authenticated = True
+        self.client.is_master = True
+        self.reader = Reader()
+        self.consumed = 0  # bytes of complete commands applied
+        self.buffered = 0  # bytes fed but not yet part of a complete command
+        self.errors = 0
+
+    def feed(self, data: bytes | memoryview) -> int:
+        """Apply every complete command in `data` (plus what was buffered); returns how many.
+
+        Raises EffectStreamError naming the offset of the first malformed command."""
+        reader = self.reader
+        reader.feed(data)
+        self.buffered += len(data)
+        server = self.server
+        effects = server.effects
+        applied = 0
+        start = self.consumed
+        out: list[bytes] = []
+        while True:
+            try:
+                argv = reader.gets()
+            except Exception as e:  # hiredis.ProtocolError
+                raise EffectStreamError(self.consumed, f"protocol error ({e})") from None
+            if argv is False:
+                break
+            if type(argv) is not list or not argv or not all(type(a) is bytes for a in argv):
+                raise EffectStreamError(self.consumed, "not a command")
+            size = _command_len(argv)
+            self.consumed += size
+            self.buffered -= size
+            applied += 1
+            effects.replaying += 1
+            try:
+                reply = server.execute(self.client, argv)
+            finally:
+                effects.replaying -= 1
+            if reply is not None and reply[:1] == b"-":
+                self.errors += 1
+                log.warning("Effect %r at offset %d failed: %r", argv[:3], start, reply[:200])
+            if self.republish:
+                out.append(encode_command(argv))
+        if out:
+            effects.publish_raw(b"".join(out))
+        return applied

@@ -13,7 +13,9 @@ import logging
 import os
 import socket
 import time
+from collections.abc import Callable
 from time import perf_counter_ns, time_ns
+from typing import Protocol
 
 import hiredis
 
@@ -43,6 +45,11 @@ _NOAUTH_OK = frozenset((b"auth", b"hello", b"quit", b"reset"))
 _SPAN_LIMIT = 8 * 1024 * 1024  # past this, a request's raw bytes are not kept for error texts
 _BLOCKED_INPUT_LIMIT = 64 * 1024
 _MAX_COMMANDS_PER_TURN = 128  # commands of one client run before yielding to the loop  # a blocked client's input buffered before reading pauses
+
+
+class ReplyGate(Protocol):
+    def hold(self, conn: Connection, data: bytes) -> bool:
+        """Take `data` to send later (after an fsync); False means send it now."""
 
 
 class CommandStats:
@@ -92,6 +99,13 @@ class Server:
         self.active_expire_enabled = True  # DEBUG SET-ACTIVE-EXPIRE 0 turns the cycle off
         self.cmd_time_ms = int(time.time() * 1000)
         self.tcp_server: asyncio.AbstractServer | None = None
+        # Checks that may refuse a write command before it runs (MISCONF, READONLY,
+        # NOREPLICAS, CLUSTERDOWN): each returns an error text or None.
+        self.write_guards: list[Callable[[Client, bytes], bytes | None]] = []
+        # Set by persistence while `appendfsync always` holds replies until their fsync.
+        self.reply_gate: ReplyGate | None = None
+        self.persistence = None
+        self.replication = None
         # Only commands with both a handler and a command-table entry are served. The arity of
         # a plain command rides along so that execute() checks it without a call; containers
         # (None) always go through command_table.check_arity.
@@ -138,6 +152,13 @@ class Server:
             if c.in_multi:
                 c.multi_failed = True
             return self._reject(name, errors.NOAUTH)
+        if self.write_guards and not c.is_master and command_table.is_write_argv(argv, name):
+            for guard in self.write_guards:
+                err = guard(c, name)
+                if err is not None:
+                    if c.in_multi:
+                        c.multi_failed = True
+                    return self._reject(name, err)
         if c.in_multi and name not in _MULTI_IMMEDIATE:
             c.multi_queue.append(argv)
             return QUEUED
@@ -149,6 +170,8 @@ class Server:
         self.cmd_time_ms = time_ns() // 1000000
         c.last_cmd = name
         failed = 0
+        effects = self.effects
+        offset = effects.offset
         try:
             reply = handler(c, argv)
         except ReplyError as e:
@@ -176,6 +199,8 @@ class Server:
         st[1] += (perf_counter_ns() - t0) // 1000
         st[3] += failed
         self.stats.total_commands += 1
+        if effects.offset != offset:
+            c.woff = effects.offset
         if self.blocking.ready and not c.in_exec:
             self.blocking.serve_ready()
         return reply
@@ -249,7 +274,7 @@ class Connection(asyncio.Protocol):
 
     __slots__ = ("server", "transport", "reader", "client", "_slow", "_closing",
                  "_write_paused", "_read_paused", "_pending", "_boundary", "_span",
-                 "_span_len", "_done")
+                 "_span_len", "_done", "held")
 
     def __init__(self, server: Server) -> None:
         self.server = server
@@ -265,6 +290,7 @@ class Connection(asyncio.Protocol):
         self._write_paused = False
         self._read_paused = False
         self._pending = 0  # bytes received into an incomplete request
+        self.held: list[tuple[int, bytes]] | None = None  # replies waiting for an fsync
 
     # --- asyncio callbacks --------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -475,6 +501,16 @@ class Connection(asyncio.Protocol):
 
     # --- output -------------------------------------------------------------------------------
     def _write(self, data: bytes) -> None:
+        t = self.transport
+        if t is None or self._closing:
+            return
+        gate = self.server.reply_gate
+        if gate is not None and gate.hold(self, data):
+            return
+        self.send(data)
+
+    def send(self, data: bytes) -> None:
+        """Write to the socket now (the reply gate calls this once an fsync covered `data`)."""
         t = self.transport
         if t is None or self._closing:
             return
