@@ -8,6 +8,8 @@ USAGE = """usage: xshard <command> [options]
 
 commands:
   node      run one storage node (a Redis-compatible stream server)
+  check-aof FILE [--fix]
+            check an append-only file (or its manifest); --fix truncates a torn tail
 """
 
 
@@ -21,6 +23,14 @@ def main(argv: list[str] | None = None) -> int:
         from node.main import run
 
         return run(rest)
+    if cmd == "check-aof":
+        args_ = [a for a in rest if a != "--fix"]
+        if len(args_) != 1:
+            print("usage: xshard check-aof FILE [--fix]", file=sys.stderr)
+            return 2
+        from node.persistence import check_aof
+
+        return check_aof(args_[0], "--fix" in rest)
     print(f"xshard: unknown command '{cmd}'\n{USAGE.rstrip()}", file=sys.stderr)
     return 2
 

@@ -117,7 +117,12 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("appendonly", "bool", False),
     Setting("appendfsync", "enum", "everysec", choices=("always", "everysec", "no")),
     Setting("appendfilename", "str", "appendonly.aof", mutable=False),
-    Setting("dbfilename", "str", "dump.rdb"),
+    Setting("appenddirname", "str", "appendonlydir", mutable=False),
+    Setting("auto-aof-rewrite-percentage", "int", 100, minimum=0, maximum=(1 << 31) - 1),
+    Setting("auto-aof-rewrite-min-size", "memory", 64 * 1024 * 1024, minimum=0, maximum=_LL),
+    Setting("stop-writes-on-bgsave-error", "bool", True),
+    # Not Redis's RDB format, so not Redis's file name: redis tools must not mistake it.
+    Setting("dbfilename", "str", "dump.xsnap"),
     Setting("cluster-enabled", "bool", False, mutable=False),
     Setting("tcp-backlog", "int", 511, mutable=False, minimum=0, maximum=_LL),
     Setting("tcp-keepalive", "int", 300, minimum=0, maximum=_LL),

@@ -91,14 +91,27 @@ def run(argv: list[str]) -> int:
         return 1
     import uvloop
 
+    # A file-size limit must turn into EFBIG write errors (MISCONF), not kill the node.
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+
     return uvloop.run(_serve(config, config_file))
 
 
 async def _serve(config: Config, config_file: str) -> int:
+    from node.persistence import LoadError, Persistence
     from node.server import Server
 
     server = Server(config)
     server.config_file = config_file
+    persistence = server.persistence = Persistence(server)
+    try:
+        persistence.load()
+    except (LoadError, OSError) as e:
+        log.error("%s", e)
+        log.error("Fatal error loading the DB, check server logs. Exiting.")
+        return 1
+    # replication wiring
+    persistence.start()
     try:
         await server.start()
     except OSError as e:
@@ -114,9 +127,15 @@ async def _serve(config: Config, config_file: str) -> int:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    server.shutdown_hook = stop.set
     log.info("xshard node %s ready to accept connections tcp on %s:%d", "0.1.0", config.bind,
              config.port)
     await stop.wait()
     log.info("Received shutdown signal, closing")
     server.close()
+    try:
+        persistence.shutdown(None)
+    except OSError as e:
+        log.error("Error saving on shutdown: %s", e)
+        return 1
     return 0

@@ -106,6 +106,9 @@ class Server:
         self.reply_gate: ReplyGate | None = None
         self.persistence = None
         self.replication = None
+        self.child_saver = None
+        self.config_listeners: list[Callable[[str], None]] = []  # CONFIG SET, per setting
+        self.shutdown_hook: Callable[[], None] | None = None  # SHUTDOWN stops the process
         # Only commands with both a handler and a command-table entry are served. The arity of
         # a plain command rides along so that execute() checks it without a call; containers
         # (None) always go through command_table.check_arity.

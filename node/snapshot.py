@@ -247,7 +247,7 @@ class ChildSaver:
         self.path = ""
         self._aux: dict[str, Any] = {}
         self._on_done: Callable[[bool, dict[str, Any]], None] | None = None
-        self._queue: deque[tuple[str, Callable[[], dict[str, Any]],
+        self._queue: deque[tuple[str | Callable[[], str], Callable[[], dict[str, Any]],
                                  Callable[[bool, dict[str, Any]], None]]] = deque()
         self.last_fork_ms = 0.0
 
@@ -255,17 +255,24 @@ class ChildSaver:
     def busy(self) -> bool:
         return self.pid != 0
 
-    def request(self, path: str, aux: Callable[[], dict[str, Any]],
+    def request(self, path: str | Callable[[], str], aux: Callable[[], dict[str, Any]],
                 on_done: Callable[[bool, dict[str, Any]], None]) -> None:
-        """Queue a background snapshot; `aux()` is evaluated at fork time."""
+        """Queue a background snapshot; `aux()` and then a callable `path()` are evaluated at
+        fork time."""
         self._queue.append((path, aux, on_done))
         if not self.pid:
             self._start_next()
 
     def _start_next(self) -> None:
         while self._queue and not self.pid:
-            path, aux_fn, on_done = self._queue.popleft()
-            aux = aux_fn()
+            path_or_fn, aux_fn, on_done = self._queue.popleft()
+            try:
+                aux = aux_fn()
+            except OSError as e:
+                log.warning("Can't prepare a background save: %s", e)
+                on_done(False, {})
+                continue
+            path = path_or_fn() if callable(path_or_fn) else path_or_fn
             t0 = time.perf_counter()
             try:
                 pid = os.fork()

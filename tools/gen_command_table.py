@@ -64,7 +64,7 @@ SERVED: dict[str, list[str] | None] = {
     "info": None, "config": ["get", "set", "resetstat", "rewrite", "help"],
     "command": ["count", "info", "docs", "getkeys", "getkeysandflags", "list", "help"],
     "debug": None, "time": None, "lastsave": None, "save": None, "bgsave": None,
-    "bgrewriteaof": None,
+    "bgrewriteaof": None, "shutdown": None,
     # transactions
     "multi": None, "exec": None, "discard": None, "watch": None, "unwatch": None,
     # replication and cluster

@@ -68,6 +68,9 @@ def config(c: Client, argv: list[bytes]) -> bytes:
                 setattr(cfg, BY_NAME[name].attr, v)
             raise ReplyError(b"ERR CONFIG SET failed (possibly related to argument '%s') - %s"
                              % (raw_name, str(e).encode())) from None
+        for s, _, _ in todo:
+            for fn in c.server.config_listeners:
+                fn(s.name)
         return OK
     if sub == b"resetstat":
         if n != 2:
@@ -147,7 +150,9 @@ def waitaof(c: Client, argv: list[bytes]) -> bytes:
 
 DEBUG_HELP = [
     b"DEBUG <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
+    b"LOADAOF", b"    Flush the AOF buffers on disk and reload the AOF in memory.",
     b"OBJECT <key>", b"    Show low level info about `key` and associated value.",
+    b"RELOAD", b"    Save the snapshot on disk and reload it back to memory.",
     b"SET-ACTIVE-EXPIRE <0|1>", b"    Setting it to 0 disables expiring keys in background.",
     b"SLEEP <seconds>", b"    Stop the server for <seconds>. Decimals allowed.",
     b"HELP", b"    Print this help.",
@@ -167,6 +172,16 @@ def debug(c: Client, argv: list[bytes]) -> bytes:
         except ValueError:
             raise ReplyError(errors.NOT_FLOAT) from None
         time.sleep(max(secs, 0))  # DEBUG SLEEP stops the server, by definition
+        return OK
+    if sub in (b"reload", b"loadaof"):
+        p = c.server.persistence
+        if p is None:
+            raise ReplyError(b"ERR persistence is not configured on this node")
+        try:
+            p.reload(from_aof=sub == b"loadaof")
+        except Exception as e:  # noqa: BLE001 - the node stays up; the reason goes back
+            raise ReplyError(b"ERR Error trying to load the data set: %s"
+                             % str(e).encode(errors="replace")) from None
         return OK
     if sub == b"set-active-expire" and len(argv) == 3:
         c.server.active_expire_enabled = argv[2] != b"0"

@@ -1,0 +1,762 @@
+"""Persistence: the append-only file of effects, snapshots, rewrites and start-up loading.
+
+The AOF is the effect stream itself (DESIGN §1): the listener below appends exactly the bytes
+that replication ships, so a file offset is a replication offset. Its layout follows Redis 7's
+multi-part AOF: a directory holding a base snapshot, one or more incremental files of effects,
+and a small manifest that names them. A rewrite opens a fresh incremental file at the instant a
+child forks to write the new base, so base + new incr is always the whole data set; the manifest
+is switched atomically when the base is complete.
+
+Write path (DESIGN §6): effects collect in a buffer during a loop iteration and reach the file
+with one write when the iteration's callbacks run. With `appendfsync always` replies are held
+until an fsync covers the effects they may have seen; the fsync runs in a thread so that the
+loop keeps serving, and every write made meanwhile shares the next one (group commit).
+`everysec` fsyncs once a second in a thread; `no` leaves it to the kernel.
+
+A failed write or fsync keeps the unwritten bytes, refuses writes with MISCONF, and retries from
+the cron until the disk accepts them: nothing acknowledged is dropped.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import os
+import time
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+from node import command_table, snapshot
+from node.effects import EffectApplier, EffectStreamError, _command_len
+
+if TYPE_CHECKING:
+    from node.server import Connection, Server
+
+log = logging.getLogger("xshard.node")
+
+_READ_CHUNK = 1 << 20
+
+
+class LoadError(Exception):
+    """Start-up cannot go on: a corrupted file (named, with the byte offset)."""
+
+
+# -- the manifest ------------------------------------------------------------------------------
+class Manifest:
+    """`file <name> seq <n> type b|i` lines, as in Redis 7's appendonly.aof.manifest."""
+
+    def __init__(self, base: str | None = None, base_seq: int = 0,
+                 incrs: list[tuple[str, int]] | None = None) -> None:
+        self.base = base
+        self.base_seq = base_seq
+        self.incrs: list[tuple[str, int]] = incrs or []
+
+    @property
+    def last_seq(self) -> int:
+        return max([self.base_seq] + [s for _, s in self.incrs])
+
+    def render(self) -> bytes:
+        lines = []
+        if self.base:
+            lines.append(f"file {self.base} seq {self.base_seq} type b")
+        lines += [f"file {name} seq {seq} type i" for name, seq in self.incrs]
+        return ("\n".join(lines) + "\n").encode()
+
+    @classmethod
+    def parse(cls, text: str, path: str) -> Manifest:
+        m = cls()
+        for lineno, line in enumerate(text.splitlines(), 1):
+            words = line.split()
+            if not words or words[0].startswith("#"):
+                continue
+            fields = dict(zip(words[::2], words[1::2], strict=False))
+            name, kind, seq = fields.get("file"), fields.get("type"), fields.get("seq", "")
+            if not name or kind not in ("b", "i") or not seq.isdigit() or "/" in name:
+                raise LoadError(f"Invalid AOF manifest file format: {path} line {lineno}")
+            if kind == "b":
+                m.base, m.base_seq = name, int(seq)
+            else:
+                m.incrs.append((name, int(seq)))
+        return m
+
+    def files(self) -> list[str]:
+        return ([self.base] if self.base else []) + [n for n, _ in self.incrs]
+
+
+def manifest_path(config: Any) -> str:
+    return os.path.join(config.appenddirname, f"{config.appendfilename}.manifest")
+
+
+# -- scanning effect files ---------------------------------------------------------------------
+def scan(path: str) -> tuple[int, int, str | None]:
+    """(bytes of complete commands, file size, problem) for one incremental AOF file.
+
+    problem is None, "torn" (an incomplete final record: safe to truncate) or a description of
+    corruption; corruption is reported at the offset of the first bad command."""
+    from hiredis import Reader
+
+    reader = Reader()
+    good = 0
+    size = 0
+    multi_at = -1
+    with open(path, "rb") as f:
+        while True:
+            data = f.read(_READ_CHUNK)
+            if not data:
+                break
+            size += len(data)
+            reader.feed(data)
+            while True:
+                try:
+                    argv = reader.gets()
+                except Exception as e:  # hiredis.ProtocolError
+                    return good, size, f"protocol error ({e})"
+                if argv is False:
+                    break
+                if type(argv) is not list or not argv or not all(type(a) is bytes for a in argv):
+                    return good, size, "not a command"
+                name = argv[0].lower()
+                if command_table.lookup(name) is None:
+                    return good, size, f"unknown command '{argv[0].decode(errors='replace')}'"
+                if command_table.check_arity(argv, name) is not None:
+                    return good, size, f"wrong number of arguments for '{name.decode()}'"
+                if name == b"multi":
+                    multi_at = good
+                elif name == b"exec":
+                    multi_at = -1
+                good += _command_len(argv)
+    if good < size:
+        return (multi_at if multi_at >= 0 else good), size, _tail_problem(path, good, size)
+    if multi_at >= 0:  # a transaction whose EXEC never reached the disk
+        return multi_at, size, "torn"
+    return good, size, None
+
+
+def _tail_problem(path: str, good: int, size: int) -> str:
+    """An unparsed tail is torn only if no complete command starts anywhere after it: a later
+    complete command means the damage is in the middle, not the end."""
+    from hiredis import Reader
+
+    with open(path, "rb") as f:
+        f.seek(good)
+        tail = f.read()
+    pos = tail.find(b"\r\n*", 1)
+    while pos >= 0:
+        r = Reader()
+        r.feed(tail[pos + 2:])
+        try:
+            argv = r.gets()
+        except Exception:  # noqa: BLE001 - not a command start
+            argv = False
+        if type(argv) is list and argv and all(type(a) is bytes for a in argv):
+            return "not a command"
+        pos = tail.find(b"\r\n*", pos + 1)
+    return "torn"
+
+
+# -- the persistence engine --------------------------------------------------------------------
+class Persistence:
+    """Owns the AOF directory and the snapshot file of one node (`server.persistence`)."""
+
+    def __init__(self, server: Server) -> None:
+        self.server = server
+        self.config = server.config
+        self.aof_dir = server.config.appenddirname
+        self.saver = snapshot.ChildSaver(server)
+        server.child_saver = self.saver
+        self.loaded_aux: dict[str, Any] = {}
+        # AOF state
+        self.fd = -1
+        self.manifest = Manifest()
+        self.incr_name = ""
+        self.buf: list[bytes] = []
+        self.buf_len = 0
+        self.flush_scheduled = False
+        self.written_offset = 0  # effect offset of the last byte written to the file
+        self.synced_offset = 0  # effect offset covered by the last completed fsync
+        self.fsync_inflight = False
+        self.last_fsync = time.monotonic()
+        self.write_error: str | None = None
+        self.fsync_error: str | None = None
+        self.held: set[Connection] = set()
+        self.aof_size = 0  # bytes in the current incr file(s) since the base
+        self.aof_base_size = 0
+        self.aof_rewrites = 0
+        self.rewrite_in_progress = False
+        self.rewrite_scheduled = False
+        self.last_rewrite_status = "ok"
+        self.last_rewrite_time = -1
+        self.rewrite_started = 0.0
+        # snapshot state
+        self.last_save = int(time.time())
+        self.dirty_at_save = 0
+        self.bgsave_in_progress = False
+        self.last_bgsave_status = "ok"
+        self.loading = 0
+        self.shut_down = False
+        self.last_fsync_seconds = 0.0
+        server.write_guards.append(self._guard)
+        server.config_listeners.append(self.config_changed)
+
+    # --- start-up -----------------------------------------------------------------------------
+    def load(self) -> None:
+        """Load the AOF (base + incrs) when enabled, else the snapshot file if there is one."""
+        t0 = time.perf_counter()
+        cfg = self.config
+        mpath = manifest_path(cfg)
+        if cfg.appendonly and os.path.exists(mpath):
+            with open(mpath) as f:
+                self.manifest = Manifest.parse(f.read(), mpath)
+            keys = self._load_aof()
+        elif os.path.exists(cfg.dbfilename):
+            keys = self._load_snapshot(cfg.dbfilename)
+        else:
+            return
+        log.info("DB loaded from disk: %d keys, %.3f seconds", keys, time.perf_counter() - t0)
+
+    def _load_snapshot(self, path: str) -> int:
+        try:
+            snap = snapshot.read(path)
+        except snapshot.SnapshotError as e:
+            raise LoadError(f"Bad snapshot: {e}") from None
+        snapshot.install(self.server, snap)
+        self.loaded_aux = snap.aux
+        self.server.effects.offset = int(snap.aux.get("offset", 0))
+        log.info("Loaded snapshot %s: %d keys, %d stream entries", path, len(snap.data),
+                 snap.entries)
+        return len(snap.data)
+
+    def _load_aof(self) -> int:
+        m = self.manifest
+        if m.base:
+            self._load_snapshot(os.path.join(self.aof_dir, m.base))
+            self.aof_base_size = os.path.getsize(os.path.join(self.aof_dir, m.base))
+        offset = self.server.effects.offset
+        for i, (name, _seq) in enumerate(m.incrs):
+            path = os.path.join(self.aof_dir, name)
+            if not os.path.exists(path):
+                if i == len(m.incrs) - 1:
+                    continue  # created by the manifest switch, crashed before the first write
+                raise LoadError(f"The AOF file {path} listed in the manifest doesn't exist")
+            offset += self._replay(path, last=i == len(m.incrs) - 1)
+        self.server.effects.offset = offset
+        return len(self.server.db.data)
+
+    def _replay(self, path: str, last: bool) -> int:
+        """Apply one incremental file; returns the bytes applied (after any tail truncation)."""
+        good, size, problem = scan(path)
+        if problem is not None and (problem != "torn" or not last):
+            raise LoadError(f"Bad file format reading the append only file {path}: "
+                            f"{problem} at offset {good}. Use 'xshard check-aof --fix "
+                            f"{path}' only if the damage is at the end of the file")
+        if problem == "torn":
+            log.warning("!!! Warning: short read while loading the AOF file %s!!! AOF loaded "
+                        "anyway because the tail is torn: truncating %d bytes at offset %d",
+                        path, size - good, good)
+            with open(path, "r+b") as f:
+                f.truncate(good)
+                os.fsync(f.fileno())
+        applier = EffectApplier(self.server, republish=False)
+        with open(path, "rb") as f:
+            left = good
+            while left:
+                data = f.read(min(_READ_CHUNK, left))
+                if not data:
+                    break
+                left -= len(data)
+                try:
+                    applier.feed(data)
+                except EffectStreamError as e:  # scan() accepted it, so this is a race
+                    raise LoadError(f"Bad file format reading the append only file {path}: "
+                                    f"{e.reason} at offset {e.offset}") from None
+        if applier.client.in_multi:  # cannot happen after scan's MULTI rewind, but be exact
+            applier.client.in_multi = False
+            applier.client.multi_queue = []
+        if applier.errors:
+            log.warning("%d commands in %s returned errors while loading", applier.errors, path)
+        self.aof_size += good
+        return good
+
+    def start(self) -> None:
+        """After loading: open the AOF for appending (creating its first base) and listen."""
+        self.written_offset = self.synced_offset = self.server.effects.offset
+        self.dirty_at_save = self.server.dirty
+        self.server.effects.listen(self._on_effect)
+        if self.config.appendonly:
+            self._open_aof()
+        self._apply_fsync_policy()
+        self.server.loop.call_later(1.0, self._second_tick)
+
+    def _open_aof(self) -> None:
+        os.makedirs(self.aof_dir, exist_ok=True)
+        m = self.manifest
+        if not m.base and not m.incrs:
+            # A fresh AOF starts from a base that holds what is loaded now (maybe nothing).
+            seq = 1
+            base = f"{self.config.appendfilename}.{seq}.base.xsnap"
+            self.aof_base_size = snapshot.write(self.server.db, os.path.join(self.aof_dir, base),
+                                                self._aux())
+            m = self.manifest = Manifest(base, seq, [])
+            self._new_incr(m.last_seq)
+            return
+        if not m.incrs:
+            self._new_incr(m.last_seq + 1)
+            return
+        self.incr_name = m.incrs[-1][0]
+        self.fd = os.open(os.path.join(self.aof_dir, self.incr_name),
+                          os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+
+    def _new_incr(self, seq: int) -> None:
+        """Open a fresh incremental file and record it in the manifest (atomically)."""
+        name = f"{self.config.appendfilename}.{seq}.incr.aof"
+        fd = os.open(os.path.join(self.aof_dir, name), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        os.fsync(fd)
+        self.manifest.incrs.append((name, seq))
+        self._write_manifest()
+        if self.fd >= 0:
+            os.close(self.fd)
+        self.fd, self.incr_name = fd, name
+
+    def _write_manifest(self) -> None:
+        path = manifest_path(self.config)
+        tmp = path + ".tmp"
+        with open(tmp, "wb") as f:
+            f.write(self.manifest.render())
+            f.flush()
+            os.fsync(f.fileno())
+        snapshot.replace_durably(tmp, path)
+
+    def _aux(self) -> dict[str, Any]:
+        aux: dict[str, Any] = {"ctime": int(time.time()), "offset": self.server.effects.offset}
+        r = self.server.replication
+        if r is not None and hasattr(r, "snapshot_aux"):
+            aux.update(r.snapshot_aux())
+        return aux
+
+    # --- the write path -----------------------------------------------------------------------
+    def _on_effect(self, data: bytes) -> None:
+        if self.fd < 0:
+            return
+        self.buf.append(data)
+        self.buf_len += len(data)
+        if not self.flush_scheduled:
+            self.flush_scheduled = True
+            self.server.loop.call_soon(self._flush)
+
+    def _flush(self) -> None:
+        """Write the iteration's effects with one write; with `always`, start the fsync."""
+        self.flush_scheduled = False
+        if self.buf and self.fd >= 0:
+            data = b"".join(self.buf) if len(self.buf) > 1 else self.buf[0]
+            target = self.server.effects.offset
+            try:
+                n = os.write(self.fd, data)
+            except OSError as e:
+                self._write_failed(e.errno, data, 0)
+                return
+            if n < len(data):
+                self._write_failed(errno.ENOSPC, data, n)
+                return
+            self.buf = []
+            self.buf_len = 0
+            self.aof_size += n
+            self.written_offset = target
+            if self.write_error is not None:
+                log.warning("AOF write error looks solved, Redis can write again.")
+                self.write_error = None
+        if self.config.appendfsync == "always":
+            self._start_fsync()
+        elif self.config.appendfsync == "no":
+            self.synced_offset = max(self.synced_offset, 0)
+
+    def _write_failed(self, err: int, data: bytes, written: int) -> None:
+        if written:
+            # A short write: take it back if we can, so the file never holds half a record;
+            # if we cannot, those bytes are on disk and only the rest is retried.
+            try:
+                os.ftruncate(self.fd, os.lseek(self.fd, 0, os.SEEK_END) - written)
+            except OSError:
+                self.aof_size += written
+                self.buf = [data[written:]]
+                self.buf_len = len(data) - written
+        if self.write_error is None:
+            log.warning("Error writing to the AOF file: %s", os.strerror(err))
+        self.write_error = os.strerror(err)
+        self._abort_held()
+
+    def _abort_held(self) -> None:
+        """`always` promised no reply before the disk has the effect. When the disk refuses,
+        the clients waiting on it are disconnected: they must treat the write as unknown, as
+        after any lost connection. Until the disk works again replies pass (writes get
+        MISCONF), so readers are not stuck behind an error."""
+        for conn in list(self.held):
+            conn.held = None
+            conn.close(force=True)
+        self.held.clear()
+
+    def _start_fsync(self) -> None:
+        if self.fsync_inflight or self.fd < 0 or self.written_offset <= self.synced_offset:
+            return
+        self.fsync_inflight = True
+        target = self.written_offset
+        fd = self.fd
+        t0 = time.perf_counter()
+        fut = self.server.loop.run_in_executor(None, os.fdatasync, fd)
+        fut.add_done_callback(lambda f: self._fsync_done(f, target, t0))
+
+    def _fsync_done(self, fut: Any, target: int, t0: float) -> None:
+        self.fsync_inflight = False
+        self.last_fsync = time.monotonic()
+        self.last_fsync_seconds = time.perf_counter() - t0
+        exc = fut.exception()
+        if exc is not None:
+            if self.fsync_error is None:
+                log.warning("Can't fsync the AOF file: %s", exc)
+            self.fsync_error = str(getattr(exc, "strerror", exc))
+            self._abort_held()
+            return
+        self.fsync_error = None
+        self.synced_offset = max(self.synced_offset, target)
+        if self.held:
+            self._release_held()
+        if self.config.appendfsync == "always" and self.written_offset > self.synced_offset:
+            self._start_fsync()
+
+    # --- replies held for `always` ------------------------------------------------------------
+    def hold(self, conn: Connection, data: bytes) -> bool:
+        """The reply gate: keep `data` until an fsync covers every effect it may reflect."""
+        need = self.server.effects.offset
+        if (need <= self.synced_offset or self.write_error is not None
+                or self.fsync_error is not None) and conn.held is None:
+            return False
+        if conn.held is None:
+            conn.held = []
+            self.held.add(conn)
+        conn.held.append((need, data))
+        if not self.flush_scheduled and not self.fsync_inflight:
+            self._flush()
+        return True
+
+    def _release_held(self, everything: bool = False) -> None:
+        synced = self.synced_offset
+        for conn in list(self.held):
+            items = conn.held or []
+            i = 0
+            while i < len(items) and (everything or items[i][0] <= synced):
+                i += 1
+            if i:
+                conn.send(b"".join(d for _, d in items[:i]))
+            if i == len(items):
+                conn.held = None
+                self.held.discard(conn)
+            else:
+                conn.held = items[i:]
+
+    def _apply_fsync_policy(self) -> None:
+        always = self.config.appendonly and self.config.appendfsync == "always"
+        self.server.reply_gate = self if always else None
+        if not always and self.held:
+            self._release_held(everything=True)
+
+    # --- refusing writes ----------------------------------------------------------------------
+    def _guard(self, c: Any, name: bytes) -> bytes | None:
+        if self.write_error is not None or self.fsync_error is not None:
+            return b"MISCONF Errors writing to the AOF file: %s" % (
+                self.write_error or self.fsync_error).encode()
+        if self.last_bgsave_status == "err" and self.config.save and not self.config.appendonly:
+            return (b"MISCONF Redis is configured to save RDB snapshots, but it's currently "
+                    b"unable to persist to disk. Commands that may modify the data set are "
+                    b"disabled, because this instance is configured to report errors during "
+                    b"writes if RDB snapshotting fails (stop-writes-on-bgsave-error option). "
+                    b"Please check the Redis logs for details about the RDB error.")
+        return None
+
+    # --- the once-a-second tick ----------------------------------------------------------------
+    def _second_tick(self) -> None:
+        try:
+            self.cron()
+        except Exception:
+            log.exception("persistence cron failed")
+        self.server.loop.call_later(1.0 / max(self.config.hz, 1), self._second_tick)
+
+    def cron(self) -> None:
+        """Retry failed writes, fsync everysec, run save points and automatic rewrites."""
+        if self.fd >= 0:
+            if self.buf and not self.flush_scheduled:
+                self._flush()
+            now = time.monotonic()
+            if self.fsync_error is not None or (
+                    self.config.appendfsync == "everysec" and now - self.last_fsync >= 1.0):
+                self.last_fsync = now
+                self._start_fsync()
+            self._maybe_auto_rewrite()
+        self._maybe_save_point()
+
+    def _maybe_auto_rewrite(self) -> None:
+        pct = self.config.auto_aof_rewrite_percentage
+        if not pct or self.rewrite_in_progress or self.saver.busy:
+            return
+        base = max(self.aof_base_size, 1)
+        if self.aof_size >= self.config.auto_aof_rewrite_min_size and \
+                self.aof_size * 100 >= base * pct:
+            log.info("Starting automatic rewriting of AOF on %d%% growth",
+                     self.aof_size * 100 // base)
+            self.rewrite()
+
+    def _maybe_save_point(self) -> None:
+        words = self.config.save.split()
+        if len(words) < 2 or self.bgsave_in_progress or self.saver.busy:
+            return
+        changes = self.server.dirty - self.dirty_at_save
+        elapsed = time.time() - self.last_save
+        for i in range(0, len(words) - 1, 2):
+            secs, n = int(words[i]), int(words[i + 1])
+            if changes >= n and elapsed > secs:
+                log.info("%d changes in %d seconds. Saving...", n, secs)
+                self.bgsave()
+                return
+
+    # --- snapshots ----------------------------------------------------------------------------
+    def save(self) -> None:
+        """SAVE: in the loop (blocking, by definition)."""
+        snapshot.write(self.server.db, self.config.dbfilename, self._aux())
+        self._saved(True)
+
+    def _saved(self, ok: bool) -> None:
+        self.last_bgsave_status = "ok" if ok else "err"
+        if ok:
+            self.last_save = int(time.time())
+            self.dirty_at_save = self.server.dirty
+
+    def bgsave(self) -> None:
+        self.bgsave_in_progress = True
+        dirty = [0]
+
+        def aux() -> dict[str, Any]:
+            dirty[0] = self.server.dirty
+            return self._aux()
+
+        def done(ok: bool, _aux: dict[str, Any]) -> None:
+            self.bgsave_in_progress = False
+            self._saved(ok)
+            if ok:
+                self.dirty_at_save = dirty[0]
+
+        self.saver.request(self.config.dbfilename, aux, done)
+
+    # --- AOF rewrite --------------------------------------------------------------------------
+    def rewrite(self) -> None:
+        """BGREWRITEAOF: switch to a new incr file now and fork a child to write the new base."""
+        if not self.config.appendonly:
+            return
+        self.rewrite_in_progress = True
+        self.rewrite_started = time.time()
+        seq = [0]
+
+        def aux() -> dict[str, Any]:
+            # Runs at fork time: what the child writes is exactly the state before this point.
+            self._flush()
+            if self.fd >= 0:
+                os.fsync(self.fd)
+                self.synced_offset = max(self.synced_offset, self.written_offset)
+                if self.held:
+                    self._release_held()
+            seq[0] = self.manifest.last_seq + 1
+            self._new_incr(seq[0])
+            self.aof_size = 0
+            return self._aux()
+
+        def done(ok: bool, _aux: dict[str, Any]) -> None:
+            self.rewrite_in_progress = False
+            self.last_rewrite_time = int(time.time() - self.rewrite_started)
+            tmp_base = os.path.join(self.aof_dir, f".rewrite-{seq[0]}.base.xsnap")
+            if not ok or not self.config.appendonly:
+                self.last_rewrite_status = "err"
+                _unlink(tmp_base)
+                return
+            base = f"{self.config.appendfilename}.{seq[0]}.base.xsnap"
+            os.replace(tmp_base, os.path.join(self.aof_dir, base))
+            old = self.manifest
+            self.manifest = Manifest(base, seq[0], [(n, s) for n, s in old.incrs if s >= seq[0]])
+            self._write_manifest()
+            for name in old.files():
+                if name not in self.manifest.files():
+                    _unlink(os.path.join(self.aof_dir, name))
+            self.aof_base_size = os.path.getsize(os.path.join(self.aof_dir, base))
+            self.aof_rewrites += 1
+            self.last_rewrite_status = "ok"
+            log.info("Background AOF rewrite finished successfully")
+
+        # The child writes under a temporary name (known once aux() picked the seq); `done`
+        # renames it.
+        self.saver.request(lambda: os.path.join(self.aof_dir, f".rewrite-{seq[0]}.base.xsnap"),
+                           aux, done)
+
+    def reload(self, from_aof: bool) -> None:
+        """DEBUG RELOAD (save a snapshot and load it back) and DEBUG LOADAOF (fsync the AOF
+        and replay it into an empty key space): proof that what is on disk is the data set."""
+        if from_aof:
+            if self.fd < 0:
+                raise OSError(errno.EINVAL, "appendonly is off")
+            self._flush()
+            os.fsync(self.fd)
+            self.server.db.flush()
+            self.server.effects.offset = 0
+            self.aof_size = 0
+            self._load_aof()
+        else:
+            self.save()
+            self._load_snapshot(self.config.dbfilename)
+
+    def dataset_replaced(self) -> None:
+        """A replica installed a whole new data set: its AOF restarts from a new base."""
+        if self.config.appendonly and self.fd >= 0:
+            self.rewrite()
+
+    # --- runtime configuration ----------------------------------------------------------------
+    def config_changed(self, name: str) -> None:
+        if name == "appendonly":
+            if self.config.appendonly and self.fd < 0:
+                self.manifest = Manifest()
+                mpath = manifest_path(self.config)
+                if os.path.exists(mpath):  # an old AOF: replaced by a rewrite of the present
+                    with open(mpath) as f:
+                        self.manifest = Manifest.parse(f.read(), mpath)
+                os.makedirs(self.aof_dir, exist_ok=True)
+                self.written_offset = self.synced_offset = self.server.effects.offset
+                if self.manifest.base or self.manifest.incrs:
+                    self._new_incr(self.manifest.last_seq + 1)
+                    self.rewrite()
+                else:
+                    self._open_aof()
+            elif not self.config.appendonly and self.fd >= 0:
+                self._flush()
+                try:
+                    os.fsync(self.fd)
+                except OSError:
+                    pass
+                os.close(self.fd)
+                self.fd = -1
+                self.buf, self.buf_len = [], 0
+                self.write_error = self.fsync_error = None
+                self.synced_offset = self.written_offset = self.server.effects.offset
+        if name in ("appendonly", "appendfsync"):
+            self._apply_fsync_policy()
+
+    # --- WAITAOF and shutdown -----------------------------------------------------------------
+    def fsynced_for(self, c: Any) -> bool:
+        return self.fd >= 0 and self.synced_offset >= c.woff
+
+    def shutdown(self, save: bool | None) -> None:
+        """Flush and fsync the AOF; write a snapshot when save points are set (or asked)."""
+        if self.shut_down:
+            return
+        self.shut_down = True
+        self.saver.kill()
+        if self.fd >= 0:
+            self._flush()
+            try:
+                os.fsync(self.fd)
+            except OSError as e:
+                log.warning("Error fsyncing the AOF on shutdown: %s", e)
+        if save or (save is None and self.config.save.split()):
+            log.info("Saving the final snapshot before exiting.")
+            self.save()
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+    # --- INFO persistence ---------------------------------------------------------------------
+    def info_fields(self) -> list[tuple[str, object]]:
+        s = self.server
+        now = time.time()
+        return [
+            ("loading", self.loading), ("async_loading", 0),
+            ("rdb_changes_since_last_save", s.dirty - self.dirty_at_save),
+            ("rdb_bgsave_in_progress", int(self.bgsave_in_progress)),
+            ("rdb_last_save_time", self.last_save),
+            ("rdb_last_bgsave_status", self.last_bgsave_status),
+            ("rdb_current_bgsave_time_sec",
+             int(now - self.saver.started) if self.bgsave_in_progress else -1),
+            ("rdb_last_cow_size", 0),
+            ("aof_enabled", int(self.config.appendonly)),
+            ("aof_rewrite_in_progress", int(self.rewrite_in_progress)),
+            ("aof_rewrite_scheduled", int(self.rewrite_scheduled)),
+            ("aof_last_rewrite_time_sec", self.last_rewrite_time),
+            ("aof_current_rewrite_time_sec",
+             int(now - self.rewrite_started) if self.rewrite_in_progress else -1),
+            ("aof_last_bgrewrite_status", self.last_rewrite_status),
+            ("aof_rewrites", self.aof_rewrites),
+            ("aof_last_write_status", "err" if self.write_error or self.fsync_error else "ok"),
+            ("aof_last_cow_size", 0),
+            ("module_fork_in_progress", 0),
+            ("module_fork_last_cow_size", 0),
+        ] + ([
+            ("aof_current_size", self.aof_size + self.aof_base_size),
+            ("aof_base_size", self.aof_base_size),
+            ("aof_pending_rewrite", 0),
+            ("aof_buffer_length", self.buf_len),
+            ("aof_pending_bio_fsync", int(self.fsync_inflight)),
+            ("aof_delayed_fsync", 0),
+        ] if self.config.appendonly else [])
+
+
+def _unlink(path: str) -> None:
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
+
+
+def iter_effect_files(path: str) -> Iterator[str]:
+    """The incremental files that `check-aof` should look at: a manifest names them."""
+    if path.endswith(".manifest"):
+        d = os.path.dirname(path)
+        with open(path) as f:
+            m = Manifest.parse(f.read(), path)
+        for name, _ in m.incrs:
+            yield os.path.join(d, name)
+    else:
+        yield path
+
+
+def check_aof(path: str, fix: bool, out: Any = None) -> int:
+    """`xshard check-aof`: report (and with `fix`, truncate) each effect file; exit status.
+
+    Only a torn tail is repaired; damage in the middle would lose the commands after it, so
+    it is reported with its offset and left for a human to decide."""
+    import sys
+
+    out = out or sys.stdout
+    try:
+        files = list(iter_effect_files(path))
+    except (OSError, LoadError) as e:
+        print(f"Cannot read {path}: {e}", file=out)
+        return 1
+    status = 0
+    for i, f in enumerate(files):
+        try:
+            good, size, problem = scan(f)
+        except OSError as e:
+            print(f"Cannot read {f}: {e.strerror}", file=out)
+            status = 1
+            continue
+        print(f"AOF analyzed: filename={f}, size={size}, ok_up_to={good}, diff={size - good}",
+              file=out)
+        if problem is None:
+            print(f"AOF {f} is valid", file=out)
+            continue
+        torn = problem == "torn" and i == len(files) - 1
+        what = "has a torn tail" if torn else f"is corrupted: {problem} at offset {good}"
+        print(f"AOF {f} {what}", file=out)
+        if fix and torn:
+            with open(f, "r+b") as fh:
+                fh.truncate(good)
+                os.fsync(fh.fileno())
+            print(f"Successfully truncated AOF {f} to {good} bytes", file=out)
+        else:
+            status = 1
+            if fix:
+                print(f"Not fixing {f}: the damage is not at the end; the commands after "
+                      f"offset {good} would be lost", file=out)
+    return status
