@@ -21,6 +21,11 @@ if TYPE_CHECKING:
     from node.server import Server
 
 
+# A pseudo key that never names data: WAIT/WAITAOF block on it, and whoever advances an fsynced
+# or acknowledged offset calls `offsets_advanced` so that they re-check.
+OFFSETS = b"\x00offsets"
+
+
 class Blocked(Exception):  # noqa: N818 - it is a control-flow signal, not an error
     """Raised by a read handler that must wait; `argv` is what to re-run (with `$` resolved)."""
 
@@ -62,6 +67,12 @@ class BlockingManager:
     def signal_ready(self, key: bytes) -> None:
         if key in self.waiting:
             self.ready[key] = None
+
+    def offsets_advanced(self) -> None:
+        """An fsync finished or a replica acknowledged: re-run WAIT/WAITAOF waiters."""
+        if OFFSETS in self.waiting:
+            self.ready[OFFSETS] = None
+            self.serve_ready()
 
     def serve_ready(self) -> None:
         """Re-run the blocked clients of every ready key, FIFO, until nothing more is ready."""

@@ -179,6 +179,7 @@ class Persistence:
         self.write_error: str | None = None
         self.fsync_error: str | None = None
         self.held: set[Connection] = set()
+        self._retiring: list[tuple[int, int]] = []  # replaced incr files still to fsync and close
         self.aof_size = 0  # bytes in the current incr file(s) since the base
         self.aof_base_size = 0
         self.aof_rewrites = 0
@@ -313,9 +314,29 @@ class Persistence:
         os.fsync(fd)
         self.manifest.incrs.append((name, seq))
         self._write_manifest()
-        if self.fd >= 0:
-            os.close(self.fd)
+        old = self.fd
         self.fd, self.incr_name = fd, name
+        if old >= 0:
+            self._retire(old, self.written_offset)
+
+    def _retire(self, fd: int, target: int) -> None:
+        """Fsync and close a replaced incr file in a thread: up to a second of everysec data
+        may be dirty there, and the loop must not wait for it. No other fsync starts (and so
+        no reply is released) before it is done, because offsets are ordered across files."""
+        t0 = time.perf_counter()
+
+        def sync_and_close() -> None:
+            try:
+                os.fdatasync(fd)
+            finally:
+                os.close(fd)
+
+        if self.fsync_inflight:  # let the running fsync finish first, then this one
+            self._retiring.append((fd, target))
+            return
+        self.fsync_inflight = True
+        fut = self.server.loop.run_in_executor(None, sync_and_close)
+        fut.add_done_callback(lambda f: self._fsync_done(f, target, t0))
 
     def _write_manifest(self) -> None:
         path = manifest_path(self.config)
@@ -406,6 +427,8 @@ class Persistence:
 
     def _fsync_done(self, fut: Any, target: int, t0: float) -> None:
         self.fsync_inflight = False
+        if self._retiring:
+            self._retire(*self._retiring.pop(0))
         self.last_fsync = time.monotonic()
         self.last_fsync_seconds = time.perf_counter() - t0
         exc = fut.exception()
@@ -419,6 +442,7 @@ class Persistence:
         self.synced_offset = max(self.synced_offset, target)
         if self.held:
             self._release_held()
+        self.server.blocking.offsets_advanced()
         if self.config.appendfsync == "always" and self.written_offset > self.synced_offset:
             self._start_fsync()
 
@@ -556,11 +580,6 @@ class Persistence:
         def aux() -> dict[str, Any]:
             # Runs at fork time: what the child writes is exactly the state before this point.
             self._flush()
-            if self.fd >= 0:
-                os.fsync(self.fd)
-                self.synced_offset = max(self.synced_offset, self.written_offset)
-                if self.held:
-                    self._release_held()
             seq[0] = self.manifest.last_seq + 1
             self._new_incr(seq[0])
             self.aof_size = 0

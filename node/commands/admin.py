@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 
 from node import errors, info
-from node.blocking import Blocked
+from node.blocking import OFFSETS, Blocked
 from node.client import Client
 from node.commands import command
 from node.config import BY_NAME, ConfigError
@@ -139,13 +139,18 @@ def waitaof(c: Client, argv: list[bytes]) -> bytes:
     timeout = errors.parse_timeout_ms_or_error(argv[3])
     if numlocal and not c.server.config.appendonly:
         raise ReplyError(b"ERR WAITAOF cannot be used when numlocal is set but appendonly is disabled.")
-    p = getattr(c.server, "persistence", None)
-    local = int(p.fsynced_for(c)) if p is not None else 0
-    r = getattr(c.server, "replication", None)
-    remote = r.aof_acked_replicas(c) if r is not None else 0
+
+    def counts() -> tuple[int, int]:
+        p = c.server.persistence
+        r = c.server.replication
+        return (int(p.fsynced_for(c)) if p is not None else 0,
+                r.aof_acked_replicas(c) if r is not None else 0)
+
+    local, remote = counts()
     if (local >= numlocal and remote >= numreplicas) or c.in_exec:
         return encode([local, remote], c.proto)
-    raise Blocked([], timeout, argv, on_timeout=lambda proto: encode([local, remote], proto))
+    # Re-run whenever an fsync or a replica's ack moves an offset (BlockingManager.OFFSETS).
+    raise Blocked([OFFSETS], timeout, argv, on_timeout=lambda proto: encode(list(counts()), proto))
 
 
 DEBUG_HELP = [
