@@ -135,7 +135,11 @@ def wait(c: Client, argv: list[bytes]) -> bytes:
 @command(b"waitaof")
 def waitaof(c: Client, argv: list[bytes]) -> bytes:
     numlocal = errors.parse_int_or_error(argv[1])
+    if not 0 <= numlocal <= 1:
+        raise ReplyError(b"ERR value is out of range, value must between 0 and 1")
     numreplicas = errors.parse_int_or_error(argv[2])
+    if numreplicas < 0:
+        raise ReplyError(b"ERR value is out of range, must be positive")
     timeout = errors.parse_timeout_ms_or_error(argv[3])
     if numlocal and not c.server.config.appendonly:
         raise ReplyError(b"ERR WAITAOF cannot be used when numlocal is set but appendonly is disabled.")
