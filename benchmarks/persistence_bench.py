@@ -304,7 +304,7 @@ def fmt(v: float | None) -> str:
         return f"{v:,.0f}"
     if abs(v) >= 10:
         return f"{v:.1f}"
-    return f"{v:.3f}"
+    return f"{v:.4g}"  # 4 significant digits: start-up times can be a few ms
 
 
 def render(rows: list[Row], ctx: Ctx, labels: list[str], argv: list[str],
