@@ -200,6 +200,9 @@ def test_sigkill_appendfsync_always(spawn: Spawn) -> None:
         h.start()
         c = h.client()
         _check_always(c, ledger, rnd)
+    print(f"{ROUNDS} rounds: {ledger.ops} acknowledged XADDs, {len(ledger.delivered)} "
+          f"deliveries seen, {len(ledger.acked)} acknowledged XACKs, "
+          f"{len(ledger.ack_sent - ledger.acked)} XACKs with a lost reply")
     assert ledger.ops > ROUNDS * 10, f"only {ledger.ops} acknowledged XADDs in {ROUNDS} rounds"
     assert ledger.acked and ledger.delivered
 
