@@ -102,41 +102,54 @@ class EffectApplier:
         self.buffered = 0  # bytes fed but not yet part of a complete command
         self.errors = 0
 
-    def feed(self, data: bytes | memoryview) -> int:
+    def feed(self, data: bytes | memoryview, track: bool = True) -> int:
         """Apply every complete command in `data` (plus what was buffered); returns how many.
 
-        Raises EffectStreamError naming the offset of the first malformed command."""
+        Raises EffectStreamError naming the offset of the first malformed command. `track`
+        False skips offset accounting (AOF loading, where scan() already checked the bytes)."""
         reader = self.reader
         reader.feed(data)
         self.buffered += len(data)
         server = self.server
+        execute = server.execute
+        client = self.client
+        republish = self.republish
         effects = server.effects
         applied = 0
-        start = self.consumed
         out: list[bytes] = []
-        while True:
-            try:
-                argv = reader.gets()
-            except Exception as e:  # hiredis.ProtocolError
-                raise EffectStreamError(self.consumed, f"protocol error ({e})") from None
-            if argv is False:
-                break
-            if type(argv) is not list or not argv or not all(type(a) is bytes for a in argv):
-                raise EffectStreamError(self.consumed, "not a command")
-            size = _command_len(argv)
-            self.consumed += size
-            self.buffered -= size
-            applied += 1
-            effects.replaying += 1
-            try:
-                reply = server.execute(self.client, argv)
-            finally:
-                effects.replaying -= 1
-            if reply is not None and reply[:1] == b"-":
-                self.errors += 1
-                log.warning("Effect %r at offset %d failed: %r", argv[:3], start, reply[:200])
-            if self.republish:
-                out.append(encode_command(argv))
-        if out:
-            effects.publish_raw(b"".join(out))
+        effects.replaying += 1
+        try:
+            while True:
+                try:
+                    argv = reader.gets()
+                except Exception as e:  # hiredis.ProtocolError
+                    raise EffectStreamError(self.consumed, f"protocol error ({e})") from None
+                if argv is False:
+                    break
+                if type(argv) is not list or not argv:
+                    raise EffectStreamError(self.consumed, "not a command")
+                try:
+                    b"".join(argv)  # every element a bulk string; C-speed check
+                except TypeError:
+                    raise EffectStreamError(self.consumed, "not a command") from None
+                if republish:
+                    enc = encode_command(argv)
+                    out.append(enc)
+                    size = len(enc)
+                elif track:
+                    size = _command_len(argv)
+                else:
+                    size = 0
+                self.consumed += size
+                self.buffered -= size
+                applied += 1
+                reply = execute(client, argv)
+                if reply is not None and reply[:1] == b"-":
+                    self.errors += 1
+                    log.warning("Effect %r at offset %d failed: %r", argv[:3],
+                                self.consumed - size, reply[:200])
+        finally:
+            effects.replaying -= 1
+            if out:
+                effects.publish_raw(b"".join(out))
         return applied

@@ -266,7 +266,7 @@ class Persistence:
                     break
                 left -= len(data)
                 try:
-                    applier.feed(data)
+                    applier.feed(data, track=False)
                 except EffectStreamError as e:  # scan() accepted it, so this is a race
                     raise LoadError(f"Bad file format reading the append only file {path}: "
                                     f"{e.reason} at offset {e.offset}") from None
