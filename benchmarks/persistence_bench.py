@@ -15,6 +15,9 @@ Measurements (each on freshly started servers, redis-server first, then the serv
   a restart from the snapshot, (b) with `appendonly yes` and no snapshot, SIGTERM and a restart
   from the AOF alone. Timed from exec until PING answers and DBSIZE/XLEN are right (issue
   target for the node: >= 1M entries/s from a snapshot).
+- stall: N entries (1M), then XADD load from 10 clients while BGREWRITEAOF and then BGSAVE run;
+  a separate connection PINGs every 1 ms and the longest PING is the longest event-loop pause
+  (issue target for the node: no pause over 50 ms).
 
 Both servers run with `--auto-aof-rewrite-percentage 0` so no rewrite happens mid-measurement.
 The table goes to stdout and to benchmarks/PERSISTENCE_RESULTS.md (or --output). `--quick` is
@@ -27,6 +30,7 @@ from __future__ import annotations
 import argparse
 import datetime as _dt
 import math
+import multiprocessing as mp
 import os
 import platform
 import shlex
@@ -56,9 +60,9 @@ from benchmarks.harness import (  # noqa: E402
     redis_benchmark,
     wait_for_idle,
 )
-from benchmarks.node_bench import KEY, XADD_ARGS, load_entries  # noqa: E402
+from benchmarks.node_bench import KEY, XADD_ARGS, _probe, load_entries  # noqa: E402
 
-MEASUREMENTS = ["xadd", "always", "startup"]
+MEASUREMENTS = ["xadd", "always", "startup", "stall"]
 NO_REWRITE = ["--auto-aof-rewrite-percentage", "0"]
 MODES = {
     "none": ["--appendonly", "no"],
@@ -72,6 +76,7 @@ class Sizes:
     xadd: int = 200_000
     always: int = 100_000
     startup: tuple[int, ...] = (1_000_000, 5_000_000)
+    stall: int = 1_000_000
 
 
 @dataclass
@@ -242,6 +247,83 @@ def m_startup(kind: str, label: str, source: str, n: int,
         shutil.rmtree(wd, ignore_errors=True)
 
 
+def _wait_info(port: int, fields: tuple[str, ...], timeout: float) -> dict[str, str]:
+    deadline = time.monotonic() + timeout
+    with Conn(port) as c:
+        while True:
+            st = harness.info_fields(c, "persistence")
+            if all(st.get(f) == "0" for f in fields):
+                return st
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"still busy after {timeout:.0f} s: {st}")
+            time.sleep(0.01)
+
+
+def m_stall(kind: str, label: str, n: int, ctx: Ctx) -> dict[str, tuple[float, float, float]]:
+    """Longest PING while a rewrite and a background save of n entries run under XADD load."""
+    wd = Path(tempfile.mkdtemp(prefix=f"pbench-{kind}-"))
+    mpc = mp.get_context("fork")
+    start, stop, out = mpc.Event(), mpc.Event(), mpc.Queue()
+    probe = bench = None
+    try:
+        sp = spawn(kind, label, wd, MODES["everysec"], ctx.server_cpu)
+        wait_ready(sp, 60)
+        load_entries(sp.port, n, batch=200)
+        if ctx.idle_wait > 0:
+            wait_for_idle(ctx.idle_wait)
+        exe = shutil.which("redis-benchmark") or "/usr/bin/redis-benchmark"
+        pin = (lambda: os.sched_setaffinity(0, {ctx.load_cpu})) if ctx.load_cpu is not None \
+            else None
+        bench = subprocess.Popen([exe, "-h", HOST, "-p", str(sp.port), "-c", "10", "-n",
+                                  "100000000", *XADD_ARGS], stdout=subprocess.DEVNULL,
+                                 stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL,
+                                 preexec_fn=pin)
+        time.sleep(0.5)
+        probe = mpc.Process(target=_probe, args=(sp.port, ctx.load_cpu, 0.001, start, stop, out),
+                            daemon=True)
+        probe.start()
+        if not start.wait(30):
+            raise RuntimeError("probe did not start")
+        time.sleep(0.3)
+        with OthersMeter(sp.pid) as others:
+            c0, t0 = cpu_seconds(sp.pid), time.perf_counter()
+            with Conn(sp.port) as c:
+                c.call("BGREWRITEAOF")
+            _wait_info(sp.port, ("aof_rewrite_in_progress", "aof_rewrite_scheduled"), 600)
+            rewrite_s = time.perf_counter() - t0
+            t1 = time.perf_counter()
+            with Conn(sp.port) as c:
+                c.call("BGSAVE")
+            st = _wait_info(sp.port, ("rdb_bgsave_in_progress",), 600)
+            bgsave_s = time.perf_counter() - t1
+            time.sleep(0.2)
+            cpu = _cpu_pct(sp.pid, c0, t0)
+        stop.set()
+        samples, mx, p999, p99, p50, err = out.get(timeout=60)
+        if err:
+            raise RuntimeError(f"probe: {err}")
+        if st.get("aof_last_bgrewrite_status") != "ok" or st.get("rdb_last_bgsave_status") != "ok":
+            raise RuntimeError(f"rewrite/bgsave failed: {st}")
+        ctx.notes.append(f"stall on {label}: {n:,} entries, BGREWRITEAOF {rewrite_s:.2f} s then "
+                         f"BGSAVE {bgsave_s:.2f} s under 10-client XADD load; {samples} PINGs, "
+                         f"p50 {p50 * 1e3:.2f} ms, p99 {p99 * 1e3:.2f} ms, "
+                         f"p99.9 {p999 * 1e3:.2f} ms, max {mx * 1e3:.2f} ms")
+        terminate(sp, signal.SIGKILL)
+        return {"PING max (ms)": (mx * 1e3, cpu, others.pct),
+                "PING p99.9 (ms)": (p999 * 1e3, cpu, others.pct),
+                "rewrite seconds": (rewrite_s, cpu, others.pct)}
+    finally:
+        stop.set()
+        if bench is not None:
+            bench.kill()
+            bench.wait(10)
+        if probe is not None:
+            probe.join(10)
+            if probe.is_alive():
+                probe.kill()
+        shutil.rmtree(wd, ignore_errors=True)
+
+
 # --------------------------------------------------------------------------------------------
 # Driver
 
@@ -249,7 +331,8 @@ def m_startup(kind: str, label: str, source: str, n: int,
 def run(args: argparse.Namespace) -> tuple[list[Row], Ctx, list[str]]:
     cpus = sorted(os.sched_getaffinity(0))
     pin = len(cpus) >= 2 and not args.no_pin
-    sizes = Sizes(xadd=20_000, always=5_000, startup=(100_000,)) if args.quick else Sizes()
+    sizes = Sizes(xadd=20_000, always=5_000, startup=(100_000,), stall=100_000) \
+        if args.quick else Sizes()
     if args.entries:
         sizes.startup = tuple(int(x) for x in args.entries.split(","))
     ctx = Ctx(cpus[0] if pin else None, cpus[1] if pin else None, sizes, args.idle_wait)
@@ -294,6 +377,24 @@ def run(args: argparse.Namespace) -> tuple[list[Row], Ctx, list[str]]:
                 for label, secs in row.values.items():
                     rate.values[label] = n / secs
                 rows.append(rate)
+    if "stall" in args.only:
+        what = f"rewrite+bgsave under load, {sizes.stall:,} entries"
+        stall_rows = {m: Row(what, m, b) for m, b in (("PING max (ms)", "lower"),
+                                                       ("PING p99.9 (ms)", "lower"),
+                                                       ("rewrite seconds", "lower"))}
+        for kind, label in roles:
+            print(f"   {what} on {label} ...", file=sys.stderr, flush=True)
+            try:
+                res = m_stall(kind, label, sizes.stall, ctx)
+            except Exception as e:  # noqa: BLE001
+                ctx.failures.append(f"{what} on {label}: {type(e).__name__}: {e}")
+                print(f"   FAILED: {e}", file=sys.stderr, flush=True)
+                continue
+            for m, (v, cpu, oth) in res.items():
+                r = stall_rows[m]
+                r.values[label], r.cpu[label], r.others[label] = v, cpu, oth
+            print(f"   -> PING max {res['PING max (ms)'][0]:.2f} ms", file=sys.stderr, flush=True)
+        rows.extend(stall_rows.values())
     return rows, ctx, labels
 
 
@@ -353,6 +454,11 @@ def render(rows: list[Row], ctx: Ctx, labels: list[str], argv: list[str],
             ok = r.values[b] >= 1_000_000
             targets.append(f"- {r.measurement}: {r.values[b]:,.0f} entries/s, target >= 1M/s "
                            f"{'met' if ok else 'NOT met'}")
+        if r.measurement.startswith("rewrite+bgsave") and r.metric == "PING max (ms)" \
+                and b in r.values:
+            ok = r.values[b] <= 50
+            targets.append(f"- {r.measurement}: longest pause {r.values[b]:.1f} ms, target "
+                           f"<= 50 ms {'met' if ok else 'NOT met'}")
     if targets:
         lines += ["", f"## Issue targets ({b})", "", *targets]
     if ctx.notes:
