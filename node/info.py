@@ -142,7 +142,8 @@ def _keyspace(s: Server) -> list[tuple[str, object]]:
 SECTIONS: dict[str, Callable[[Server], list[tuple[str, object]]]] = {
     "server": _server, "clients": _clients, "memory": _memory, "persistence": _persistence,
     "stats": _stats, "replication": _replication, "cpu": _cpu, "modules": lambda s: [],
-    "errorstats": _errorstats, "cluster": lambda s: [("cluster_enabled", 0)],
+    "errorstats": _errorstats,
+    "cluster": lambda s: [("cluster_enabled", int(s.cluster is not None))],
     "keyspace": _keyspace, "commandstats": _commandstats, "latencystats": lambda s: [],
 }
 

@@ -15,7 +15,7 @@ import socket
 import time
 from collections.abc import Callable
 from time import perf_counter_ns, time_ns
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import hiredis
 
@@ -34,6 +34,9 @@ from node.resp import (
     check_request_header,
     parse_request,
 )
+
+if TYPE_CHECKING:
+    from node.cluster import ClusterState
 
 log = logging.getLogger("xshard.node")
 
@@ -107,6 +110,7 @@ class Server:
         self.persistence = None
         self.replication = None
         self.child_saver = None
+        self.cluster: ClusterState | None = None  # set when the node is part of a cluster
         self.config_listeners: list[Callable[[str], None]] = []  # CONFIG SET, per setting
         self.shutdown_hook: Callable[[], None] | None = None  # SHUTDOWN stops the process
         # Only commands with both a handler and a command-table entry are served. The arity of
@@ -155,6 +159,12 @@ class Server:
             if c.in_multi:
                 c.multi_failed = True
             return self._reject(name, errors.NOAUTH)
+        if self.cluster is not None and not c.is_master:
+            err = self.cluster.check(c, argv, name)
+            if err is not None:
+                if c.in_multi:
+                    c.multi_failed = True
+                return self._reject(name, err)
         if self.write_guards and not c.is_master and command_table.is_write_argv(argv, name):
             for guard in self.write_guards:
                 err = guard(c, name)

@@ -1,0 +1,216 @@
+"""The node's view of the cluster: who owns which slot, and the redirects that follow from it.
+
+The state comes from etcd (DESIGN §2) through the membership agent (`control/agent.py`), which
+calls `ClusterState.update` with the decoded `nodes/`, `shards/` and `slots` values. From it
+the node answers CLUSTER SLOTS/SHARDS/NODES/INFO in Redis's formats and refuses keys it does
+not serve with `-MOVED` (or `-CROSSSLOT`, `-CLUSTERDOWN`), which is all a cluster-aware client
+(redis-py RedisCluster, redis-cli -c, ioredis) needs.
+
+Node ids in etcd are free-form; clients expect Redis's 40-hex-digit ids, so the CLUSTER replies
+use the SHA-1 of the etcd id.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from node import command_table
+from node.slots import SLOTS, key_slot
+
+if TYPE_CHECKING:
+    from node.client import Client
+    from node.server import Server
+
+CROSSSLOT = b"CROSSSLOT Keys in request don't hash to the same slot"
+NOT_SERVED = b"CLUSTERDOWN Hash slot not served"
+
+
+def redis_id(node_id: str) -> str:
+    """The 40-hex-digit id that CLUSTER replies show for an etcd node id."""
+    if len(node_id) == 40 and all(ch in "0123456789abcdef" for ch in node_id):
+        return node_id
+    return hashlib.sha1(node_id.encode()).hexdigest()
+
+
+@dataclass
+class NodeInfo:
+    id: str
+    host: str
+    port: int
+    shard: str
+    role: str = "replica"
+
+    @property
+    def rid(self) -> str:
+        return redis_id(self.id)
+
+
+@dataclass
+class ShardInfo:
+    id: str
+    primary: str | None = None
+    replicas: list[str] = field(default_factory=list)
+    epoch: int = 0
+
+
+class ClusterState:
+    """`server.cluster`: set only when the node runs as part of a cluster."""
+
+    def __init__(self, server: Server, myid: str, shard: str) -> None:
+        self.server = server
+        self.myid = myid
+        self.myshard = shard
+        self.nodes: dict[str, NodeInfo] = {}
+        self.shards: dict[str, ShardInfo] = {}
+        self.owner: list[str | None] = [None] * SLOTS  # slot -> shard id
+        self.ranges: list[tuple[int, int, str]] = []
+        self.version = 0  # the etcd mod_revision of the slot map
+        self.stats_sent = 0
+
+    @property
+    def myid_redis(self) -> str:
+        return redis_id(self.myid)
+
+    # --- updates from etcd ----------------------------------------------------------------------
+    def update(self, nodes: dict[str, dict[str, Any]] | None = None,
+               shards: dict[str, dict[str, Any]] | None = None,
+               slots: list[list[Any]] | None = None, version: int | None = None) -> None:
+        """Replace the parts given, in the DESIGN §2 value formats (node and shard dicts keyed
+        by id, slots as [[start, end, shard-id], ...])."""
+        if nodes is not None:
+            self.nodes = {nid: NodeInfo(nid, str(v["host"]), int(v["port"]), str(v["shard"]),
+                                        str(v.get("role", "replica")))
+                          for nid, v in nodes.items()}
+        if shards is not None:
+            self.shards = {sid: ShardInfo(sid, v.get("primary"), list(v.get("replicas", [])),
+                                          int(v.get("epoch", 0)))
+                           for sid, v in shards.items()}
+        if slots is not None:
+            owner: list[str | None] = [None] * SLOTS
+            ranges = []
+            for start, end, sid in slots:
+                start, end, sid = int(start), int(end), str(sid)
+                owner[start:end + 1] = [sid] * (end - start + 1)
+                ranges.append((start, end, sid))
+            self.owner = owner
+            self.ranges = sorted(ranges)
+        if version is not None:
+            self.version = version
+
+    # --- routing --------------------------------------------------------------------------------
+    def primary_of(self, shard: str) -> NodeInfo | None:
+        sh = self.shards.get(shard)
+        if sh is None or sh.primary is None:
+            return None
+        return self.nodes.get(sh.primary)
+
+    def check(self, c: Client, argv: list[bytes], name: bytes) -> bytes | None:
+        """The error for a command whose keys this node must not serve, or None."""
+        positions = command_table.get_keys(argv)
+        if not positions:
+            return None
+        slot = key_slot(argv[positions[0]])
+        for p in positions[1:]:
+            if key_slot(argv[p]) != slot:
+                return CROSSSLOT
+        shard = self.owner[slot]
+        if shard is None:
+            return NOT_SERVED
+        if shard == self.myshard:
+            sh = self.shards.get(shard)
+            if sh is not None and sh.primary == self.myid:
+                return None
+            # A replica serves reads to clients that asked for them with READONLY.
+            if c.readonly and not command_table.is_write_argv(argv, name):
+                return None
+        target = self.primary_of(shard)
+        if target is None:
+            return b"CLUSTERDOWN The cluster is down"
+        if target.id == self.myid:
+            return None
+        return b"MOVED %d %s:%d" % (slot, target.host.encode(), target.port)
+
+    # --- CLUSTER replies ------------------------------------------------------------------------
+    def _shard_nodes(self, shard: str) -> list[NodeInfo]:
+        """Primary first, then the live replicas that etcd lists for the shard."""
+        sh = self.shards.get(shard)
+        if sh is None:
+            return []
+        out = []
+        if sh.primary in self.nodes:
+            out.append(self.nodes[sh.primary])
+        out += [self.nodes[r] for r in sh.replicas if r in self.nodes and r != sh.primary]
+        return out
+
+    def slots_reply(self) -> list:
+        out = []
+        for start, end, shard in self.ranges:
+            nodes = self._shard_nodes(shard)
+            if not nodes:
+                continue
+            out.append([start, end] + [[n.host.encode(), n.port, n.rid.encode(), {}]
+                                       for n in nodes])
+        return out
+
+    def shards_reply(self, offsets: dict[str, int]) -> list:
+        out = []
+        for shard in sorted(self.shards):
+            flat: list[int] = []
+            for start, end, sid in self.ranges:
+                if sid == shard:
+                    flat += [start, end]
+            nodes = []
+            sh = self.shards[shard]
+            for n in self._shard_nodes(shard):
+                nodes.append({
+                    b"id": n.rid.encode(), b"port": n.port, b"ip": n.host.encode(),
+                    b"endpoint": n.host.encode(),
+                    b"role": b"master" if n.id == sh.primary else b"replica",
+                    b"replication-offset": offsets.get(n.id, 0), b"health": b"online",
+                })
+            out.append({b"slots": flat, b"nodes": nodes})
+        return out
+
+    def nodes_text(self) -> bytes:
+        lines = []
+        for n in sorted(self.nodes.values(), key=lambda n: n.rid):
+            sh = self.shards.get(n.shard)
+            primary = sh is not None and sh.primary == n.id
+            flags = ("myself," if n.id == self.myid else "") + ("master" if primary else "slave")
+            master = "-"
+            if not primary and sh is not None and sh.primary in self.nodes:
+                master = self.nodes[sh.primary].rid
+            epoch = sh.epoch if sh is not None else 0
+            line = (f"{n.rid} {n.host}:{n.port}@{n.port + 10000} {flags} {master} 0 0 {epoch} "
+                    "connected")
+            if primary:
+                for start, end, sid in self.ranges:
+                    if sid == n.shard:
+                        line += f" {start}" if start == end else f" {start}-{end}"
+            lines.append(line)
+        return ("\n".join(lines) + "\n").encode()
+
+    def info_text(self) -> bytes:
+        assigned = sum(1 for o in self.owner if o is not None)
+        ok = sum(e - s + 1 for s, e, sid in self.ranges if self.primary_of(sid) is not None)
+        epochs = [sh.epoch for sh in self.shards.values()] or [0]
+        mine = self.shards.get(self.myshard)
+        state = "ok" if ok == SLOTS else "fail"
+        fields = [
+            ("cluster_state", state), ("cluster_slots_assigned", assigned),
+            ("cluster_slots_ok", ok), ("cluster_slots_pfail", 0),
+            ("cluster_slots_fail", assigned - ok), ("cluster_known_nodes", len(self.nodes)),
+            ("cluster_size", len({sid for _, _, sid in self.ranges})),
+            ("cluster_current_epoch", max(epochs)),
+            ("cluster_my_epoch", mine.epoch if mine is not None else 0),
+            ("cluster_stats_messages_sent", 0), ("cluster_stats_messages_received", 0),
+            ("total_cluster_links_buffer_limit_exceeded", 0),
+        ]
+        return "".join(f"{k}:{v}\r\n" for k, v in fields).encode()
+
+    def keys_in_slot(self, slot: int) -> list[bytes]:
+        # A scan: per-slot key indexes would cost memory on every write, and these commands
+        # are rare (resharding tools, debugging).
+        return [k for k in self.server.db.data if key_slot(k) == slot]
