@@ -55,25 +55,16 @@ class ShardInfo:
     epoch: int = 0
 
 
-class ClusterState:
-    """`server.cluster`: set only when the node runs as part of a cluster."""
+class SlotMap:
+    """Slots, shards and nodes as etcd holds them: what nodes and routers both route by."""
 
-    def __init__(self, server: Server, myid: str, shard: str) -> None:
-        self.server = server
-        self.myid = myid
-        self.myshard = shard
+    def __init__(self) -> None:
         self.nodes: dict[str, NodeInfo] = {}
         self.shards: dict[str, ShardInfo] = {}
         self.owner: list[str | None] = [None] * SLOTS  # slot -> shard id
         self.ranges: list[tuple[int, int, str]] = []
         self.version = 0  # the etcd mod_revision of the slot map
-        self.stats_sent = 0
 
-    @property
-    def myid_redis(self) -> str:
-        return redis_id(self.myid)
-
-    # --- updates from etcd ----------------------------------------------------------------------
     def update(self, nodes: dict[str, dict[str, Any]] | None = None,
                shards: dict[str, dict[str, Any]] | None = None,
                slots: list[list[Any]] | None = None, version: int | None = None) -> None:
@@ -99,13 +90,33 @@ class ClusterState:
         if version is not None:
             self.version = version
 
-    # --- routing --------------------------------------------------------------------------------
     def primary_of(self, shard: str) -> NodeInfo | None:
         sh = self.shards.get(shard)
         if sh is None or sh.primary is None:
             return None
         return self.nodes.get(sh.primary)
 
+    def replicas_of(self, shard: str) -> list[NodeInfo]:
+        sh = self.shards.get(shard)
+        if sh is None:
+            return []
+        return [self.nodes[r] for r in sh.replicas if r in self.nodes and r != sh.primary]
+
+
+class ClusterState(SlotMap):
+    """`server.cluster`: set only when the node runs as part of a cluster."""
+
+    def __init__(self, server: Server, myid: str, shard: str) -> None:
+        super().__init__()
+        self.server = server
+        self.myid = myid
+        self.myshard = shard
+
+    @property
+    def myid_redis(self) -> str:
+        return redis_id(self.myid)
+
+    # --- routing --------------------------------------------------------------------------------
     def check(self, c: Client, argv: list[bytes], name: bytes) -> bytes | None:
         """The error for a command whose keys this node must not serve, or None."""
         positions = command_table.get_keys(argv)
@@ -135,14 +146,8 @@ class ClusterState:
     # --- CLUSTER replies ------------------------------------------------------------------------
     def _shard_nodes(self, shard: str) -> list[NodeInfo]:
         """Primary first, then the live replicas that etcd lists for the shard."""
-        sh = self.shards.get(shard)
-        if sh is None:
-            return []
-        out = []
-        if sh.primary in self.nodes:
-            out.append(self.nodes[sh.primary])
-        out += [self.nodes[r] for r in sh.replicas if r in self.nodes and r != sh.primary]
-        return out
+        primary = self.primary_of(shard)
+        return ([primary] if primary is not None else []) + self.replicas_of(shard)
 
     def slots_reply(self) -> list:
         out = []
