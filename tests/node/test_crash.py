@@ -30,7 +30,7 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from tests.support.persist import Spawn, node_spawner
+from tests.support.persist import Spawn, manifest, node_spawner
 
 pytestmark = pytest.mark.slow
 
@@ -188,22 +188,35 @@ def _check_always(c: redis.Redis, ledger: Ledger, rnd: int) -> None:
     assert not problems, f"round {rnd}: {len(problems)} problems:\n" + "\n".join(problems[:30])
 
 
-def test_sigkill_appendfsync_always(spawn: Spawn) -> None:
-    h = spawn("--appendonly", "yes", "--appendfsync", "always")
+@pytest.mark.parametrize("rewrites", [False, True], ids=["plain", "auto-rewrites"])
+def test_sigkill_appendfsync_always(spawn: Spawn, rewrites: bool) -> None:
+    """`auto-rewrites`: a tiny auto-aof-rewrite-min-size makes rewrites start every few hundred
+    writes, so kills also land mid-rewrite and right after manifest switches (half the rounds)."""
+    extra = ("--auto-aof-rewrite-percentage", "30", "--auto-aof-rewrite-min-size", "64kb") \
+        if rewrites else ()
+    h = spawn("--appendonly", "yes", "--appendfsync", "always", *extra)
     c = h.client()
     for key in KEYS:
         c.xgroup_create(key, GROUP, "$", mkstream=True)
-    rng = random.Random(20240601)
+    rng = random.Random(20240601 + rewrites)
     ledger = Ledger()
-    for rnd in range(ROUNDS):
-        _run_round(h.port, rnd, ledger, rng, True, h.kill, rng.uniform(0.2, 1.0))
+    rounds = ROUNDS // 2 if rewrites else ROUNDS
+    for rnd in range(rounds):
+        # With rewrites, rounds run past the first second after start: the rewrite check may
+        # be a once-a-second cron.
+        duration = rng.uniform(1.1, 2.0) if rewrites else rng.uniform(0.2, 1.0)
+        _run_round(h.port, rnd, ledger, rng, True, h.kill, duration)
         h.start()
         c = h.client()
         _check_always(c, ledger, rnd)
-    print(f"{ROUNDS} rounds: {ledger.ops} acknowledged XADDs, {len(ledger.delivered)} "
+    if rewrites:
+        seq = max(e[1] for e in manifest(h.dir))
+        print(f"manifest seq after the rounds: {seq}")
+        assert seq >= 3, f"only {seq - 1} rewrites happened: the rounds did not test them"
+    print(f"{rounds} rounds: {ledger.ops} acknowledged XADDs, {len(ledger.delivered)} "
           f"deliveries seen, {len(ledger.acked)} acknowledged XACKs, "
           f"{len(ledger.ack_sent - ledger.acked)} XACKs with a lost reply")
-    assert ledger.ops > ROUNDS * 10, f"only {ledger.ops} acknowledged XADDs in {ROUNDS} rounds"
+    assert ledger.ops > rounds * 10, f"only {ledger.ops} acknowledged XADDs in {rounds} rounds"
     assert ledger.acked and ledger.delivered
 
 
