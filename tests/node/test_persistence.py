@@ -692,7 +692,7 @@ def test_kill_during_a_rewrite(spawn: Spawn) -> None:
     pgid = h.pid
     try:
         with raw(h) as c:
-            _preload(c, "bulk", 200_000)
+            _preload(c, "bulk", 100_000)
             w = _Writer(h, "live")
             wait_until(lambda: len(w.acked) >= 20, 10, what="the writer to start")
             raw_ok(c, "BGREWRITEAOF")
@@ -708,7 +708,7 @@ def test_kill_during_a_rewrite(spawn: Spawn) -> None:
             missing = [i for i in w.acked if i not in present]
             assert not missing, (f"{len(missing)} of {len(w.acked)} acknowledged XADDs lost "
                                  f"(rewrite in progress at kill: {in_progress})")
-            assert raw_ok(c, "XLEN", "bulk") == (":", 200_000)
+            assert raw_ok(c, "XLEN", "bulk") == (":", 100_000)
             before = dump_state(c, [b"live"])
             ends = (raw_ok(c, "XRANGE", "bulk", "-", "+", "COUNT", "2"),
                     raw_ok(c, "XREVRANGE", "bulk", "+", "-", "COUNT", "2"))
@@ -719,7 +719,7 @@ def test_kill_during_a_rewrite(spawn: Spawn) -> None:
         h.start()
         with raw(h) as c:
             assert_same(before, dump_state(c, [b"live"]))
-            assert raw_ok(c, "XLEN", "bulk") == (":", 200_000)
+            assert raw_ok(c, "XLEN", "bulk") == (":", 100_000)
             assert ends == (raw_ok(c, "XRANGE", "bulk", "-", "+", "COUNT", "2"),
                             raw_ok(c, "XREVRANGE", "bulk", "+", "-", "COUNT", "2"))
     finally:
