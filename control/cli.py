@@ -8,6 +8,7 @@ USAGE = """usage: xshard <command> [options]
 
 commands:
   node      run one storage node (a Redis-compatible stream server)
+  router    run one router (a RESP proxy in front of every shard)
   check-aof FILE [--fix]
             check an append-only file (or its manifest); --fix truncates a torn tail
 """
@@ -23,6 +24,10 @@ def main(argv: list[str] | None = None) -> int:
         from node.main import run
 
         return run(rest)
+    if cmd == "router":
+        from router.main import run as run_router
+
+        return run_router(rest)
     if cmd == "check-aof":
         args_ = [a for a in rest if a != "--fix"]
         if len(args_) != 1:

@@ -382,3 +382,39 @@ def _strict_ll(b: bytes) -> int | None:
     if not digits.isdigit() or digits[:1] == b"0":
         return None
     return int(b)
+
+
+# --- framing replies (the router relays them without decoding) --------------------------------
+_AGGREGATE = frozenset(b"*~>")  # counted elements
+_PAIRS = frozenset(b"%|")  # counted pairs (an attribute `|` is followed by the reply itself)
+_BLOBS = frozenset(b"$=!")  # length-prefixed payloads
+
+
+def reply_end(buf: bytes, pos: int = 0) -> int:
+    """The offset just past the complete reply that starts at `pos`, or -1 if more bytes are
+    needed. Only framing is done, so a proxy can forward replies as the bytes they are."""
+    need = 1
+    n = len(buf)
+    while need:
+        if pos >= n:
+            return -1
+        e = buf.find(b"\r\n", pos)
+        if e < 0:
+            return -1
+        t = buf[pos]
+        if t in _BLOBS:
+            ln = int(buf[pos + 1:e])
+            pos = e + 2 if ln < 0 else e + 4 + ln
+            if pos > n:
+                return -1
+        elif t in _AGGREGATE or t in _PAIRS:
+            cnt = int(buf[pos + 1:e])
+            pos = e + 2
+            if cnt > 0:
+                need += cnt * 2 if t in _PAIRS else cnt
+            if t == 124:  # b"|"
+                need += 1
+        else:
+            pos = e + 2
+        need -= 1
+    return pos

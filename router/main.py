@@ -1,0 +1,110 @@
+"""`xshard router`: options, the topology source (etcd, or a JSON file), and the event loop."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import os
+import signal
+import sys
+
+from node.config import Config
+
+log = logging.getLogger("xshard.router")
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="xshard router", description=(
+        "A stateless RESP proxy: clients see one Redis; each command goes to the shard that "
+        "owns its keys' slot."))
+    p.add_argument("--port", type=int, default=6379)
+    p.add_argument("--bind", default="127.0.0.1")
+    p.add_argument("--announce-host", default="", help="address other clients reach us at "
+                   "(CLUSTER SLOTS); default: --bind")
+    p.add_argument("--etcd", default="", help="etcd endpoint, e.g. http://127.0.0.1:2379")
+    p.add_argument("--cluster", default="xshard", help="cluster name (etcd key prefix)")
+    p.add_argument("--topology", default="", help="a JSON file {nodes, shards, slots} in the "
+                   "etcd value formats, instead of etcd (static set-ups and tests)")
+    p.add_argument("--router-id", default="")
+    p.add_argument("--requirepass", default="")
+    p.add_argument("--node-password", default="", help="password the router sends to nodes")
+    p.add_argument("--cluster-down-timeout-ms", type=int, default=5000, help="how long a "
+                   "command waits for a shard without a primary before -CLUSTERDOWN")
+    p.add_argument("--maxclients", type=int, default=10000)
+    p.add_argument("--client-query-buffer-limit", default="1gb")
+    p.add_argument("--loglevel", default="notice")
+    a = p.parse_args(argv)
+    if not a.etcd and not a.topology:
+        p.error("one of --etcd or --topology is required")
+    return a
+
+
+def run(argv: list[str]) -> int:
+    try:
+        args = parse_args(argv)
+    except SystemExit as e:
+        return int(e.code or 0)
+    logging.basicConfig(level=logging.DEBUG if args.loglevel == "debug" else logging.INFO,
+                        format=f"{os.getpid()}:R %(asctime)s %(levelname).1s %(message)s")
+    import uvloop
+
+    return uvloop.run(_serve(args))
+
+
+def load_topology_file(path: str) -> dict:
+    with open(path) as f:
+        topo = json.load(f)
+    for k in ("nodes", "shards", "slots"):
+        if k not in topo:
+            raise ValueError(f"{path}: missing '{k}'")
+    return topo
+
+
+async def _serve(args: argparse.Namespace) -> int:
+    from router.proxy import Router
+
+    config = Config()
+    config.port = args.port
+    config.requirepass = args.requirepass
+    config.maxclients = args.maxclients
+    config.apply("client-query-buffer-limit", args.client_query_buffer_limit.encode(),
+                 startup=True)
+    router = Router(config, args.router_id, args.announce_host or args.bind,
+                    args.cluster_down_timeout_ms / 1000, args.node_password)
+    source = None
+    if args.topology:
+        try:
+            topo = load_topology_file(args.topology)
+        except (OSError, ValueError) as e:
+            print(f"xshard router: cannot read topology: {e}", file=sys.stderr)
+            return 1
+        router.set_topology(topo["nodes"], topo["shards"], topo["slots"], 1)
+    try:
+        port = await router.start(args.port, args.bind)
+    except OSError as e:
+        print(f"xshard router: cannot listen on {args.bind}:{args.port}: {e.strerror}",
+              file=sys.stderr)
+        return 1
+    config.port = port
+    if args.etcd:
+        from router.topology import EtcdTopology
+
+        source = EtcdTopology(router, args.etcd, args.cluster)
+        try:
+            await source.start()
+        except Exception as e:  # noqa: BLE001 - one clear line, not a traceback
+            print(f"xshard router: cannot use etcd at {args.etcd}: {e}", file=sys.stderr)
+            router.close()
+            return 1
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    log.info("xshard router ready to accept connections tcp on %s:%d", args.bind, port)
+    await stop.wait()
+    if source is not None:
+        await source.stop()
+    router.close()
+    return 0

@@ -1,0 +1,172 @@
+"""Connections from a router to the nodes: pipelined, multiplexed, and relayed as raw bytes.
+
+An `Upstream` is one TCP connection. Requests are written as they come and every reply is
+handed, still encoded, to the callback queued with its request: nodes answer in order, so a
+FIFO of callbacks is the whole multiplexing protocol (DESIGN §3). Replies are framed with
+`node.resp.reply_end`, never decoded, unless the router must look inside (redirects, fan-out
+merges).
+
+A `Pool` keeps a few shared connections per node and protocol; each client is pinned to one of
+them so that its commands to a node stay in order (and WAIT on that connection covers them).
+Blocking reads and transactions take a dedicated connection for their duration.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+from collections import deque
+from collections.abc import Callable
+
+from node.resp import encode_command, reply_end
+
+log = logging.getLogger("xshard.router")
+
+# A callback gets the reply bytes, or None when the connection died before the reply came.
+ReplyCallback = Callable[[bytes | None], None]
+
+
+class Upstream(asyncio.Protocol):
+    """One pipelined connection to one node."""
+
+    def __init__(self, host: str, port: int, setup: list[list[bytes]],
+                 on_close: Callable[[Upstream], None] | None = None) -> None:
+        self.host = host
+        self.port = port
+        self.transport: asyncio.Transport | None = None
+        self.waiting: deque[ReplyCallback] = deque()
+        self.buf = b""
+        self.closed = False
+        self._pending: list[bytes] = []  # written before the connection was up
+        self._on_close = on_close
+        for argv in setup:  # AUTH, HELLO 3, READONLY: their replies are checked, not relayed
+            self.send(encode_command(argv), self._setup_reply)
+
+    @property
+    def busy(self) -> int:
+        return len(self.waiting)
+
+    def _setup_reply(self, reply: bytes | None) -> None:
+        if reply is not None and reply[:1] == b"-":
+            log.warning("node %s:%d refused the connection setup: %r", self.host, self.port,
+                        reply[:200])
+
+    def connect(self, loop: asyncio.AbstractEventLoop, timeout: float = 2.0) -> None:
+        async def go() -> None:
+            try:
+                await asyncio.wait_for(
+                    loop.create_connection(lambda: self, self.host, self.port), timeout)
+            except (TimeoutError, OSError) as e:
+                log.debug("cannot connect to %s:%d: %s", self.host, self.port, e)
+                self.connection_lost(e if isinstance(e, OSError) else None)
+
+        loop.create_task(go())
+
+    # --- asyncio callbacks --------------------------------------------------------------------
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        if self.closed:
+            transport.close()
+            return
+        self.transport = transport  # type: ignore[assignment]
+        sock = transport.get_extra_info("socket")
+        if sock is not None:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        if self._pending:
+            self.transport.write(b"".join(self._pending))
+            self._pending = []
+
+    def data_received(self, data: bytes) -> None:
+        buf = self.buf + data if self.buf else data
+        pos = 0
+        waiting = self.waiting
+        n = len(buf)
+        while pos < n:
+            end = reply_end(buf, pos)
+            if end < 0:
+                break
+            reply = buf[pos:end] if pos or end != n else buf
+            pos = end
+            if waiting:
+                cb = waiting.popleft()
+                try:
+                    cb(reply)
+                except Exception:  # a bug in one reply path must not kill the others
+                    log.exception("reply callback failed")
+        self.buf = buf[pos:] if pos < n else b""
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self.closed and not self.waiting:
+            return
+        self.closed = True
+        self.transport = None
+        waiting, self.waiting = self.waiting, deque()
+        for cb in waiting:
+            try:
+                cb(None)
+            except Exception:
+                log.exception("reply callback failed")
+        if self._on_close is not None:
+            self._on_close(self)
+
+    # --- requests -----------------------------------------------------------------------------
+    def send(self, data: bytes, cb: ReplyCallback) -> None:
+        """Write one request (or several, with one callback per reply expected)."""
+        if self.closed:
+            cb(None)
+            return
+        self.waiting.append(cb)
+        if self.transport is not None:
+            self.transport.write(data)
+        else:
+            self._pending.append(data)
+
+    def close(self) -> None:
+        """Drop the connection; pending callbacks get None (a node forgets a blocked client
+        when its connection goes, which is how a router cancels a BLOCK)."""
+        if self.transport is not None:
+            self.transport.abort()
+        else:
+            self.connection_lost(None)
+        self.closed = True
+
+
+class Pool:
+    """Shared connections to one node for one protocol and read mode."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, host: str, port: int, proto: int,
+                 readonly: bool, password: str, size: int = 2) -> None:
+        self.loop = loop
+        self.host = host
+        self.port = port
+        self.size = size
+        self.setup: list[list[bytes]] = []
+        if password:
+            self.setup.append([b"AUTH", password.encode()])
+        if proto == 3:
+            self.setup.append([b"HELLO", b"3"])
+        if readonly:
+            self.setup.append([b"READONLY"])
+        self.conns: list[Upstream | None] = [None] * size
+        self.dedicated: set[Upstream] = set()
+
+    def get(self, client_id: int) -> Upstream:
+        i = client_id % self.size
+        c = self.conns[i]
+        if c is None or c.closed:
+            c = self.conns[i] = Upstream(self.host, self.port, self.setup)
+            c.connect(self.loop)
+        return c
+
+    def get_dedicated(self) -> Upstream:
+        c = Upstream(self.host, self.port, self.setup, on_close=self.dedicated.discard)
+        self.dedicated.add(c)
+        c.connect(self.loop)
+        return c
+
+    def close(self) -> None:
+        for c in self.conns:
+            if c is not None:
+                c.close()
+        for c in list(self.dedicated):
+            c.close()
