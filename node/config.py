@@ -124,6 +124,12 @@ SETTINGS: tuple[Setting, ...] = (
     # Not Redis's RDB format, so not Redis's file name: redis tools must not mistake it.
     Setting("dbfilename", "str", "dump.xsnap"),
     Setting("cluster-enabled", "bool", False, mutable=False),
+    # Cluster membership through etcd (control/agent.py); without --etcd the node is standalone.
+    Setting("etcd", "str", "", mutable=False),
+    Setting("cluster", "str", "xshard", mutable=False),
+    Setting("shard", "str", "0", mutable=False),
+    Setting("node-id", "str", "", mutable=False),
+    Setting("announce-host", "str", "", mutable=False),
     Setting("tcp-backlog", "int", 511, mutable=False, minimum=0, maximum=_LL),
     Setting("tcp-keepalive", "int", 300, minimum=0, maximum=_LL),
     Setting("protected-mode", "bool", False),

@@ -111,6 +111,11 @@ async def _serve(config: Config, config_file: str) -> int:
         log.error("Fatal error loading the DB, check server logs. Exiting.")
         return 1
     # replication wiring
+    agent = None
+    if config.etcd:  # cluster membership: lease, role and fencing from etcd
+        from control.agent import Agent
+
+        agent = Agent.start(server)
     persistence.start()
     try:
         await server.start()
@@ -132,6 +137,8 @@ async def _serve(config: Config, config_file: str) -> int:
              config.port)
     await stop.wait()
     log.info("Received shutdown signal, closing")
+    if agent is not None:
+        await agent.stop()
     server.close()
     try:
         persistence.shutdown(None)
