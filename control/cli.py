@@ -9,6 +9,12 @@ USAGE = """usage: xshard <command> [options]
 commands:
   node      run one storage node (a Redis-compatible stream server)
   router    run one router (a RESP proxy in front of every shard)
+  up        run a whole local cluster (etcd, nodes, controller) until Ctrl-C
+  create    create a cluster in etcd (--shards N --replicas R)
+  status    shards, roles, offsets, lag, slots and epochs
+  failover  SHARD [--force]: promote the most up-to-date replica
+  controller
+            run a controller (failover; one leader is elected in etcd)
   check-aof FILE [--fix]
             check an append-only file (or its manifest); --fix truncates a torn tail
 """
@@ -28,6 +34,10 @@ def main(argv: list[str] | None = None) -> int:
         from router.main import run as run_router
 
         return run_router(rest)
+    if cmd in ("up", "create", "status", "failover", "controller"):
+        from control.clusterctl import run as run_cluster
+
+        return run_cluster(cmd, rest)
     if cmd == "check-aof":
         args_ = [a for a in rest if a != "--fix"]
         if len(args_) != 1:

@@ -263,15 +263,21 @@ class Store:
         outage). Errors while etcd is away are logged and retried, never raised."""
         changed = asyncio.Event()
         watcher = asyncio.ensure_future(self._watch_loop(changed))
+        failures = 0
         try:
             while True:
                 changed.clear()
                 try:
                     v = await asyncio.wait_for(self.view(), RPC_TIMEOUT + 1)
                 except (TimeoutError, EtcdError, OSError) as e:
-                    log.warning("etcd read failed (%s); retrying", type(e).__name__)
+                    if failures % 20 == 0:
+                        log.warning("etcd read failed (%s); retrying", type(e).__name__)
+                    failures += 1
                     await asyncio.sleep(0.3)
                     continue
+                if failures:
+                    log.info("etcd reachable again after %d failed reads", failures)
+                    failures = 0
                 yield v
                 with contextlib.suppress(asyncio.TimeoutError):
                     await asyncio.wait_for(changed.wait(), resync)

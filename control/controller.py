@@ -1,0 +1,298 @@
+"""`xshard controller`: leader election in etcd, then failover for every shard.
+
+Several controllers may run; one is leader (`controller/leader`, put-if-absent on its lease, as
+etcd's concurrency.Election does). Only the leader runs the reconcile loop, and every write it
+makes also compares the leader key's create revision, so a controller that lost leadership
+without noticing cannot change anything (fencing by compare, not belief).
+
+The loop is level-triggered: on every change under the prefix, and at least every TICK, it
+re-reads the whole cluster and, for each shard whose primary's `nodes/` key is gone, runs the
+failover of DESIGN §2:
+
+1. ask every live member of the shard for its replication offset (INFO replication);
+2. pick the highest (ties: the order of the shard's replica list);
+3. one transaction, guarded by the shard record's mod_revision, the absence of the old
+   primary's key and the leader key: primary = chosen, old primary appended to the replicas,
+   epoch + 1;
+4. REPLICAOF NO ONE to the chosen node and REPLICAOF <chosen> to the other live members (their
+   agents would do the same from the new epoch; doing it here saves a watch round trip).
+
+A write that WAIT acknowledged on k replicas is on each of them; the chosen node holds at
+least as much of the primary's stream as any live replica, so the write survives whenever one
+of the k is alive.
+
+Faster detection of a crash: a primary whose port refuses connections for DEAD_PROBES
+consecutive probes is a dead process (a frozen or partitioned one times out instead), so the
+leader revokes its lease rather than waiting out the TTL. The key disappears and the ordinary
+failover follows; the fencing argument is unchanged because nothing is left to write.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import socket
+import time
+from dataclasses import dataclass
+
+from control import nodeclient
+from control.store import (
+    KEEPALIVE_INTERVAL,
+    NODE_TTL,
+    ShardRecord,
+    Store,
+    View,
+)
+
+log = logging.getLogger("xshard.controller")
+
+TICK = 0.25
+DEAD_PROBES = 3
+OFFSET_TIMEOUT = 0.5
+
+
+class FailoverError(Exception):
+    """A failover that cannot be done now; the message says why, in one line."""
+
+
+@dataclass
+class Candidate:
+    id: str
+    host: str
+    port: int
+    offset: int
+
+
+async def ask_offsets(view: View, ids: list[str]) -> tuple[list[Candidate], dict[str, str]]:
+    """Offsets of the live nodes among `ids` (answering ones), and why the others were skipped."""
+    skipped: dict[str, str] = {}
+    live = [i for i in ids if i in view.nodes]
+    for i in ids:
+        if i not in view.nodes:
+            skipped[i] = "no lease"
+
+    async def one(nid: str) -> Candidate | None:
+        rec = view.nodes[nid].value
+        try:
+            fields = await nodeclient.info(rec.host, rec.port, "replication",
+                                           timeout=OFFSET_TIMEOUT)
+        except (TimeoutError, OSError, nodeclient.NodeError) as e:
+            skipped[nid] = f"unreachable ({type(e).__name__})"
+            return None
+        return Candidate(nid, rec.host, rec.port, nodeclient.repl_offset(fields))
+
+    found = await asyncio.gather(*(one(i) for i in live))
+    return [c for c in found if c is not None], skipped
+
+
+async def failover(store: Store, view: View, shard: str, *, force: bool = False,
+                   reason: str = "", extra_compares: list | None = None,
+                   logger: logging.Logger = log) -> str:
+    """Promote the best live replica of `shard`; returns the new primary's id.
+
+    Without `force` the primary must be gone (no lease). With it, a live primary is demoted
+    too: it sees the new epoch, fences itself and becomes a replica; writes it accepted that
+    the chosen replica had not yet received are lost, as with Redis's CLUSTER FAILOVER FORCE
+    (but never a write that WAIT acknowledged on the chosen replica)."""
+    entry = view.shards.get(shard)
+    if entry is None:
+        raise FailoverError(f"unknown shard '{shard}' (cluster '{store.cluster}' has shards "
+                            f"{', '.join(view.shard_ids()) or 'none'})")
+    rec = entry.value
+    old = rec.primary
+    old_live = view.live(old)
+    if old_live and not force:
+        raise FailoverError(f"shard {shard}: primary {old} is alive; use --force to replace it")
+    members = [m for m in rec.members() if m != old]
+    cands, skipped = await ask_offsets(view, members)
+    if not cands:
+        why = ", ".join(f"{k}: {v}" for k, v in skipped.items()) or "no replicas"
+        raise FailoverError(f"shard {shard}: no live replica to promote ({why})")
+    order = {m: i for i, m in enumerate(members)}
+    best = max(cands, key=lambda c: (c.offset, -order[c.id]))
+    new = ShardRecord(best.id, [m for m in members if m != best.id], rec.epoch + 1)
+    if old is not None:
+        new.replicas.append(old)
+    compares = [store.guard(store.key("shards", shard), entry.mod)]
+    if not force and old:  # the old primary's lease must really be gone (see agent.py)
+        compares.append(store.guard(store.key("nodes", old), 0))
+    compares += extra_compares or []
+    offsets = ", ".join(f"{c.id}={c.offset}" for c in cands)
+    skip = "; skipped " + ", ".join(f"{k} ({v})" for k, v in skipped.items()) if skipped else ""
+    if not await store.commit(compares, [(store.key("shards", shard), new.encode(), 0)]):
+        raise FailoverError(f"shard {shard}: etcd changed while deciding (another writer won); "
+                            "nothing done")
+    logger.warning("failover shard %s epoch %d -> %d: %s; promoted %s (highest offset; "
+                   "offsets %s%s); old primary %s %s", shard, rec.epoch, new.epoch,
+                   reason or ("forced" if force else "primary lost"), best.id, offsets, skip,
+                   old, "alive, demoted" if old_live else "gone")
+    # Speed-ups only: the agents converge on the same roles from the new epoch.
+    with contextlib.suppress(Exception):
+        await nodeclient.call(best.host, best.port, "REPLICAOF", "NO", "ONE",
+                              timeout=OFFSET_TIMEOUT)
+    others = [view.nodes[m].value for m in new.replicas if m in view.nodes]
+    await asyncio.gather(*(_repoint(n.host, n.port, best) for n in others),
+                         return_exceptions=True)
+    return best.id
+
+
+async def _repoint(host: str, port: int, to: Candidate) -> None:
+    await nodeclient.call(host, port, "REPLICAOF", to.host, to.port, timeout=OFFSET_TIMEOUT)
+
+
+async def refused(host: str, port: int, timeout: float = 0.3) -> bool:
+    """True only when the port actively refuses connections (the process is gone); a timeout
+    (frozen or partitioned) is not proof of death."""
+    try:
+        _r, w = await asyncio.wait_for(asyncio.open_connection(host, port), timeout)
+    except ConnectionRefusedError:
+        return True
+    except (TimeoutError, OSError):
+        return False
+    w.close()
+    return False
+
+
+class Controller:
+    """One `xshard controller` process."""
+
+    def __init__(self, url: str, cluster: str, cid: str | None = None) -> None:
+        self.store = Store(url, cluster)
+        self.id = cid or f"{socket.gethostname()}:{os.getpid()}"
+        self.lease = 0
+        self.lease_ok_at = -1e9
+        self.leader_rev = 0  # create revision of our leader key while we lead
+        self.refusals: dict[str, int] = {}
+        self.blocked: dict[str, str] = {}  # shard -> last reason a failover could not run
+
+    async def run(self) -> None:
+        await self.store.connect()
+        log.info("controller %s: cluster %s at %s", self.id, self.store.cluster, self.store.url)
+        try:
+            while True:
+                try:
+                    await self._term()
+                except asyncio.CancelledError:
+                    raise
+                except Exception as e:  # noqa: BLE001 - etcd away or lease lost: campaign again
+                    log.warning("controller %s: %s; campaigning again", self.id, e)
+                    self.leader_rev = 0
+                    await asyncio.sleep(0.5)
+        finally:
+            await self._resign()
+            await self.store.close()
+
+    async def _resign(self) -> None:
+        if self.lease:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self.store.revoke(self.lease), 1.0)
+            self.lease = 0
+
+    async def _term(self) -> None:
+        """Campaign, then lead until the lease is lost."""
+        sent = time.monotonic()
+        self.lease = await self.store.grant(NODE_TTL)
+        self.lease_ok_at = sent
+        keeper = asyncio.ensure_future(self._keepalive())
+        try:
+            await self._campaign()
+            log.warning("controller %s: elected leader (leader key revision %d)", self.id,
+                        self.leader_rev)
+            async for view in self.store.views(resync=TICK):
+                if keeper.done():
+                    keeper.result()  # re-raises the lease loss
+                if view.leader is None or view.leader.create != self.leader_rev:
+                    raise RuntimeError("lost leadership")
+                await self._tick(view)
+        finally:
+            keeper.cancel()
+            with contextlib.suppress(BaseException):
+                await keeper
+            self.leader_rev = 0
+
+    async def _campaign(self) -> None:
+        key = self.store.key("controller", "leader")
+        announced = False
+        while True:
+            if await self.store.commit([self.store.tx.create(key) == 0],
+                                       [(key, self.id.encode(), self.lease)]):
+                v = await self.store.view()
+                if v.leader is not None and v.leader.lease == self.lease:
+                    self.leader_rev = v.leader.create
+                    return
+            v = await self.store.view()
+            if not announced and v.leader is not None:
+                log.info("controller %s: following leader %s", self.id, v.leader.value)
+                announced = True
+            await asyncio.sleep(TICK)
+
+    async def _keepalive(self) -> None:
+        while True:
+            await asyncio.sleep(KEEPALIVE_INTERVAL)
+            sent = time.monotonic()
+            try:
+                ttl = await asyncio.wait_for(self.store.keepalive(self.lease), 1.0)
+            except Exception as e:  # noqa: BLE001
+                if time.monotonic() - self.lease_ok_at > NODE_TTL:
+                    raise RuntimeError(f"lease keep-alive failing ({e!r})") from None
+                continue
+            if ttl <= 0:
+                self.lease = 0
+                raise RuntimeError("lease expired")
+            self.lease_ok_at = sent
+
+    async def _tick(self, view: View) -> None:
+        leader_guard = self.store.tx.create(self.store.key("controller", "leader")) == \
+            self.leader_rev
+        for sid in view.shard_ids():
+            rec = view.shards[sid].value
+            if rec.primary is None:
+                continue  # a new shard: its first node claims it
+            if view.live(rec.primary):
+                self.blocked.pop(sid, None)
+                await self._probe(view, sid, rec.primary)
+                continue
+            try:
+                await failover(self.store, view, sid, reason=f"primary {rec.primary} lost its "
+                               "lease", extra_compares=[leader_guard])
+                self.blocked.pop(sid, None)
+            except FailoverError as e:
+                if self.blocked.get(sid) != str(e):
+                    log.warning("controller: cannot fail over yet: %s", e)
+                    self.blocked[sid] = str(e)
+
+    async def _probe(self, view: View, sid: str, nid: str) -> None:
+        n = view.nodes[nid]
+        if await refused(n.value.host, n.value.port):
+            k = self.refusals[nid] = self.refusals.get(nid, 0) + 1
+            if k >= DEAD_PROBES:
+                log.warning("controller: primary %s of shard %s refused %d connections in a row: "
+                            "the process is gone; revoking its lease %x", nid, sid, k, n.lease)
+                with contextlib.suppress(Exception):
+                    await self.store.revoke(n.lease)
+                self.refusals.pop(nid, None)
+        else:
+            self.refusals.pop(nid, None)
+
+
+def run(url: str, cluster: str, cid: str | None = None) -> int:
+    """Run a controller until SIGINT/SIGTERM."""
+    import signal
+
+    import uvloop
+
+    async def main() -> int:
+        c = Controller(url, cluster, cid)
+        task = asyncio.ensure_future(c.run())
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, task.cancel)
+        try:
+            await task
+        except asyncio.CancelledError:
+            log.info("controller %s: stopped", c.id)
+        return 0
+
+    return uvloop.run(main())
