@@ -35,13 +35,21 @@ def default_etcd() -> str:
     return "http://127.0.0.1:2379"
 
 
+def default_cluster() -> str:
+    """The cluster that `xshard up` runs here, else "xshard"."""
+    with contextlib.suppress(OSError):
+        return Path(STATE_DIR, "cluster").read_text().strip() or DEFAULT_CLUSTER
+    return DEFAULT_CLUSTER
+
+
 def _parser(prog: str, desc: str) -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog=f"xshard {prog}", description=desc)
     p.add_argument("--etcd", default=None, metavar="URL",
                    help="etcd endpoint (default: $XSHARD_ETCD_URL, the one `xshard up` started "
                         "here, or http://127.0.0.1:2379)")
-    p.add_argument("--cluster", default=DEFAULT_CLUSTER, metavar="NAME",
-                   help=f"cluster name, the etcd key prefix /xshard/NAME/ (default {DEFAULT_CLUSTER})")
+    p.add_argument("--cluster", default=default_cluster(), metavar="NAME",
+                   help="cluster name, the etcd key prefix /xshard/NAME/ (default: the one "
+                        f"`xshard up` runs here, else {DEFAULT_CLUSTER})")
     return p
 
 
@@ -285,6 +293,7 @@ def cmd_up(argv: list[str]) -> int:
     old = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
         (base / "etcd.url").write_text(url + "\n")
+        (base / "cluster").write_text(a.cluster + "\n")
         try:
             print(asyncio.run(create(url, a.cluster, a.shards, a.replicas)))
         except CliError as e:

