@@ -178,14 +178,19 @@ class Agent:
                 kick = asyncio.ensure_future(self.kick.wait())
                 await asyncio.wait({nxt, kick}, return_when=asyncio.FIRST_COMPLETED)
                 kick.cancel()
-                if self.kick.is_set():  # our own write: read now rather than wait for the watch
-                    self.kick.clear()
-                    with contextlib.suppress(Exception):
+                try:
+                    if self.kick.is_set():  # our own write: read now, not after the watch
+                        self.kick.clear()
                         await self._apply(await self.store.view())
-                if nxt.done():
-                    v = nxt.result()
-                    nxt = asyncio.ensure_future(views.__anext__())
-                    await self._apply(v)
+                    if nxt.done():
+                        v = nxt.result()
+                        nxt = asyncio.ensure_future(views.__anext__())
+                        await self._apply(v)
+                except asyncio.CancelledError:
+                    raise
+                except Exception as e:  # noqa: BLE001 - etcd hiccup: the next view retries
+                    log.warning("agent: applying the etcd view failed (%r); retrying", e)
+                    await asyncio.sleep(0.2)
         finally:
             nxt.cancel()
             with contextlib.suppress(BaseException):
@@ -212,9 +217,8 @@ class Agent:
             # Not (or no longer) registered on the current lease: nothing here proves that
             # the epoch we read is still ours to act on.
             self.named_primary = False
-            if self.lease and me is None:
-                with contextlib.suppress(Exception):
-                    await self._register()
+            if self.lease:  # the key is missing or on an old lease: register on ours
+                await self._register()
             return
         rec = sh.value
         if self.node_id not in rec.members():

@@ -27,17 +27,23 @@ _names = itertools.count()
 
 
 @pytest.fixture(scope="session")
-def etcd_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+def etcd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EtcdProcess]:
     base = tmp_path_factory.mktemp("etcd")
+    proc = None
     try:
-        etcd = EtcdProcess(base / "data", fast=True)
-        url = etcd.start()
+        proc = EtcdProcess(base / "data", fast=True)
+        proc.start()
     except EtcdError as e:
         pytest.skip(f"no etcd: {e}")
     try:
-        yield url
+        yield proc
     finally:
-        etcd.stop()
+        proc.stop()
+
+
+@pytest.fixture(scope="session")
+def etcd_url(etcd: EtcdProcess) -> str:
+    return etcd.url
 
 
 def read_view(url: str, cluster: str) -> View:
