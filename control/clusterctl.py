@@ -234,10 +234,23 @@ class Child:
             self.proc.wait()
 
 
-def start_routers(url: str, cluster: str, base: Path) -> list[Child]:
-    """Hook for the router issue: start `xshard router` processes here and return them; `up`
-    prints their addresses and stops them with the rest. No routers yet."""
-    return []
+def start_routers(url: str, cluster: str, base: Path, port: int, count: int) -> list[Child]:
+    """`count` routers on consecutive ports from `port`: what plain clients connect to."""
+    py = [sys.executable, "-m", "control.cli", "router"]
+    return [Child(f"router{i}", py + ["--port", str(port + i), "--etcd", url, "--cluster",
+                                      cluster, "--router-id", f"router{i}"],
+                  base / f"router{i}.log") for i in range(count)]
+
+
+def _answers_ping(port: int) -> bool:
+    import socket
+
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=0.5) as s:
+            s.sendall(b"PING\r\n")
+            return s.recv(16).startswith(b"+PONG")
+    except OSError:
+        return False
 
 
 async def _healthy(url: str, cluster: str, nodes: int) -> bool:
@@ -264,6 +277,9 @@ def cmd_up(argv: list[str]) -> int:
     p.add_argument("--cluster", default=DEFAULT_CLUSTER)
     p.add_argument("--dir", default=STATE_DIR, help=f"data directory (default ./{STATE_DIR})")
     p.add_argument("--etcd-port", type=int, default=0, help="etcd client port (default: free)")
+    p.add_argument("--routers", type=int, default=1, help="routers to start (default 1)")
+    p.add_argument("--router-port", type=int, default=7100,
+                   help="first router port (default 7100)")
     a = p.parse_args(argv)
     from control.etcd import EtcdError, EtcdProcess, port_in_use
 
@@ -273,7 +289,8 @@ def cmd_up(argv: list[str]) -> int:
     ports = [a.port + i for i in range(a.shards * per)]
     if ports[-1] > 65535 or a.port < 1:
         raise CliError(f"--port {a.port}: the node ports would run past 65535")
-    for port in ports:
+    router_ports = [a.router_port + i for i in range(a.routers)]
+    for port in ports + router_ports:
         if port_in_use(port):
             raise CliError(f"port {port} is already in use (choose another base with --port)")
     base = Path(a.dir).resolve()
@@ -322,17 +339,25 @@ def cmd_up(argv: list[str]) -> int:
                     time.sleep(0.2)
         children.append(Child("controller", py + ["controller", "--etcd", url, "--cluster",
                                                    a.cluster], base / "controller.log"))
-        children += start_routers(url, a.cluster, base)
+        children += start_routers(url, a.cluster, base, a.router_port, a.routers)
         deadline = time.monotonic() + 30
         while not asyncio.run(_healthy(url, a.cluster, len(ports))):
             if stopping or time.monotonic() > deadline:
                 raise CliError("the cluster did not come up; see the logs under " + str(base))
             _check_children(children)
             time.sleep(0.2)
+        while not all(_answers_ping(rp) for rp in router_ports):
+            if stopping or time.monotonic() > deadline:
+                raise CliError("the routers did not come up; see the logs under " + str(base))
+            _check_children(children)
+            time.sleep(0.2)
         head, rows = asyncio.run(status_rows(url, a.cluster))
         print("\n".join(head))
         print(format_table(rows))
-        print(f"\nconnect: redis-cli -c -p {a.port}   (any node; cluster clients follow MOVED)")
+        if router_ports:
+            print(f"\nconnect: redis-cli -p {router_ports[0]}   (a router: any Redis client "
+                  "sees one big Redis)")
+        print(f"nodes:   redis-cli -c -p {a.port}   (any node; cluster clients follow MOVED)")
         print(f"status:  xshard status --etcd {url} --cluster {a.cluster}")
         print("Ctrl-C stops the cluster.", flush=True)
         while not stopping:
