@@ -223,6 +223,26 @@ def test_killed_primary_fails_over_and_returns_as_replica(xcluster) -> None:  # 
                    what="old primary is a replica")
 
 
+def test_leader_controller_lost_during_a_failover(xcluster) -> None:  # noqa: ANN001
+    """The primary and the leader controller die together: the standby wins the election
+    once the leader's lease expires and does the failover; the old leader comes back as a
+    follower."""
+    c = xcluster(shards=1, replicas=1, controller=True)
+    c.start_controller()
+    v = c.wait_for(lambda v: v.leader is not None, 10, "a leader")
+    leader = next(p for p in c.controllers if v.leader.value == f"ctl{p.name[-1]}")
+    t0 = time.monotonic()
+    c.nodes["s0n0"].proc.kill()
+    leader.kill()
+    v = c.wait_for(lambda v: v.shards["0"].value.primary == "s0n1", 15, "failover by the standby")
+    assert v.leader is not None and v.leader.value != f"ctl{leader.name[-1]}"
+    assert time.monotonic() - t0 < 10
+    leader.start()
+    time.sleep(1.0)
+    assert c.view().leader.value == v.leader.value  # no flapping back
+    assert "following leader" in leader.log_text()
+
+
 def _try_xadd(c: redis.Redis, key: str) -> bool:
     try:
         c.xadd(key, {"a": "1"})
