@@ -346,9 +346,10 @@ def test_frozen_primary_refuses_writes_after_its_fence_and_rejoins(xcluster) -> 
 # --- xshard up ---------------------------------------------------------------------------------
 
 def test_up_starts_a_cluster_and_stops_it_cleanly(tmp_path) -> None:  # noqa: ANN001
-    base = _free_block(4)
+    base = _free_block(5)
     p = subprocess.Popen([sys.executable, "-m", "control.cli", "up", "--shards", "2",
-                          "--replicas", "1", "--port", str(base), "--cluster", "uptest"],
+                          "--replicas", "1", "--port", str(base), "--cluster", "uptest",
+                          "--routers", "1", "--router-port", str(base + 4)],
                          cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                          text=True, env={**os.environ, "PYTHONPATH": str(REPO)})
     lines: list[str] = []
@@ -364,6 +365,7 @@ def test_up_starts_a_cluster_and_stops_it_cleanly(tmp_path) -> None:  # noqa: AN
         out = "".join(lines)
         assert "Ctrl-C stops" in out, out
         assert f"redis-cli -c -p {base}" in out and "s1n1" in out
+        assert redis.Redis(port=base + 4).ping()  # the router
         url = (tmp_path / ".xshard" / "etcd.url").read_text().strip()
         v = read_view(url, "uptest")
         assert len(v.nodes) == 4 and v.leader is not None
@@ -381,7 +383,7 @@ def test_up_starts_a_cluster_and_stops_it_cleanly(tmp_path) -> None:  # noqa: AN
         p.send_signal(signal.SIGINT)
         rest, _ = p.communicate(timeout=60)
     assert p.returncode == 0, "".join(lines) + rest
-    for port in range(base, base + 4):
+    for port in range(base, base + 5):
         with socket.socket() as s:
             assert s.connect_ex(("127.0.0.1", port)) != 0, f"port {port} still served"
     assert not _etcd_alive(url)
