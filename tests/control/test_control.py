@@ -285,6 +285,31 @@ def test_primary_cut_off_from_etcd_fences_itself(xcluster, etcd) -> None:  # noq
     wait_until(lambda: _try_xadd(cl, "k"), 10, what="writes again once etcd is back")
 
 
+@pytest.mark.xfail(strict=True, reason="EXEC does not re-run server.write_guards for queued "
+                   "writes (node/commands/transactions.py); Redis checks EXEC with queued writes "
+                   "like a write command")
+def test_transaction_queued_before_the_fence_is_refused_after_it(xcluster, etcd) -> None:  # noqa: ANN001
+    c = xcluster(shards=1, replicas=0, controller=False)
+    cl = c.nodes["s0n0"].client()
+    pipe_conn = cl.connection_pool.get_connection()
+    pipe_conn.send_command("MULTI")
+    assert pipe_conn.read_response() == b"OK"
+    pipe_conn.send_command("XADD", "k", "*", "a", "1")
+    assert pipe_conn.read_response() == b"QUEUED"
+    os.kill(etcd.proc.pid, signal.SIGSTOP)
+    try:
+        wait_until(lambda: not _try_xadd(cl, "k2"), 5, interval=0.02, what="the fence")
+        pipe_conn.send_command("EXEC")
+        try:
+            reply = pipe_conn.read_response()
+        except redis.ResponseError as e:
+            reply = e
+    finally:
+        os.kill(etcd.proc.pid, signal.SIGCONT)
+        cl.connection_pool.release(pipe_conn)
+    assert not isinstance(reply, list) or all(isinstance(r, Exception) for r in reply), reply
+
+
 # --- split brain -----------------------------------------------------------------------------------
 
 def test_frozen_primary_refuses_writes_after_its_fence_and_rejoins(xcluster) -> None:  # noqa: ANN001
