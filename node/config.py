@@ -134,6 +134,26 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("tcp-keepalive", "int", 300, minimum=0, maximum=_LL),
     Setting("protected-mode", "bool", False),
     Setting("lua-time-limit", "int", 5000, aliases=("busy-reply-threshold",)),
+    # Replication (node/replication.py). `replicaof` reflects the current primary ("host
+    # port", "" for none); it is set at start-up or with the REPLICAOF command.
+    Setting("replicaof", "str", "", mutable=False, aliases=("slaveof",)),
+    Setting("masteruser", "str", ""),
+    Setting("repl-backlog-size", "memory", 1024 * 1024, minimum=1, maximum=_LL),
+    Setting("repl-timeout", "int", 60, minimum=1, maximum=(1 << 31) - 1),
+    Setting("repl-ping-replica-period", "int", 10, minimum=1, maximum=(1 << 31) - 1,
+            aliases=("repl-ping-slave-period",)),
+    Setting("min-replicas-to-write", "int", 0, minimum=0, maximum=(1 << 31) - 1,
+            aliases=("min-slaves-to-write",)),
+    Setting("min-replicas-max-lag", "int", 10, minimum=0, maximum=(1 << 31) - 1,
+            aliases=("min-slaves-max-lag",)),
+    Setting("replica-read-only", "bool", True, aliases=("slave-read-only",)),
+    Setting("replica-announce-ip", "str", "", aliases=("slave-announce-ip",)),
+    Setting("replica-announce-port", "int", 0, minimum=0, maximum=65535,
+            aliases=("slave-announce-port",)),
+    Setting("replica-priority", "int", 100, minimum=0, maximum=(1 << 31) - 1,
+            aliases=("slave-priority",)),
+    # Full syncs always go through a snapshot file (disk-based, like repl-diskless-sync no).
+    Setting("repl-diskless-sync", "bool", False),
 )
 
 BY_NAME: dict[str, Setting] = {}

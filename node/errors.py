@@ -204,3 +204,15 @@ XSETID_ENTRIES_ADDED_SMALL = (
     b"ERR The entries_added specified in XSETID is smaller than the target stream length")
 XSETID_SMALLER_THAN_CURRENT_MAXDEL = (
     b"ERR The ID specified in XSETID is smaller than current max_deleted_entry_id")
+
+# Replication (node/replication.py)
+NOREPLICAS = b"NOREPLICAS Not enough good replicas to write."
+WAIT_ON_REPLICA = (
+    b"ERR WAIT cannot be used with replica instances. Please also note that since Redis 4.0 if "
+    b"a replica is configured to be writable (which is not the default) writes to replicas "
+    b"are just local and are not propagated.")
+INVALID_MASTER_PORT = b"ERR Invalid master port"
+NOMASTERLINK = b"NOMASTERLINK Can't SYNC while not connected with my master"
+UNBLOCKED_ROLE_CHANGE = (
+    b"UNBLOCKED force unblock from blocking operation, instance state changed "
+    b"(master -> replica?)")

@@ -96,7 +96,7 @@ def _stats(s: Server) -> list[tuple[str, object]]:
         ("expired_keys", s.db.expired_keys), ("evicted_keys", 0),
         ("total_error_replies", st.total_error_replies),
         ("total_blocking_keys", len(s.blocking.waiting)),
-    ]
+    ] + (s.replication.stats_fields() if getattr(s, "replication", None) is not None else [])
 
 
 def _replication(s: Server) -> list[tuple[str, object]]:

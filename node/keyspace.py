@@ -42,9 +42,16 @@ class Keyspace:
         v = self.data.get(key)
         if v is not None and self.expires and key in self.expires:
             if self.expires[key] <= self.server.now_ms():
+                if self.server.role == "slave":
+                    return self._replica_expired(v)
                 self._expire(key)
                 return None
         return v
+
+    def _replica_expired(self, v: Any) -> Any:
+        """A replica never expires keys itself (its primary's DEL effect does): a logically
+        expired key reads as missing, but the primary's own commands still see it."""
+        return v if self.server.effects.replaying else None
 
     def get_stream(self, key: bytes) -> Stream | None:
         # get() inlined: every stream command starts here.
@@ -53,8 +60,13 @@ class Keyspace:
             return None
         expires = self.expires
         if expires and key in expires and expires[key] <= self.server.now_ms():
-            self._expire(key)
-            return None
+            if self.server.role == "slave":
+                v = self._replica_expired(v)
+                if v is None:
+                    return None
+            else:
+                self._expire(key)
+                return None
         if type(v) is Stream:
             return v
         raise ReplyError(errors.WRONGTYPE)
@@ -124,7 +136,8 @@ class Keyspace:
         """Redis's active expiry cycle: look at a bounded number of keys with a TTL per call,
         resuming where the last call stopped, so it never stalls the loop however many keys
         have a TTL (lazy expiry on access covers the rest)."""
-        if not self.expires or not self.server.active_expire_enabled:
+        if not self.expires or not self.server.active_expire_enabled or \
+                self.server.role == "slave":
             return
         now = self.server.now_ms()
         deadline = time.perf_counter() + budget_s

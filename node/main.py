@@ -111,6 +111,10 @@ async def _serve(config: Config, config_file: str) -> int:
         log.error("Fatal error loading the DB, check server logs. Exiting.")
         return 1
     # replication wiring
+    from node.replication import Replication
+
+    server.replication = Replication(server)
+    server.replication.start()
     agent = None
     if config.etcd:  # cluster membership: lease, role and fencing from etcd
         from control.agent import Agent
@@ -139,6 +143,7 @@ async def _serve(config: Config, config_file: str) -> int:
     log.info("Received shutdown signal, closing")
     if agent is not None:
         await agent.stop()
+    server.replication.shutdown()
     server.close()
     try:
         persistence.shutdown(None)

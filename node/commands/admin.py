@@ -123,13 +123,18 @@ def _replicas_acked(c: Client) -> int:
 
 @command(b"wait")
 def wait(c: Client, argv: list[bytes]) -> bytes:
+    r = getattr(c.server, "replication", None)
+    if r is not None and r.is_replica:
+        raise ReplyError(errors.WAIT_ON_REPLICA)
     numreplicas = errors.parse_int_or_error(argv[1])
     timeout = errors.parse_timeout_ms_or_error(argv[2])
     acked = _replicas_acked(c)
     if acked >= numreplicas or c.in_exec:
         return integer(acked)
-    # Woken by the replication link when acks arrive; until then only the timeout ends it.
-    raise Blocked([], timeout, argv, on_timeout=lambda proto: integer(_replicas_acked(c)))
+    if r is not None and not c.rerunning:
+        r.request_ack()  # REPLCONF GETACK now, not at the replicas' next 100 ms tick
+    # Re-run whenever a replica's ack moves an offset (BlockingManager.OFFSETS).
+    raise Blocked([OFFSETS], timeout, argv, on_timeout=lambda proto: integer(_replicas_acked(c)))
 
 
 @command(b"waitaof")
@@ -153,6 +158,8 @@ def waitaof(c: Client, argv: list[bytes]) -> bytes:
     local, remote = counts()
     if (local >= numlocal and remote >= numreplicas) or c.in_exec:
         return encode([local, remote], c.proto)
+    if numreplicas and c.server.replication is not None and not c.rerunning:
+        c.server.replication.request_ack()
     # Re-run whenever an fsync or a replica's ack moves an offset (BlockingManager.OFFSETS).
     raise Blocked([OFFSETS], timeout, argv, on_timeout=lambda proto: encode(list(counts()), proto))
 
