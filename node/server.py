@@ -165,10 +165,22 @@ class Server:
                 if c.in_multi:
                     c.multi_failed = True
                 return self._reject(name, err)
-        if self.write_guards and not c.is_master and command_table.is_write_argv(argv, name):
+        if self.write_guards and not c.is_master and (
+                command_table.is_write_argv(argv, name)
+                or (name == b"exec" and c.in_multi and any(
+                    command_table.is_write_argv(a, a[0].lower()) for a in c.multi_queue))):
+            # EXEC counts as a write when it would run one: a transaction queued before a
+            # fence (or a disk error) must not commit after it (Redis rejectCommand).
             for guard in self.write_guards:
                 err = guard(c, name)
                 if err is not None:
+                    if name == b"exec" and c.in_multi:
+                        c.in_multi = False
+                        c.multi_queue = []
+                        c.multi_failed = False
+                        self.db.unwatch_all(c)
+                        return self._reject(
+                            name, b"EXECABORT Transaction discarded because of: %s" % err)
                     if c.in_multi:
                         c.multi_failed = True
                     return self._reject(name, err)

@@ -285,9 +285,6 @@ def test_primary_cut_off_from_etcd_fences_itself(xcluster, etcd) -> None:  # noq
     wait_until(lambda: _try_xadd(cl, "k"), 10, what="writes again once etcd is back")
 
 
-@pytest.mark.xfail(strict=True, reason="EXEC does not re-run server.write_guards for queued "
-                   "writes (node/commands/transactions.py); Redis checks EXEC with queued writes "
-                   "like a write command")
 def test_transaction_queued_before_the_fence_is_refused_after_it(xcluster, etcd) -> None:  # noqa: ANN001
     c = xcluster(shards=1, replicas=0, controller=False)
     cl = c.nodes["s0n0"].client()
