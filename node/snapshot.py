@@ -337,8 +337,13 @@ def _child_main(server: Server, path: str, aux: dict[str, Any]) -> None:
         os.closerange(3, _max_fd())
         write(server.db, path, aux)
         code = 0
-    except BaseException:  # noqa: BLE001 - the exit code is the report
+    except BaseException as e:  # noqa: BLE001 - the exit code is the report
         code = 1
+        try:  # stderr is the parent's log; the parent logs "Background saving error" too
+            os.write(2, f"{os.getpid()}:C snapshot child failed writing {path}: {e!r}\n"
+                     .encode(errors="replace"))
+        except OSError:
+            pass
     finally:
         os._exit(code)
 
