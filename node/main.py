@@ -11,6 +11,11 @@ import sys
 
 from node.config import BY_NAME, Config, ConfigError, parse_config_file
 
+# Snapshots fork (node.snapshot.ChildSaver). gRPC (etcd's client) installs fork handlers that
+# it skips while its threads are busy, and the child then crashed in at-fork code; without
+# them the child simply never touches gRPC. Must be set before grpc is imported.
+os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
+
 log = logging.getLogger("xshard.node")
 
 USAGE = """usage: xshard node [--config FILE] [--<option> <value> ...]
