@@ -71,6 +71,24 @@ def start_set(kind: str, replicas: int, root: Path) -> list[harness.ServerProc]:
     return out
 
 
+def wait_caught_up(procs: list[harness.ServerProc], timeout: float = 120) -> float:
+    """Seconds until every replica's offset reached the primary's (a throughput run leaves
+    the replicas some way behind; lag must be measured from a quiet start)."""
+    t0 = time.monotonic()
+    while True:
+        with Conn(procs[0].port) as c:
+            target = int(harness.info_fields(c, "replication")["master_repl_offset"])
+        offs = []
+        for r in procs[1:]:
+            with Conn(r.port) as c:
+                offs.append(int(harness.info_fields(c, "replication").get("slave_repl_offset", -1)))
+        if all(o >= target for o in offs):
+            return time.monotonic() - t0
+        if time.monotonic() - t0 > timeout:
+            raise RuntimeError(f"replicas at {offs}, primary at {target}")
+        time.sleep(0.05)
+
+
 def stop_set(procs: list[harness.ServerProc]) -> None:
     for p in reversed(procs):
         terminate(p)
@@ -81,11 +99,11 @@ def xadd_rate(port: int, n: int) -> float:
 
 
 # -- lag ------------------------------------------------------------------------------------------
-def _writer(port: int, rate: float, seconds: float, q: mp.Queue) -> None:
+def _writer(port: int, key: str, rate: float, seconds: float, q: mp.Queue) -> None:
     """Send XADD lag * t <send ns> at `rate` per second, in small pipelined ticks."""
     s = socket.create_connection((HOST, port))
     s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    head = b"*5\r\n$4\r\nXADD\r\n$%d\r\n%s\r\n$1\r\n*\r\n$1\r\nt\r\n" % (len(LAG_KEY), LAG_KEY.encode())
+    head = b"*5\r\n$4\r\nXADD\r\n$%d\r\n%s\r\n$1\r\n*\r\n$1\r\nt\r\n" % (len(key), key.encode())
     sent = replies = 0
     t0 = time.perf_counter()
     end = t0 + seconds
@@ -128,7 +146,7 @@ def _writer(port: int, rate: float, seconds: float, q: mp.Queue) -> None:
     q.put(("writer", sent, time.perf_counter() - t0))
 
 
-def _reader(port: int, expect_seconds: float, q: mp.Queue) -> None:
+def _reader(port: int, key: str, expect_seconds: float, q: mp.Queue) -> None:
     """XREAD BLOCK on a replica; per entry, arrival time minus the entry's send time."""
     import hiredis
 
@@ -139,7 +157,7 @@ def _reader(port: int, expect_seconds: float, q: mp.Queue) -> None:
     q.put(("reader-ready", 0, 0))
     idle = 0
     while time.monotonic() < deadline:
-        r = c.call("XREAD", "COUNT", "10000", "BLOCK", "500", "STREAMS", LAG_KEY, last)
+        r = c.call("XREAD", "COUNT", "10000", "BLOCK", "500", "STREAMS", key, last)
         now = time.time_ns()
         if r is None or isinstance(r, hiredis.ReplyError):
             idle += 1
@@ -159,12 +177,13 @@ def measure_lag(primary: int, replica: int, rate: float, seconds: float) -> tupl
     """(p50 ms, p99 ms, entries seen, achieved rate)."""
     ctx = mp.get_context("fork")
     q: mp.Queue = ctx.Queue()
-    rd = ctx.Process(target=_reader, args=(replica, seconds, q))
+    key = f"{LAG_KEY}-{time.time_ns()}"  # a fresh stream per run: only this run's entries
+    rd = ctx.Process(target=_reader, args=(replica, key, seconds, q))
     rd.start()
     msg = q.get(timeout=30)
     assert msg[0] == "reader-ready"
     time.sleep(0.2)
-    wr = ctx.Process(target=_writer, args=(primary, rate, seconds, q))
+    wr = ctx.Process(target=_writer, args=(primary, key, rate, seconds, q))
     wr.start()
     got: dict[str, tuple] = {}
     while len(got) < 2:
@@ -190,21 +209,33 @@ def run(args: argparse.Namespace) -> list[tuple[str, str, dict[str, float]]]:
     def put(name: str, metric: str, label: str, v: float) -> None:
         rows.setdefault((name, metric), {})[label] = v
 
+    def idle() -> None:
+        if args.idle_wait > 0:
+            busy = harness.wait_for_idle(args.idle_wait)
+            put("machine busy before a measurement (max)", "cores", label,
+                max(busy, rows.get(("machine busy before a measurement (max)", "cores"),
+                                   {}).get(label, 0.001)))
+
     for kind, label in KINDS:
         root = Path(tempfile.mkdtemp(prefix=f"rbench-{kind}-"))
         try:
             procs = start_set(kind, 0, root / "solo")
             try:
+                idle()
                 solo = xadd_rate(procs[0].port, n)
             finally:
                 stop_set(procs)
             put("xadd, no replicas", "ops/s", label, solo)
             procs = start_set(kind, 2, root / "set")
             try:
+                idle()
                 with2 = xadd_rate(procs[0].port, n)
                 put("xadd, 2 replicas", "ops/s", label, with2)
                 put("xadd 2 replicas / none", "ratio (target >= 0.85)", label, with2 / solo)
+                put("replicas catch up after the xadd run", "seconds", label,
+                    max(wait_caught_up(procs), 0.001))
                 target = 0.8 * solo
+                idle()
                 p50, p99, seen, achieved = measure_lag(procs[0].port, procs[1].port, target, lag_s)
                 put("replica lag at 80% load", "p50 ms", label, p50)
                 put("replica lag at 80% load", "p99 ms (target < 100)", label, p99)
@@ -244,8 +275,13 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true", help="small runs (a smoke test)")
+    ap.add_argument("--idle-wait", type=float, default=None,
+                    help="seconds to wait for an idle machine before each measurement "
+                         "(default 20, 0 with --quick)")
     ap.add_argument("--output", default=str(Path(__file__).with_name("REPLICATION_RESULTS.md")))
     args = ap.parse_args(argv)
+    if args.idle_wait is None:
+        args.idle_wait = 0.0 if args.quick else 20.0
     md = render(run(args), argv)
     print(md)
     Path(args.output).write_text(md)

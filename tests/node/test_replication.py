@@ -198,6 +198,20 @@ def test_roles_info_readonly(rset: Callable[..., ReplicaSet]) -> None:
     assert info(p.c)["master_replid"] == pi["master_replid"]
 
 
+def test_masterauth(xnode: Callable[..., NodeHandle]) -> None:
+    p = xnode("--requirepass", "sekret", "--repl-diskless-sync", "no", name="primary")
+    pc = p.client(password="sekret")
+    pc.xadd("s", {"a": 1}, id="5-1")
+    wrong = xnode("--replicaof", f"127.0.0.1 {p.port}", "--masterauth", "nope", name="wrong")
+    good = xnode("--replicaof", f"127.0.0.1 {p.port}", "--masterauth", "sekret", name="good")
+    gc = good.client()
+    wait_until(lambda: info(gc).get("master_link_status") == "up", SYNC_TIMEOUT,
+               what="authenticated replica up")
+    assert gc.xrange("s") == [(b"5-1", {b"a": b"1"})]
+    assert info(wrong.client())["master_link_status"] == "down"
+    assert info(pc)["connected_slaves"] == "1"
+
+
 def test_blocked_xread_on_replica_woken_by_replicated_xadd(rset: Callable[..., ReplicaSet]) -> None:
     rs = rset(1)
     p, r = rs.primary, rs.replicas[0]
