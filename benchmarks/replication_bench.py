@@ -94,8 +94,14 @@ def stop_set(procs: list[harness.ServerProc]) -> None:
         terminate(p)
 
 
-def xadd_rate(port: int, n: int) -> float:
-    return redis_benchmark(port, ["-c", "50", "-n", str(n), *XADD_ARGS], timeout=max(120, n / 500))
+def xadd_rate(primary: harness.ServerProc, n: int) -> tuple[float, float]:
+    """(XADD/s, the primary's CPU microseconds per XADD): the second shows what streaming
+    to replicas costs the primary itself, apart from the CPU the replicas take from it on a
+    shared machine."""
+    c0 = harness.cpu_seconds(primary.pid)
+    ops = redis_benchmark(primary.port, ["-c", "50", "-n", str(n), *XADD_ARGS],
+                          timeout=max(120, n / 500))
+    return ops, (harness.cpu_seconds(primary.pid) - c0) * 1e6 / n
 
 
 # -- lag ------------------------------------------------------------------------------------------
@@ -222,15 +228,17 @@ def run(args: argparse.Namespace) -> list[tuple[str, str, dict[str, float]]]:
             procs = start_set(kind, 0, root / "solo")
             try:
                 idle()
-                solo = xadd_rate(procs[0].port, n)
+                solo, solo_us = xadd_rate(procs[0], n)
             finally:
                 stop_set(procs)
             put("xadd, no replicas", "ops/s", label, solo)
+            put("xadd, no replicas", "primary CPU us/op", label, solo_us)
             procs = start_set(kind, 2, root / "set")
             try:
                 idle()
-                with2 = xadd_rate(procs[0].port, n)
+                with2, with2_us = xadd_rate(procs[0], n)
                 put("xadd, 2 replicas", "ops/s", label, with2)
+                put("xadd, 2 replicas", "primary CPU us/op", label, with2_us)
                 put("xadd 2 replicas / none", "ratio (target >= 0.85)", label, with2 / solo)
                 put("replicas catch up after the xadd run", "seconds", label,
                     max(wait_caught_up(procs), 0.001))
