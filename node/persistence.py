@@ -23,7 +23,8 @@ import errno
 import logging
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 from node import command_table, snapshot
@@ -174,12 +175,13 @@ class Persistence:
         self.flush_scheduled = False
         self.written_offset = 0  # effect offset of the last byte written to the file
         self.synced_offset = 0  # effect offset covered by the last completed fsync
-        self.fsync_inflight = False
+        self.io_pending = 0  # jobs queued on the I/O thread (fsyncs, manifest switches)
+        self.manifest_error: str | None = None
+        self.io = ThreadPoolExecutor(1, thread_name_prefix="aof-io")
         self.last_fsync = time.monotonic()
         self.write_error: str | None = None
         self.fsync_error: str | None = None
         self.held: set[Connection] = set()
-        self._retiring: list[tuple[int, int]] = []  # replaced incr files still to fsync and close
         self.aof_size = 0  # bytes in the current incr file(s) since the base
         self.aof_base_size = 0
         self.aof_rewrites = 0
@@ -286,7 +288,7 @@ class Persistence:
         if self.config.appendonly:
             self._open_aof()
         self._apply_fsync_policy()
-        self.server.loop.call_later(1.0, self._second_tick)
+        self.server.loop.call_later(1.0 / max(self.config.hz, 1), self._second_tick)
 
     def _open_aof(self) -> None:
         os.makedirs(self.aof_dir, exist_ok=True)
@@ -298,54 +300,67 @@ class Persistence:
             self.aof_base_size = snapshot.write(self.server.db, os.path.join(self.aof_dir, base),
                                                 self._aux())
             m = self.manifest = Manifest(base, seq, [])
-            self._new_incr(m.last_seq)
+            self._new_incr(m.last_seq, sync=True)
             return
         if not m.incrs:
-            self._new_incr(m.last_seq + 1)
+            self._new_incr(m.last_seq + 1, sync=True)
             return
         self.incr_name = m.incrs[-1][0]
         self.fd = os.open(os.path.join(self.aof_dir, self.incr_name),
                           os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
 
-    def _new_incr(self, seq: int) -> None:
-        """Open a fresh incremental file and record it in the manifest (atomically)."""
+    def _new_incr(self, seq: int, sync: bool = False) -> None:
+        """Switch appends to a fresh incremental file and record it in the manifest.
+
+        The fsyncs (the new file, the manifest, what is still dirty in the old file) run on
+        the I/O thread: up to a second of everysec data may be waiting there, and the loop
+        must not wait for it. Offsets stay ordered across files because that thread is FIFO:
+        no later fsync completes (and so no held reply leaves) before the switch is durable."""
         name = f"{self.config.appendfilename}.{seq}.incr.aof"
-        fd = os.open(os.path.join(self.aof_dir, name), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-        os.fsync(fd)
+        fd = os.open(os.path.join(self.aof_dir, name), os.O_WRONLY | os.O_APPEND | os.O_CREAT,
+                     0o644)
         self.manifest.incrs.append((name, seq))
-        self._write_manifest()
+        data = self.manifest.render()
         old = self.fd
         self.fd, self.incr_name = fd, name
-        if old >= 0:
-            self._retire(old, self.written_offset)
+        target = self.written_offset
 
-    def _retire(self, fd: int, target: int) -> None:
-        """Fsync and close a replaced incr file in a thread: up to a second of everysec data
-        may be dirty there, and the loop must not wait for it. No other fsync starts (and so
-        no reply is released) before it is done, because offsets are ordered across files."""
-        t0 = time.perf_counter()
+        def switch() -> None:
+            os.fsync(fd)
+            self._write_manifest(data)
+            if old >= 0:
+                try:
+                    os.fdatasync(old)
+                finally:
+                    os.close(old)
 
-        def sync_and_close() -> None:
-            try:
-                os.fdatasync(fd)
-            finally:
-                os.close(fd)
+        if sync:
+            switch()
+        else:
+            self._io(switch, target if old >= 0 else None, manifest=True)
 
-        if self.fsync_inflight:  # let the running fsync finish first, then this one
-            self._retiring.append((fd, target))
-            return
-        self.fsync_inflight = True
-        fut = self.server.loop.run_in_executor(None, sync_and_close)
-        fut.add_done_callback(lambda f: self._fsync_done(f, target, t0))
-
-    def _write_manifest(self) -> None:
+    def _write_manifest(self, data: bytes | None = None) -> None:
         path = manifest_path(self.config)
         tmp = path + ".tmp"
         with open(tmp, "wb") as f:
-            f.write(self.manifest.render())
+            f.write(self.manifest.render() if data is None else data)
             f.flush()
             os.fsync(f.fileno())
         snapshot.replace_durably(tmp, path)
+
+    def _io(self, job: Callable[[], None], target: int | None = None,
+            manifest: bool = False) -> None:
+        """Run `job` on the persistence I/O thread (FIFO). With `target`, the job is an fsync
+        that makes the effects up to that offset durable; `manifest` jobs write the manifest,
+        and until one succeeds writes are refused (the files it names are the data set)."""
+        self.io_pending += 1
+        t0 = time.perf_counter()
+        fut = self.server.loop.run_in_executor(self.io, job)
+        fut.add_done_callback(lambda f: self._io_done(f, target, t0, manifest))
+
+    def _io_wait(self) -> None:
+        """Block until every queued I/O job ran (DEBUG LOADAOF, shutdown)."""
+        self.io.submit(lambda: None).result()
 
     def _aux(self) -> dict[str, Any]:
         aux: dict[str, Any] = {"ctime": int(time.time()), "offset": self.server.effects.offset}
@@ -416,33 +431,34 @@ class Persistence:
         self.held.clear()
 
     def _start_fsync(self) -> None:
-        if self.fsync_inflight or self.fd < 0 or self.written_offset <= self.synced_offset:
+        if self.io_pending or self.fd < 0 or self.written_offset <= self.synced_offset:
             return
-        self.fsync_inflight = True
-        target = self.written_offset
         fd = self.fd
-        t0 = time.perf_counter()
-        fut = self.server.loop.run_in_executor(None, os.fdatasync, fd)
-        fut.add_done_callback(lambda f: self._fsync_done(f, target, t0))
+        self._io(lambda: os.fdatasync(fd), self.written_offset)
 
-    def _fsync_done(self, fut: Any, target: int, t0: float) -> None:
-        self.fsync_inflight = False
-        if self._retiring:
-            self._retire(*self._retiring.pop(0))
-        self.last_fsync = time.monotonic()
-        self.last_fsync_seconds = time.perf_counter() - t0
+    def _io_done(self, fut: Any, target: int | None, t0: float, manifest: bool) -> None:
+        self.io_pending -= 1
         exc = fut.exception()
         if exc is not None:
-            if self.fsync_error is None:
-                log.warning("Can't fsync the AOF file: %s", exc)
-            self.fsync_error = str(getattr(exc, "strerror", exc))
+            if manifest:
+                log.warning("Can't write the AOF manifest: %s", exc)
+                self.manifest_error = str(getattr(exc, "strerror", exc))
+            else:
+                if self.fsync_error is None:
+                    log.warning("Can't fsync the AOF file: %s", exc)
+                self.fsync_error = str(getattr(exc, "strerror", exc))
             self._abort_held()
             return
-        self.fsync_error = None
-        self.synced_offset = max(self.synced_offset, target)
-        if self.held:
-            self._release_held()
-        self.server.blocking.offsets_advanced()
+        if manifest:
+            self.manifest_error = None
+        if target is not None:
+            self.last_fsync = time.monotonic()
+            self.last_fsync_seconds = time.perf_counter() - t0
+            self.fsync_error = None
+            self.synced_offset = max(self.synced_offset, target)
+            if self.held:
+                self._release_held()
+            self.server.blocking.offsets_advanced()
         if self.config.appendfsync == "always" and self.written_offset > self.synced_offset:
             self._start_fsync()
 
@@ -457,7 +473,7 @@ class Persistence:
             conn.held = []
             self.held.add(conn)
         conn.held.append((need, data))
-        if not self.flush_scheduled and not self.fsync_inflight:
+        if not self.flush_scheduled and not self.io_pending:
             self._flush()
         return True
 
@@ -484,9 +500,9 @@ class Persistence:
 
     # --- refusing writes ----------------------------------------------------------------------
     def _guard(self, c: Any, name: bytes) -> bytes | None:
-        if self.write_error is not None or self.fsync_error is not None:
-            return b"MISCONF Errors writing to the AOF file: %s" % (
-                self.write_error or self.fsync_error).encode()
+        err = self.write_error or self.fsync_error or self.manifest_error
+        if err is not None:
+            return b"MISCONF Errors writing to the AOF file: %s" % err.encode()
         if self.last_bgsave_status == "err" and self.config.save and not self.config.appendonly:
             return (b"MISCONF Redis is configured to save RDB snapshots, but it's currently "
                     b"unable to persist to disk. Commands that may modify the data set are "
@@ -506,6 +522,9 @@ class Persistence:
     def cron(self) -> None:
         """Retry failed writes, fsync everysec, run save points and automatic rewrites."""
         if self.fd >= 0:
+            if self.manifest_error is not None and not self.io_pending:
+                data = self.manifest.render()
+                self._io(lambda: self._write_manifest(data), manifest=True)
             if self.buf and not self.flush_scheduled:
                 self._flush()
             now = time.monotonic()
@@ -594,14 +613,21 @@ class Persistence:
                 _unlink(tmp_base)
                 return
             base = f"{self.config.appendfilename}.{seq[0]}.base.xsnap"
-            os.replace(tmp_base, os.path.join(self.aof_dir, base))
             old = self.manifest
             self.manifest = Manifest(base, seq[0], [(n, s) for n, s in old.incrs if s >= seq[0]])
-            self._write_manifest()
-            for name in old.files():
-                if name not in self.manifest.files():
-                    _unlink(os.path.join(self.aof_dir, name))
-            self.aof_base_size = os.path.getsize(os.path.join(self.aof_dir, base))
+            data = self.manifest.render()
+            gone = [os.path.join(self.aof_dir, n) for n in old.files()
+                    if n not in self.manifest.files()]
+            self.aof_base_size = os.path.getsize(tmp_base)
+            base_path = os.path.join(self.aof_dir, base)
+
+            def switch() -> None:
+                os.replace(tmp_base, base_path)
+                self._write_manifest(data)
+                for path in gone:
+                    _unlink(path)
+
+            self._io(switch, manifest=True)
             self.aof_rewrites += 1
             self.last_rewrite_status = "ok"
             log.info("Background AOF rewrite finished successfully")
@@ -618,6 +644,7 @@ class Persistence:
             if self.fd < 0:
                 raise OSError(errno.EINVAL, "appendonly is off")
             self._flush()
+            self._io_wait()  # manifest switches and renames reach the disk first
             os.fsync(self.fd)
             self.server.db.flush()
             self.server.effects.offset = 0
@@ -675,6 +702,7 @@ class Persistence:
         if self.fd >= 0:
             self._flush()
             try:
+                self._io_wait()
                 os.fsync(self.fd)
             except OSError as e:
                 log.warning("Error fsyncing the AOF on shutdown: %s", e)
@@ -706,7 +734,8 @@ class Persistence:
              int(now - self.rewrite_started) if self.rewrite_in_progress else -1),
             ("aof_last_bgrewrite_status", self.last_rewrite_status),
             ("aof_rewrites", self.aof_rewrites),
-            ("aof_last_write_status", "err" if self.write_error or self.fsync_error else "ok"),
+            ("aof_last_write_status", "err" if self.write_error or self.fsync_error or self.manifest_error
+             else "ok"),
             ("aof_last_cow_size", 0),
             ("module_fork_in_progress", 0),
             ("module_fork_last_cow_size", 0),
@@ -715,7 +744,7 @@ class Persistence:
             ("aof_base_size", self.aof_base_size),
             ("aof_pending_rewrite", 0),
             ("aof_buffer_length", self.buf_len),
-            ("aof_pending_bio_fsync", int(self.fsync_inflight)),
+            ("aof_pending_bio_fsync", int(self.io_pending > 0)),
             ("aof_delayed_fsync", 0),
         ] if self.config.appendonly else [])
 
