@@ -191,6 +191,18 @@ class Config:
             out.append((name.encode(), s.render(getattr(self, s.attr))))
         return out
 
+    def obuf_over_limit(self, klass: str, size: int, soft_since: float,
+                        now: float) -> tuple[bool, float]:
+        """client-output-buffer-limit: (over the hard limit, or over the soft one for too
+        long; the new soft-limit start time) for `size` buffered bytes."""
+        hard, soft, secs = self.obuf_limit(klass)
+        if soft and size > soft:
+            soft_since = soft_since or now
+        else:
+            soft_since = 0.0
+        over = bool((hard and size >= hard) or (soft and soft_since and now - soft_since >= secs))
+        return over, soft_since
+
     def obuf_limit(self, klass: str) -> tuple[int, int, int]:
         """(hard bytes, soft bytes, soft seconds) for a client class."""
         words = self.client_output_buffer_limit.split()

@@ -246,14 +246,9 @@ class ReplicaLink(asyncio.Protocol):
     def check_limit(self, size: int) -> None:
         """client-output-buffer-limit slave: a replica too far behind is dropped (it will
         resync) instead of growing the primary's memory without bound."""
-        hard, soft, secs = self.repl.server.config.obuf_limit("slave")
-        now = time.monotonic()
-        if soft and size > soft:
-            if not self.soft_since:
-                self.soft_since = now
-        else:
-            self.soft_since = 0.0
-        if (hard and size >= hard) or (soft and self.soft_since and now - self.soft_since >= secs):
+        over, self.soft_since = self.repl.server.config.obuf_over_limit(
+            "slave", size, self.soft_since, time.monotonic())
+        if over:
             log.warning("Client %s (replica) scheduled to be closed ASAP for overcoming of "
                         "output buffer limits.", self.name)
             self.close("output buffer limit", abort=True)

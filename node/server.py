@@ -549,15 +549,9 @@ class Connection(asyncio.Protocol):
         t, c = self.transport, self.client
         if t is None or c is None or self._closing:
             return
-        size = t.get_write_buffer_size()
-        hard, soft, secs = self.server.config.obuf_limit("normal")
-        now = time.monotonic()
-        if soft and size > soft:
-            if not c.obuf_soft_since:
-                c.obuf_soft_since = now
-        else:
-            c.obuf_soft_since = 0.0
-        if (hard and size >= hard) or (soft and c.obuf_soft_since and now - c.obuf_soft_since >= secs):
+        over, c.obuf_soft_since = self.server.config.obuf_over_limit(
+            "normal", t.get_write_buffer_size(), c.obuf_soft_since, time.monotonic())
+        if over:
             log.warning("Client id=%d addr=%s scheduled to be closed ASAP for overcoming of "
                         "output buffer limits.", c.id, c.addr)
             self.close(force=True)
