@@ -101,6 +101,22 @@ class EffectApplier:
         self.consumed = 0  # bytes of complete commands applied
         self.buffered = 0  # bytes fed but not yet part of a complete command
         self.errors = 0
+        self.pending: list[bytes] = []  # an open transaction's commands, not yet published
+
+    def reset_partial(self) -> None:
+        """Forget what the stream had not completed: a partial command and an open
+        transaction (a primary resends both from the offset we report, and a promoted
+        replica must not commit half of a transaction)."""
+        from hiredis import Reader
+
+        self.reader = Reader()
+        self.buffered = 0
+        self.pending = []
+        c = self.client
+        if c.in_multi:
+            c.in_multi = False
+            c.multi_queue = []
+            c.multi_failed = False
 
     def feed(self, data: bytes | memoryview, track: bool = True) -> int:
         """Apply every complete command in `data` (plus what was buffered); returns how many.
@@ -134,7 +150,6 @@ class EffectApplier:
                     raise EffectStreamError(self.consumed, "not a command") from None
                 if republish:
                     enc = encode_command(argv)
-                    out.append(enc)
                     size = len(enc)
                 elif track:
                     size = _command_len(argv)
@@ -144,6 +159,18 @@ class EffectApplier:
                 self.buffered -= size
                 applied += 1
                 reply = execute(client, argv)
+                if republish:
+                    # A transaction is published (and counted in the offset) only once its
+                    # EXEC has arrived, as Redis advances a replica's offset: a link cut
+                    # inside MULTI resumes from before it, and nothing half-applied leaks.
+                    if client.in_multi:
+                        self.pending.append(enc)
+                    elif self.pending:  # EXEC or DISCARD closed it
+                        out += self.pending
+                        out.append(enc)
+                        self.pending = []
+                    else:
+                        out.append(enc)
                 if reply is not None and reply[:1] == b"-":
                     self.errors += 1
                     log.warning("Effect %r at offset %d failed: %r", argv[:3],

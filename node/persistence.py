@@ -177,6 +177,7 @@ class Persistence:
         self.synced_offset = 0  # effect offset covered by the last completed fsync
         self.io_pending = 0  # jobs queued on the I/O thread (fsyncs, manifest switches)
         self.manifest_error: str | None = None
+        self.generation = 0  # bumped when the data set is replaced wholesale
         self.io = ThreadPoolExecutor(1, thread_name_prefix="aof-io")
         self.last_fsync = time.monotonic()
         self.write_error: str | None = None
@@ -595,6 +596,7 @@ class Persistence:
         self.rewrite_in_progress = True
         self.rewrite_started = time.time()
         seq = [0]
+        generation = self.generation
 
         def aux() -> dict[str, Any]:
             # Runs at fork time: what the child writes is exactly the state before this point.
@@ -608,6 +610,9 @@ class Persistence:
             self.rewrite_in_progress = False
             self.last_rewrite_time = int(time.time() - self.rewrite_started)
             tmp_base = os.path.join(self.aof_dir, f".rewrite-{seq[0]}.base.xsnap")
+            if generation != self.generation:  # the data set it saved was replaced since
+                _unlink(tmp_base)
+                return
             if not ok or not self.config.appendonly:
                 self.last_rewrite_status = "err"
                 _unlink(tmp_base)
@@ -654,10 +659,38 @@ class Persistence:
             self.save()
             self._load_snapshot(self.config.dbfilename)
 
-    def dataset_replaced(self) -> None:
-        """A replica installed a whole new data set: its AOF restarts from a new base."""
-        if self.config.appendonly and self.fd >= 0:
-            self.rewrite()
+    def dataset_replaced(self, snapshot_path: str | None = None) -> None:
+        """A replica installed a whole new data set: the AOF restarts at once from a new base
+        (the snapshot it was loaded from, when given), so that no effect of the new data set
+        is ever appended behind the old one."""
+        if not self.config.appendonly or self.fd < 0:
+            return
+        self.generation += 1  # a rewrite of the old data set still running is void
+        self._flush()
+        self._io_wait()
+        seq = self.manifest.last_seq + 1
+        base = f"{self.config.appendfilename}.{seq}.base.xsnap"
+        base_path = os.path.join(self.aof_dir, base)
+        linked = False
+        if snapshot_path is not None:
+            try:
+                os.link(snapshot_path, base_path)
+                linked = True
+            except OSError:
+                pass
+        if not linked:
+            snapshot.write(self.server.db, base_path, self._aux())
+        old = self.manifest
+        self.manifest = Manifest(base, seq, [])
+        self._new_incr(seq, sync=True)
+        for name in old.files():
+            if name not in self.manifest.files():
+                _unlink(os.path.join(self.aof_dir, name))
+        self.aof_base_size = os.path.getsize(base_path)
+        self.aof_size = 0
+        self.written_offset = self.synced_offset = self.server.effects.offset
+        if self.held:
+            self._release_held()
 
     # --- runtime configuration ----------------------------------------------------------------
     def config_changed(self, name: str) -> None:

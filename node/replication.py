@@ -860,13 +860,10 @@ class Replication:
         """REPLICAOF NO ONE: promotion. The history followed so far stays valid as replid2."""
         if self.master_host is None:
             return
-        if self.applier is not None and self.applier.client.in_multi:
-            # A transaction cut in half by the lost link: apply and publish what arrived, so
-            # that this node and the replicas that continue from it agree.
-            try:
-                self.applier.feed(encode_command([b"EXEC"]))
-            except EffectStreamError:
-                pass
+        if self.applier is not None:
+            # A transaction cut in half by the lost link was never published or counted:
+            # drop it, as Redis does, rather than commit half of it.
+            self.applier.reset_partial()
         self._drop_link()
         self.master_host, self.master_port = None, 0
         self.server.role = "master"
@@ -961,10 +958,9 @@ class Replication:
         if self.applier is None:
             self.applier = EffectApplier(self.server, republish=True)
         else:
-            # A partial command at the cut is sent again from the first byte we did not apply;
-            # a transaction cut in half stays open in the applier's client and completes.
-            self.applier.reader = hiredis.Reader()
-            self.applier.buffered = 0
+            # The primary resends from the first byte we did not publish: a partial command
+            # and a whole unfinished transaction.
+            self.applier.reset_partial()
 
     def load_full_sync(self, path: str, replid: str, offset: int) -> None:
         """The primary's snapshot arrived: replace the data set and take its history."""
@@ -985,7 +981,7 @@ class Replication:
                  len(snap.data), time.perf_counter() - t0)
         p = self.server.persistence
         if p is not None:
-            p.dataset_replaced()
+            p.dataset_replaced(path)
         self._link_up()
 
     def _link_up(self) -> None:
