@@ -15,7 +15,7 @@ import socket
 import time
 from collections.abc import Callable
 from time import perf_counter_ns, time_ns
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import hiredis
 
@@ -294,6 +294,27 @@ class Server:
                 c.conn.close()
 
 
+def accept_client(owner: Any, conn: Any, transport: asyncio.BaseTransport) -> Client | None:
+    """What a node and a router do with a new socket: no Nagle, maxclients, a Client.
+
+    `owner` has `clients`, `config.maxclients` and `add_client(conn, addr, laddr)`. None means
+    the connection was refused (and is being closed)."""
+    sock = transport.get_extra_info("socket")
+    if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
+        # Replies are one write per batch; Nagle would only add latency.
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    if len(owner.clients) >= owner.config.maxclients:
+        transport.write(b"-ERR max number of clients reached\r\n")  # type: ignore[attr-defined]
+        transport.close()
+        return None
+    peer = transport.get_extra_info("peername") or ("", 0)
+    local = transport.get_extra_info("sockname") or ("", 0)
+    # Replies to one batch are written at once; pause the client's input when the socket
+    # backs up instead of buffering without bound.
+    transport.set_write_buffer_limits(high=256 * 1024, low=64 * 1024)  # type: ignore[attr-defined]
+    return owner.add_client(conn, f"{peer[0]}:{peer[1]}", f"{local[0]}:{local[1]}")
+
+
 class Connection(asyncio.Protocol):
     """One client socket. Parses synchronously, replies once per batch, never awaits."""
 
@@ -320,23 +341,10 @@ class Connection(asyncio.Protocol):
     # --- asyncio callbacks --------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
-        sock = transport.get_extra_info("socket")
-        if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
-            # Replies are one write per batch; Nagle would only add latency.
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        peer = transport.get_extra_info("peername") or ("", 0)
-        local = transport.get_extra_info("sockname") or ("", 0)
-        server = self.server
-        if len(server.clients) >= server.config.maxclients:
-            server.stats.rejected_connections += 1
-            transport.write(b"-ERR max number of clients reached\r\n")
-            transport.close()
+        self.client = accept_client(self.server, self, transport)
+        if self.client is None:
+            self.server.stats.rejected_connections += 1
             self._closing = True
-            return
-        self.client = server.add_client(self, f"{peer[0]}:{peer[1]}", f"{local[0]}:{local[1]}")
-        # Replies to one batch are written at once; pause the client's input when the socket
-        # backs up (asyncio's 64 KiB/16 KiB water marks) instead of buffering without bound.
-        transport.set_write_buffer_limits(high=256 * 1024, low=64 * 1024)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._closing = True

@@ -17,7 +17,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import socket
 import time
 from collections import deque
 from collections.abc import Callable
@@ -43,6 +42,7 @@ from node.resp import (
     parse_request,
     reply_end,
 )
+from node.server import accept_client
 from node.slots import SLOTS, key_slot
 from router.upstream import Pool, Upstream
 
@@ -416,19 +416,9 @@ class ClientConn(asyncio.Protocol):
     # asyncio callbacks
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
-        sock = transport.get_extra_info("socket")
-        if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        peer = transport.get_extra_info("peername") or ("", 0)
-        local = transport.get_extra_info("sockname") or ("", 0)
-        if len(self.router.clients) >= self.router.config.maxclients:
-            transport.write(b"-ERR max number of clients reached\r\n")
-            transport.close()
+        self.client = accept_client(self.router, self, transport)
+        if self.client is None:
             self.closing = True
-            return
-        self.client = self.router.add_client(self, f"{peer[0]}:{peer[1]}",
-                                             f"{local[0]}:{local[1]}")
-        transport.set_write_buffer_limits(high=256 * 1024, low=64 * 1024)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closing = True
