@@ -875,12 +875,20 @@ def _wait(router: Router, c: Client, argv: list[bytes], cell: list) -> None:
             pairs = [[_int_of(x) for x in _elements(r)[1]] for r in rs]
             return encode([min(p[0] for p in pairs), min(p[1] for p in pairs)], c.proto)
     conn.stall()
+    zero = integer(0) if len(argv) == 3 else encode([0, 0], c.proto)
+    replies: list[bytes] = []
 
-    def done(r: bytes) -> None:
-        conn.fill(cell, r)
-        conn.resume()
+    def one(r: bytes | None) -> None:
+        # A node that died (or was demoted) since the write cannot vouch for it: it counts
+        # as 0, which is the truth for the client's writes there, rather than an error.
+        replies.append(zero if r is None or r[:1] == b"-" else r)
+        if len(replies) == len(targets):
+            conn.fill(cell, merge(replies))
+            conn.resume()
 
-    _gather_to(router, c, [(a, None, data) for a in targets], False, merge, done)
+    for addr in targets:
+        # The same pinned connection that carried the writes, so the node counts their acks.
+        router.pool(addr, c.proto).get(c.id).send(data, one)
     return None
 
 
