@@ -401,6 +401,8 @@ class Persistence:
             if self.write_error is not None:
                 log.warning("AOF write error looks solved, Redis can write again.")
                 self.write_error = None
+        if self.held and self.config.appendfsync != "always":
+            self._release_held(everything=True)
         if self.config.appendfsync == "always":
             self._start_fsync()
         elif self.config.appendfsync == "no":
@@ -419,7 +421,10 @@ class Persistence:
         if self.write_error is None:
             log.warning("Error writing to the AOF file: %s", os.strerror(err))
         self.write_error = os.strerror(err)
-        self._abort_held()
+        if self.config.appendfsync == "always":
+            self._abort_held()
+        else:  # as Redis: the write stays in memory and in the buffer (retried), replies go
+            self._release_held(everything=True)
 
     def _abort_held(self) -> None:
         """`always` promised no reply before the disk has the effect. When the disk refuses,
@@ -465,7 +470,20 @@ class Persistence:
 
     # --- replies held for `always` ------------------------------------------------------------
     def hold(self, conn: Connection, data: bytes) -> bool:
-        """The reply gate: keep `data` until an fsync covers every effect it may reflect."""
+        """The reply gate. With `always`: keep `data` until an fsync covers every effect it
+        may reflect. Otherwise the effects only reach the file (write(), no fsync) before the
+        reply leaves, as Redis writes its AOF buffer before replying: a killed process then
+        never loses an acknowledged write, only a crashed machine can (up to a second)."""
+        if self.config.appendfsync != "always":
+            if conn.held is None and not (self.buf and self.flush_scheduled
+                                          and self.write_error is None):
+                return False
+            # Held only until this loop iteration's one write of the AOF buffer (_flush).
+            if conn.held is None:
+                conn.held = []
+                self.held.add(conn)
+            conn.held.append((0, data))
+            return True
         need = self.server.effects.offset
         if (need <= self.synced_offset or self.write_error is not None
                 or self.fsync_error is not None) and conn.held is None:
@@ -495,7 +513,7 @@ class Persistence:
 
     def _apply_fsync_policy(self) -> None:
         always = self.config.appendonly and self.config.appendfsync == "always"
-        self.server.reply_gate = self if always else None
+        self.server.reply_gate = self if self.config.appendonly else None
         if not always and self.held:
             self._release_held(everything=True)
 
