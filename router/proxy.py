@@ -326,14 +326,16 @@ class Router:
                 if left <= 0:
                     return finish(null_array(c.proto))
                 _set_block(args, left)
-            up = state["up"] = self.pool(addr, c.proto, c.readonly and not write).get_dedicated()
+            pool = self.pool(addr, c.proto, c.readonly and not write)
+            up = state["up"] = pool.get_dedicated()
             if write:
                 c.written.add(addr)
 
             def on_reply(r: bytes | None) -> None:
                 if state["over"]:
                     return
-                up.close()
+                state["up"] = None
+                pool.release(up)  # answered: the connection is clean and can serve again
                 if r is None or r.startswith(_RETRYABLE):
                     return self.loop.call_later(0.05, issue, None, attempt)
                 if r.startswith((b"-MOVED ", b"-ASK ")) and attempt < _MAX_REDIRECTS:
@@ -815,12 +817,13 @@ def _exec(router: Router, c: Client, argv: list[bytes], cell: list) -> None:
         if addr is None:
             return conn.fill(cell, b"-CLUSTERDOWN Hash slot not served\r\n")
         up = router.pool(addr, c.proto).get_dedicated()
+    pool = router.pool((up.host, up.port), c.proto)
     if any(command_table.is_write_argv(a, a[0].lower()) for a in queue):
         c.written.add((up.host, up.port))
     conn.stall()
 
     def on_exec(r: bytes | None) -> None:
-        up.close()
+        pool.release(up)
         conn.fill(cell, r if r is not None else
                   b"-EXECABORT Transaction discarded because the node went away\r\n")
         conn.resume()

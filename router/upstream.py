@@ -149,6 +149,7 @@ class Pool:
             self.setup.append([b"READONLY"])
         self.conns: list[Upstream | None] = [None] * size
         self.dedicated: set[Upstream] = set()
+        self.idle: list[Upstream] = []  # dedicated connections ready for reuse
 
     def get(self, client_id: int) -> Upstream:
         i = client_id % self.size
@@ -159,10 +160,23 @@ class Pool:
         return c
 
     def get_dedicated(self) -> Upstream:
+        """A connection of one's own (BLOCK, MULTI/EXEC): an idle one when there is one."""
+        while self.idle:
+            c = self.idle.pop()
+            if not c.closed and not c.waiting:
+                return c
         c = Upstream(self.host, self.port, self.setup, on_close=self.dedicated.discard)
         self.dedicated.add(c)
         c.connect(self.loop)
         return c
+
+    def release(self, c: Upstream) -> None:
+        """Give back a dedicated connection whose last request was answered; one with a
+        request still pending (a BLOCK we gave up on) must be closed instead."""
+        if c.closed or c.waiting or len(self.idle) >= 64:
+            c.close()
+        else:
+            self.idle.append(c)
 
     def close(self) -> None:
         for c in self.conns:

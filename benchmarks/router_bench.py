@@ -1,0 +1,223 @@
+"""Router benchmark (issue 6): XADD through a router against direct to the node, and the
+end-to-end delivery latency of a consumer group, side by side with redis-server.
+
+1. Throughput and latency at 50 clients (redis-benchmark, no pipelining): direct to a node,
+   through a router in front of that node, and direct to redis-server. Targets: router >= 0.6x
+   direct, added p50 <= 0.2 ms.
+2. Delivery latency: a producer at a fixed rate (10k msg/s by default) and 10 consumers in one
+   group (XREADGROUP BLOCK + XACK), through the router to a primary with 1 replica and
+   `appendfsync everysec`; the same harness directly against redis-server with 1 replica and
+   the same setting. Latency is the time from the producer's XADD call to the consumer seeing
+   the entry (the send time travels in the entry), bucketed 0-1, 1-2, 2-3, 3-4, 4-5, >5 ms as
+   in the Redis streams guide.
+
+    python benchmarks/router_bench.py [--quick] [--rate 10000] [--seconds 10]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import csv
+import io
+import json
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+if __package__ in (None, ""):
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from benchmarks.harness import HOST, REPO_ROOT, free_port, wait_for_ping  # noqa: E402
+
+BUCKETS = ["0-1", "1-2", "2-3", "3-4", "4-5", ">5"]
+
+
+def bench(port: int, clients: int, n: int) -> tuple[float, float, float]:
+    """(ops/s, p50 ms, p99 ms) of XADD from redis-benchmark."""
+    exe = shutil.which("redis-benchmark") or "/usr/bin/redis-benchmark"
+    res = subprocess.run([exe, "-h", HOST, "-p", str(port), "--csv", "-c", str(clients), "-n",
+                          str(n), "XADD", "bench", "*", "f", "v"], capture_output=True,
+                         timeout=600, stdin=subprocess.DEVNULL)
+    rows = [r for r in csv.reader(io.StringIO(res.stdout.decode())) if r and r[0] != "test"]
+    if not rows:
+        raise RuntimeError(res.stdout.decode()[-300:] + res.stderr.decode()[-300:])
+    row = rows[-1]
+    return float(row[1]), float(row[4]), float(row[6])
+
+
+class Procs:
+    def __init__(self) -> None:
+        self.procs: list[subprocess.Popen] = []
+        self.dir = Path(tempfile.mkdtemp(prefix="router-bench-"))
+
+    def start(self, name: str, argv: list[str], port: int) -> int:
+        log = open(self.dir / f"{name}.log", "wb")
+        p = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, cwd=REPO_ROOT,
+                             stdin=subprocess.DEVNULL)
+        log.close()
+        self.procs.append(p)
+        wait_for_ping(port, 30, p)
+        return port
+
+    def node(self, name: str, *extra: str) -> int:
+        port = free_port()
+        d = self.dir / name
+        d.mkdir()
+        return self.start(name, [sys.executable, "-m", "control.cli", "node", "--port", str(port),
+                                 "--dir", str(d), *extra], port)
+
+    def redis(self, name: str, *extra: str) -> int:
+        port = free_port()
+        d = self.dir / name
+        d.mkdir()
+        return self.start(name, [shutil.which("redis-server") or "redis-server", "--port",
+                                 str(port), "--bind", HOST, "--save", "", "--dir", str(d),
+                                 "--daemonize", "no", *extra], port)
+
+    def router(self, node_port: int, replica_port: int | None = None) -> int:
+        topo = {"nodes": {"p": {"id": "p", "host": HOST, "port": node_port, "shard": "0",
+                                "role": "primary"}},
+                "shards": {"0": {"primary": "p", "replicas": [], "epoch": 1}},
+                "slots": [[0, 16383, "0"]]}
+        if replica_port:
+            topo["nodes"]["r"] = {"id": "r", "host": HOST, "port": replica_port, "shard": "0",
+                                  "role": "replica"}
+            topo["shards"]["0"]["replicas"] = ["r"]
+        path = self.dir / f"topology-{node_port}.json"
+        path.write_text(json.dumps(topo))
+        port = free_port()
+        return self.start("router", [sys.executable, "-m", "control.cli", "router", "--port",
+                                     str(port), "--topology", str(path)], port)
+
+    def stop(self) -> None:
+        for p in self.procs:
+            p.terminate()
+        for p in self.procs:
+            try:
+                p.wait(10)
+            except subprocess.TimeoutExpired:
+                p.kill()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+async def delivery(port: int, rate: int, seconds: float, consumers: int = 10) -> dict[str, float]:
+    """Produce at `rate`/s for `seconds`; return the share of deliveries per latency bucket."""
+    import redis.asyncio as aredis
+
+    key = f"lat-{time.time_ns()}"
+    admin = aredis.Redis(host=HOST, port=port, protocol=2)
+    await admin.xgroup_create(key, "g", "$", mkstream=True)
+    lat: list[float] = []
+    stop = asyncio.Event()
+
+    async def consumer(i: int) -> None:
+        r = aredis.Redis(host=HOST, port=port, protocol=2)
+        while not stop.is_set():
+            got = await r.xreadgroup("g", f"c{i}", {key: ">"}, count=50, block=100)
+            now = time.perf_counter_ns()
+            for _, entries in got or []:
+                ids = []
+                for eid, fields in entries:
+                    lat.append((now - int(fields[b"t"])) / 1e6)
+                    ids.append(eid)
+                if ids:
+                    await r.xack(key, "g", *ids)
+        await r.aclose()
+
+    produced = [0]
+
+    async def producer() -> None:
+        r = aredis.Redis(host=HOST, port=port, protocol=2)
+        batch = max(1, rate // 1000)  # one small burst every millisecond
+        start = time.perf_counter()
+        sent = 0
+        while time.perf_counter() - start < seconds:
+            target = int((time.perf_counter() - start) * rate)
+            while sent < target:
+                p = r.pipeline(transaction=False)
+                for _ in range(min(batch, target - sent)):
+                    p.xadd(key, {"t": time.perf_counter_ns()})
+                    sent += 1
+                await p.execute()
+            await asyncio.sleep(0.0005)
+        produced[0] = sent
+        await r.aclose()
+
+    tasks = [asyncio.create_task(consumer(i)) for i in range(consumers)]
+    await producer()
+    await asyncio.sleep(0.5)
+    stop.set()
+    await asyncio.gather(*tasks)
+    await admin.aclose()
+    n = len(lat) or 1
+    edges = [1, 2, 3, 4, 5]
+    counts = [0] * 6
+    for x in lat:
+        i = 0
+        while i < 5 and x >= edges[i]:
+            i += 1
+        counts[i] += 1
+    out = {b: c / n for b, c in zip(BUCKETS, counts, strict=True)}
+    lat.sort()
+    out["p50"] = lat[len(lat) // 2] if lat else 0.0
+    out["p99"] = lat[int(len(lat) * 0.99)] if lat else 0.0
+    out["n"] = len(lat)
+    out["produced"] = produced[0]
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--quick", action="store_true", help="small runs (smoke test)")
+    ap.add_argument("--rate", type=int, default=10000)
+    ap.add_argument("--seconds", type=float, default=10.0)
+    a = ap.parse_args(argv)
+    n = 5000 if a.quick else 100000
+    rate = 1000 if a.quick else a.rate
+    seconds = 1.0 if a.quick else a.seconds
+    procs = Procs()
+    rows: list[tuple[str, str, str, str]] = []
+    try:
+        node = procs.node("node")
+        router = procs.router(node)
+        redis_port = procs.redis("redis")
+        direct = bench(node, 50, n)
+        routed = bench(router, 50, n)
+        ref = bench(redis_port, 50, n)
+        print("XADD, 50 clients        ops/s      p50 ms   p99 ms")
+        for label, (ops, p50, p99) in (("redis-server direct", ref), ("node direct", direct),
+                                       ("node via router", routed)):
+            print(f"  {label:22s} {ops:9.0f}  {p50:7.3f}  {p99:7.3f}")
+        ratio = routed[0] / direct[0]
+        added = routed[1] - direct[1]
+        print(f"router / direct throughput {ratio:.2f} (target >= 0.6: "
+              f"{'met' if ratio >= 0.6 else 'NOT met'}); added p50 {added:.3f} ms "
+              f"(target <= 0.2: {'met' if added <= 0.2 else 'NOT met'})")
+        # Delivery latency: primary + 1 replica, everysec, through the router.
+        prim = procs.node("primary", "--appendonly", "yes", "--appendfsync", "everysec")
+        rep = procs.node("replica", "--replicaof", f"{HOST} {prim}")
+        r2 = procs.router(prim, rep)
+        rprim = procs.redis("rprimary", "--appendonly", "yes", "--appendfsync", "everysec")
+        procs.redis("rreplica", "--replicaof", HOST, str(rprim))
+        ours = asyncio.run(delivery(r2, rate, seconds))
+        theirs = asyncio.run(delivery(rprim, rate, seconds))
+        print(f"\ndelivery latency, {rate} msg/s, 10 consumers, 1 replica, everysec")
+        print("  bucket ms   redis-server direct   xshard via router")
+        for b in BUCKETS:
+            print(f"  {b:8s}   {theirs[b] * 100:18.1f}%   {ours[b] * 100:16.1f}%")
+        print(f"  p50 ms     {theirs['p50']:18.2f}    {ours['p50']:16.2f}")
+        print(f"  p99 ms     {theirs['p99']:18.2f}    {ours['p99']:16.2f}")
+        print(f"  produced   {theirs['produced']:18.0f}    {ours['produced']:16.0f}")
+        print(f"  delivered  {theirs['n']:18.0f}    {ours['n']:16.0f}")
+        rows.append(("ratio", f"{ratio:.2f}", f"{added:.3f}", ""))
+    finally:
+        procs.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
