@@ -28,6 +28,7 @@ from node import command_table, errors
 from node.client import Client
 from node.cluster import SlotMap, redis_id
 from node.commands import COMMANDS, load_all
+from node.commands.reads import DOLLAR_IN_XREADGROUP, PLUS_IN_XREADGROUP
 from node.config import Config
 from node.resp import (
     OK,
@@ -76,7 +77,7 @@ class _Blocking:
 class RouterClient(Client):
     """A client of the router: a node client plus what routing needs to remember."""
 
-    __slots__ = ("written", "txn_slot", "watch_conn", "watch_slot")
+    __slots__ = ("written", "txn_slot", "watch_conn", "watch_slot", "_groups_checked")
 
     def __init__(self, *args: Any) -> None:
         super().__init__(*args)
@@ -84,6 +85,7 @@ class RouterClient(Client):
         self.txn_slot: int | None = None
         self.watch_conn: Upstream | None = None
         self.watch_slot: int | None = None
+        self._groups_checked = False
 
 
 class Router:
@@ -299,7 +301,7 @@ class Router:
         conn: ClientConn = c.conn  # type: ignore[assignment]
         block = _block_ms(argv) or 0
         deadline = time.monotonic() + block / 1000 if block else 0.0
-        state: dict[str, Any] = {"up": None, "over": False}
+        state: dict[str, Any] = {"up": None, "over": False, "issued": False}
 
         def finish(reply: bytes | None) -> None:
             if state["over"]:
@@ -321,11 +323,12 @@ class Router:
             if addr is None:
                 return self.loop.call_later(0.05, issue, None, attempt)
             args = list(argv)
-            if deadline:
+            if deadline and state["issued"]:  # a re-issue gets only the time that is left
                 left = int((deadline - time.monotonic()) * 1000)
                 if left <= 0:
                     return finish(null_array(c.proto))
                 _set_block(args, left)
+            state["issued"] = True
             pool = self.pool(addr, c.proto, c.readonly and not write)
             up = state["up"] = pool.get_dedicated()
             if write:
@@ -351,6 +354,12 @@ class Router:
         issue()
 
     # --- transactions ------------------------------------------------------------------------------
+    def dispatch_again(self, c: Client, argv: list[bytes], cell: list) -> None:
+        """Route a request a second time into the same reply cell (after a check)."""
+        positions = command_table.get_keys(argv)
+        slots = [key_slot(argv[p]) for p in positions]
+        _multi_slot(self, c, argv, argv[0].lower(), positions, slots, cell)
+
     def _queue(self, c: Client, argv: list[bytes], name: bytes, cell: list) -> None:
         conn: ClientConn = c.conn  # type: ignore[assignment]
         for p in command_table.get_keys(argv):
@@ -605,11 +614,17 @@ def _bulk_value(r: bytes) -> bytes:
     return r[e + 2:e + 2 + int(r[1:e])]
 
 
-def _slot_groups(router: Router, keys: list[bytes]) -> dict[str | None, list[int]]:
-    """Key indexes grouped by owning shard (None for unowned slots), in first-seen order."""
-    groups: dict[str | None, list[int]] = {}
+def _slot_groups(router: Router, keys: list[bytes]) -> dict[tuple[str | None, int], list[int]]:
+    """Key indexes grouped by owning shard (None for unowned slots), in first-seen order. A key
+    given twice goes to a second request for the same shard, so that every request names each
+    key once and replies can be matched to positions by name."""
+    groups: dict[tuple[str | None, int], list[int]] = {}
     for i, k in enumerate(keys):
-        groups.setdefault(router.map.owner[key_slot(k)], []).append(i)
+        shard = router.map.owner[key_slot(k)]
+        n = 0
+        while any(keys[j] == k for j in groups.get((shard, n), ())):
+            n += 1
+        groups.setdefault((shard, n), []).append(i)
     return groups
 
 
@@ -651,15 +666,45 @@ def _stream_reply_items(r: bytes) -> list[tuple[bytes, bytes]]:
     return [(_bulk_value(_elements(el)[1][0]), el) for el in els]
 
 
-def _merge_stream_replies(keys: list[bytes], replies: list[bytes], proto: int) -> bytes:
-    by_key: dict[bytes, bytes] = {}
-    for r in replies:
+def _first_error(keys: list[bytes], groups: list[list[int]], replies: list[bytes]) -> bytes | None:
+    """The error Redis would give: the one about the earliest key in argument order. A shard
+    reports its own first failing key; NOGROUP names it, other errors count from the shard's
+    first key."""
+    best: tuple[int, bytes] | None = None
+    for idx, r in zip(groups, replies, strict=True):
+        if r[:1] != b"-":
+            continue
+        pos = idx[0]
+        start = r.find(b"No such key '")
+        if start >= 0:
+            end = r.find(b"' or consumer group", start)
+            name = r[start + 13:end]
+            pos = next((i for i in idx if keys[i] == name), pos)
+        if best is None or pos < best[0]:
+            best = (pos, r)
+    return best[1] if best else None
+
+
+def _merge_stream_replies(keys: list[bytes], groups: list[list[int]], replies: list[bytes],
+                          proto: int) -> bytes:
+    """One XREAD reply from the shards' replies, in request order. A shard answers for its
+    keys in their order, leaving out those without entries (and repeating a key given twice),
+    so its elements are matched to its key positions in sequence."""
+    items: list[tuple[int, bytes]] = []
+    for idx, r in zip(groups, replies, strict=True):
+        j = 0
         for k, raw in _stream_reply_items(r):
-            by_key[k] = raw
-    items = [by_key[k] for k in dict.fromkeys(keys) if k in by_key]
+            while j < len(idx) and keys[idx[j]] != k:
+                j += 1
+            if j == len(idx):
+                break
+            items.append((idx[j], raw))
+            j += 1
     if not items:
         return null_array(proto)
-    return (b"%%%d\r\n" if proto == 3 else b"*%d\r\n") % len(items) + b"".join(items)
+    items.sort(key=lambda t: t[0])
+    return (b"%%%d\r\n" if proto == 3 else b"*%d\r\n") % len(items) + b"".join(
+        raw for _, raw in items)
 
 
 def _xread_fanout(router: Router, c: Client, argv: list[bytes], name: bytes,
@@ -669,11 +714,28 @@ def _xread_fanout(router: Router, c: Client, argv: list[bytes], name: bytes,
     shards is served only when a non-blocking pass finds entries (no delivery can be lost)."""
     conn: ClientConn = c.conn  # type: ignore[assignment]
     head, keys, ids = _split_streams(argv)
+    if len(keys) != len(ids):  # a syntax error: let a node phrase it
+        prim = router.primaries()
+        if not prim:
+            return conn.fill(cell, b"-CLUSTERDOWN The cluster is down\r\n")
+        return router.forward(c, encode_command(argv), None, False, conn.filler(cell),
+                              addr=prim[0])
     groups = _slot_groups(router, keys)
-    if None in groups:
+    if any(shard is None for shard, _ in groups):
         return conn.fill(cell, b"-CLUSTERDOWN Hash slot not served\r\n")
     block = _block_ms(argv)
     write = name == b"xreadgroup"
+    order = list(groups.values())
+
+    def merge(rs: list[bytes]) -> bytes:
+        err = _first_error(keys, order, rs)
+        return err if err is not None else _merge_stream_replies(keys, order, rs, c.proto)
+
+    if write and not c._groups_checked:
+        # One node checks every key's group before it delivers anything; across shards a
+        # missing group on one shard must not leave deliveries made on another unreturned.
+        return _check_groups(router, c, argv, keys, cell)
+    c._groups_checked = False
     if block is not None and write:
         head = _without_block(head)
 
@@ -685,20 +747,92 @@ def _xread_fanout(router: Router, c: Client, argv: list[bytes], name: bytes,
         reqs = [(None, key_slot(keys[idx[0]]),
                  encode_command(head + [keys[i] for i in idx] + [ids[i] for i in idx]))
                 for idx in groups.values()]
-        _gather_to(router, c, reqs, True,
-                   lambda rs: _merge_stream_replies(keys, rs, c.proto), after_probe)
+        _gather_to(router, c, reqs, True, merge, after_probe, merge_errors=True)
         return None
     reqs = [(None, key_slot(keys[idx[0]]),
              encode_command(head + [keys[i] for i in idx] + [ids[i] for i in idx]))
             for idx in groups.values()]
     if block is None:
-        return gather(router, c, reqs, write, lambda rs: _merge_stream_replies(keys, rs, c.proto),
-                      cell)
-    return _xread_block_fanout(router, c, reqs, keys, cell)
+        return _gather_to(router, c, reqs, write, merge, conn.filler(cell), merge_errors=True)
+    # What is there already is answered at once, from every shard (as one node would); only
+    # when nothing is there do the shards block, and the first to answer wins.
+    probe = [(a, sl, encode_command(_without_block(head) + [keys[i] for i in idx]
+                                    + [ids[i] for i in idx]))
+             for (a, sl, _), idx in zip(reqs, order, strict=True)]
+
+    conn.stall()  # the client's later requests wait while this read is in progress
+
+    def probed(merged: bytes) -> None:
+        if merged[:1] == b"-" or _stream_reply_items(merged):
+            conn.fill(cell, merged)
+            conn.resume()
+            return
+        _xread_block_fanout(router, c, reqs, keys, order, cell)  # resumes when answered
+
+    _gather_to(router, c, probe, False, merge, probed, merge_errors=True)
+    return None
+
+
+def _check_groups(router: Router, c: Client, argv: list[bytes], keys: list[bytes],
+                  cell: list) -> None:
+    """XINFO GROUPS for every key, in key order; the first key whose group is missing (or
+    whose value is not a stream) gets Redis's error, else the XREADGROUP goes ahead."""
+    conn: ClientConn = c.conn  # type: ignore[assignment]
+    gi = next(i for i in range(1, len(argv)) if argv[i].lower() == b"group")
+    group = argv[gi + 1]
+    reqs = [(None, key_slot(k), encode_command([b"XINFO", b"GROUPS", k])) for k in keys]
+
+    ids = argv[len(argv) - len(keys):]
+
+    def decide(_: bytes) -> None:
+        # Per key, in order, as xreadCommand does: the group, then the ID.
+        for k, r, eid in zip(keys, replies, ids, strict=True):
+            if r[:1] == b"-":
+                if r.startswith(b"-WRONGTYPE"):
+                    return conn.fill(cell, r)
+                return conn.fill(cell, b"-NOGROUP No such key '%s' or consumer group '%s' in "
+                                       b"XREADGROUP with GROUP option\r\n" % (k, group))
+            if not _has_group(r, group):
+                return conn.fill(cell, b"-NOGROUP No such key '%s' or consumer group '%s' in "
+                                       b"XREADGROUP with GROUP option\r\n" % (k, group))
+            if eid == b"$":
+                return conn.fill(cell, b"-%s\r\n" % DOLLAR_IN_XREADGROUP)
+            if eid == b"+":
+                return conn.fill(cell, b"-%s\r\n" % PLUS_IN_XREADGROUP)
+            if eid != b">" and errors.parse_id(eid) is None:
+                return conn.fill(cell, b"-%s\r\n" % errors.INVALID_STREAM_ID)
+        c._groups_checked = True
+        router.dispatch_again(c, argv, cell)
+        return None
+
+    replies: list[bytes] = []
+
+    def keep(rs: list[bytes]) -> bytes:
+        replies.extend(rs)
+        return b""
+
+    _gather_to(router, c, reqs, False, keep, decide, merge_errors=True)
+
+
+def _has_group(reply: bytes, group: bytes) -> bool:
+    """Whether an XINFO GROUPS reply lists `group` (its `name` field)."""
+    r = hiredis.Reader()
+    r.feed(reply)
+    groups = r.gets()
+    for g in groups or []:
+        if isinstance(g, dict):
+            if g.get(b"name") == group:
+                return True
+        elif isinstance(g, list) and len(g) > 1 and g[1] == group:
+            return True
+    return False
 
 
 def _gather_to(router: Router, c: Client, reqs: list, write: bool,
-               merge: Callable[[list[bytes]], bytes], done: Callable[[bytes], None]) -> None:
+               merge: Callable[[list[bytes]], bytes], done: Callable[[bytes], None],
+               merge_errors: bool = False) -> None:
+    """Send the requests, then done(merge(replies)); the first error wins unless
+    `merge_errors` (then merge sees the errors and picks)."""
     replies: list[bytes | None] = [None] * len(reqs)
     left = [len(reqs)]
 
@@ -708,7 +842,10 @@ def _gather_to(router: Router, c: Client, reqs: list, write: bool,
             left[0] -= 1
             if left[0] == 0:
                 errs = [x for x in replies if x is not None and x[:1] == b"-"]
-                done(errs[0] if errs else merge(replies))  # type: ignore[arg-type]
+                if errs and not merge_errors:
+                    done(errs[0])
+                else:
+                    done(merge(replies))  # type: ignore[arg-type]
         return got
 
     for i, (addr, slot, data) in enumerate(reqs):
@@ -730,7 +867,7 @@ def _without_block(head: list[bytes]) -> list[bytes]:
 
 
 def _xread_block_fanout(router: Router, c: Client, reqs: list, keys: list[bytes],
-                        cell: list) -> None:
+                        order: list[list[int]], cell: list) -> None:
     conn: ClientConn = c.conn  # type: ignore[assignment]
     ups: list[Upstream] = []
     state = {"over": False, "left": len(reqs)}
@@ -746,19 +883,22 @@ def _xread_block_fanout(router: Router, c: Client, reqs: list, keys: list[bytes]
             conn.fill(cell, reply)
             conn.resume()
 
-    def got(r: bytes | None) -> None:
-        if state["over"]:
-            return
-        state["left"] -= 1
-        if r is not None and (r[:1] == b"-" or _stream_reply_items(r)):
-            return finish(r if r[:1] == b"-" else _merge_stream_replies(keys, [r], c.proto))
-        if state["left"] == 0:
-            finish(null_array(c.proto))
-        return None
+    def got_for(i: int) -> Callable[[bytes | None], None]:
+        def got(r: bytes | None) -> None:
+            if state["over"]:
+                return
+            state["left"] -= 1
+            if r is not None and r[:1] == b"-":
+                return finish(r)
+            if r is not None and _stream_reply_items(r):
+                return finish(_merge_stream_replies(keys, [order[i]], [r], c.proto))
+            if state["left"] == 0:
+                finish(null_array(c.proto))
+            return None
+        return got
 
     c.blocked = _Blocking(finish)
-    conn.stall()
-    for _addr, slot, data in reqs:
+    for i, (_addr, slot, data) in enumerate(reqs):
         addr = router.node_for(slot, c.readonly)
         if addr is None:
             finish(b"-CLUSTERDOWN Hash slot not served\r\n")
@@ -766,7 +906,7 @@ def _xread_block_fanout(router: Router, c: Client, reqs: list, keys: list[bytes]
         up = router.pool(addr, c.proto, c.readonly and addr not in router.primaries()) \
             .get_dedicated()
         ups.append(up)
-        up.send(data, got)
+        up.send(data, got_for(i))
 
 
 @router_command(b"multi")

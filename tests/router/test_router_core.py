@@ -330,3 +330,36 @@ def test_redis_cluster_client_through_two_routers(tmp_path: Path) -> None:
         for n in nodes:
             n.close()
         etcd.stop()
+
+
+# --- the node's differential workload, through the router, against redis-server ----------------
+@pytest.mark.parametrize("protocol", [2, 3], ids=["resp2", "resp3"])
+@pytest.mark.parametrize("seed", [11, 12, 13, 14, 15])
+def test_differential_workload_through_the_router(cluster: Cluster, oracle, seed: int,  # noqa: ANN001
+                                                  protocol: int) -> None:
+    """The keys of the workload live on different shards (s1, s2, {t}s3+{t}s4 and `other`),
+    so multi-key reads fan out and merge; every reply must equal redis-server's."""
+    from tests.node.test_differential import KNOWN_DIFFERENCES
+    from tests.support.diff import compare_run
+    from tests.support.gen import DEFAULT_KEYS, StreamWorkload
+    from tests.support.rawresp import RawClient
+
+    shards = {cluster.shard_of(k) for k in DEFAULT_KEYS}
+    assert len(shards) >= 2, "the workload's keys should span shards"
+    o = RawClient(oracle.host, oracle.port, timeout=10)
+    n = RawClient("127.0.0.1", cluster.router.port, timeout=10)
+    try:
+        for c in (o, n):
+            if protocol == 3:
+                assert c.hello(3)[0] == "%"
+            assert c.call("FLUSHALL") == ("+", b"OK")
+        mismatch = compare_run(o, n, StreamWorkload(seed).commands(300), KNOWN_DIFFERENCES,
+                               oracle.version[:2])
+        if mismatch is not None:
+            pytest.fail(mismatch.report(f"router differential seed={seed} RESP{protocol}",
+                                        "pytest tests/router/test_router_core.py -k differential"),
+                        pytrace=False)
+    finally:
+        for c in (o, n):
+            c.call("FLUSHALL")
+            c.close()
