@@ -403,3 +403,99 @@ def test_router_restarted_mid_load(tmp_path: Path) -> None:
         assert all(e in present[k] for k, e in acked)
     finally:
         c.close()
+
+
+IOREDIS_SCRIPT = r"""
+const Redis = require("ioredis");
+const cluster = new Redis.Cluster([{host: "127.0.0.1", port: Number(process.argv[2])}],
+                                  {redisOptions: {maxRetriesPerRequest: 3}});
+(async () => {
+  const ids = [];
+  for (let i = 0; i < 30; i++) ids.push(await cluster.xadd(`io${i}`, "*", "i", String(i)));
+  const lens = [];
+  for (let i = 0; i < 30; i++) lens.push(await cluster.xlen(`io${i}`));
+  const read = await cluster.xread("COUNT", 1, "STREAMS", "{io}a", "0");
+  await cluster.xadd("{io}a", "1-1", "f", "v");
+  const read2 = await cluster.xread("COUNT", 1, "STREAMS", "{io}a", "0");
+  console.log(JSON.stringify({ids: ids.length, lens, read, read2}));
+  cluster.disconnect();
+})().catch((e) => { console.error(String(e)); process.exit(1); });
+"""
+
+
+@pytest.fixture(scope="module")
+def ioredis_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    import shutil
+    import subprocess
+
+    if not shutil.which("node") or not shutil.which("npm"):
+        pytest.skip("node/npm not installed (.ci/run installs them)")
+    d = tmp_path_factory.mktemp("ioredis")
+    r = subprocess.run(["npm", "install", "--silent", "--prefix", str(d), "ioredis"],
+                       capture_output=True, text=True, timeout=300)
+    if r.returncode != 0:
+        pytest.skip(f"npm could not install ioredis: {r.stderr[-300:]}")
+    return d
+
+
+def test_ioredis_cluster_client_through_a_router(cluster: Cluster, r: redis.Redis,
+                                                  ioredis_dir: Path) -> None:
+    import subprocess
+
+    script = ioredis_dir / "cluster.js"
+    script.write_text(IOREDIS_SCRIPT)
+    res = subprocess.run(["node", str(script), str(cluster.router.port)], cwd=ioredis_dir,
+                         capture_output=True, text=True, timeout=60)
+    assert res.returncode == 0, res.stderr[-1000:]
+    out = json.loads(res.stdout.strip().splitlines()[-1])
+    assert out["ids"] == 30 and out["lens"] == [1] * 30
+    assert out["read"] is None
+    assert out["read2"] == [["{io}a", [["1-1", ["f", "v"]]]]]
+    assert sum(n.client().dbsize() for n in cluster.nodes) == 31
+
+
+def test_many_blocked_consumers_through_the_router(cluster: Cluster, r: redis.Redis) -> None:
+    """20 consumers blocked in XREADGROUP (and 10 in XREAD) through the router: every entry
+    is delivered to exactly one group consumer and seen by every XREAD reader."""
+    key = "many"
+    r.xgroup_create(key, "g", "$", mkstream=True)
+    got: list[bytes] = []
+    seen: dict[int, int] = {}
+    lock = threading.Lock()
+    stop = threading.Event()
+
+    def consumer(i: int) -> None:
+        c = cluster.client(protocol=2)
+        while not stop.is_set():
+            for _, entries in c.xreadgroup("g", f"c{i}", {key: ">"}, count=5, block=200) or []:
+                with lock:
+                    got.extend(e for e, _ in entries)
+                c.xack(key, "g", *[e for e, _ in entries])
+
+    def reader(i: int) -> None:
+        c = cluster.client(protocol=3)
+        last = "$"
+        while not stop.is_set():
+            res = c.xread({key: last}, block=200)
+            for entries in (res or {}).values():
+                for batch in entries:
+                    with lock:
+                        seen[i] = seen.get(i, 0) + len(batch)
+                    last = batch[-1][0]
+
+    threads = [threading.Thread(target=consumer, args=(i,)) for i in range(20)]
+    threads += [threading.Thread(target=reader, args=(i,)) for i in range(10)]
+    for t in threads:
+        t.start()
+    time.sleep(0.5)
+    produced = [r.xadd(key, {"n": n}) for n in range(200)]
+    deadline = time.monotonic() + 15
+    while (len(got) < 200 or min(seen.values(), default=0) < 200 or len(seen) < 10) \
+            and time.monotonic() < deadline:
+        time.sleep(0.1)
+    stop.set()
+    for t in threads:
+        t.join(10)
+    assert sorted(got) == sorted(produced)  # each exactly once
+    assert seen == {i: 200 for i in range(10)}
+    assert r.xpending(key, "g")["pending"] == 0
