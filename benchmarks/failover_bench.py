@@ -11,7 +11,6 @@ run kills the current primary, times the gap, and restarts the killed node as a 
 from __future__ import annotations
 
 import argparse
-import asyncio
 import shutil
 import signal
 import subprocess
@@ -26,22 +25,11 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from control.etcd import EtcdProcess, free_port  # noqa: E402
-from control.store import Store, View  # noqa: E402
-
-
-def view(url: str, cluster: str) -> View:
-    async def go() -> View:
-        s = Store(url, cluster)
-        try:
-            return await s.view()
-        finally:
-            await s.close()
-
-    return asyncio.run(go())
+from control.store import read_view  # noqa: E402
 
 
 def primary_addr(url: str, cluster: str) -> tuple[str, int, str] | None:
-    v = view(url, cluster)
+    v = read_view(url, cluster)
     p = v.shards["0"].value.primary
     n = v.nodes.get(p or "")
     return (n.value.host, n.value.port, p) if n else None
@@ -79,7 +67,7 @@ def main() -> int:
         ctl = subprocess.Popen(py + ["controller", "--etcd", url, "--cluster", cluster],
                                cwd=REPO, stdout=open(tmp / "controller.log", "ab"),
                                stderr=subprocess.STDOUT)
-        while len(view(url, cluster).nodes) < 2 or view(url, cluster).leader is None:
+        while len(read_view(url, cluster).nodes) < 2 or read_view(url, cluster).leader is None:
             time.sleep(0.1)
         for run in range(args.runs):
             host, port, victim = primary_addr(url, cluster)
@@ -102,7 +90,7 @@ def main() -> int:
             print(f"run {run}: {victim} killed, writes resumed on {a[2]} after {dt:.2f}s",
                   flush=True)
             start(victim)
-            while len(view(url, cluster).nodes) < 2:
+            while len(read_view(url, cluster).nodes) < 2:
                 time.sleep(0.1)
             time.sleep(0.5)
     finally:

@@ -180,7 +180,6 @@ def main(argv: list[str] | None = None) -> int:
     rate = 1000 if a.quick else a.rate
     seconds = 1.0 if a.quick else a.seconds
     procs = Procs()
-    rows: list[tuple[str, str, str, str]] = []
     try:
         node = procs.node("node")
         router = procs.router(node)
@@ -213,7 +212,6 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  p99 ms     {theirs['p99']:18.2f}    {ours['p99']:16.2f}")
         print(f"  produced   {theirs['produced']:18.0f}    {ours['produced']:16.0f}")
         print(f"  delivered  {theirs['n']:18.0f}    {ours['n']:16.0f}")
-        rows.append(("ratio", f"{ratio:.2f}", f"{added:.3f}", ""))
     finally:
         procs.stop()
     return 0

@@ -304,3 +304,15 @@ class Store:
                     with contextlib.suppress(Exception):
                         await asyncio.wait_for(w.cancel(), 1)
             await asyncio.sleep(0.3)
+
+
+def read_view(url: str, cluster: str) -> View:
+    """One view, from synchronous code (CLI helpers, tests, benchmarks): connect, read, close."""
+    async def go() -> View:
+        s = Store(url, cluster)
+        try:
+            return await s.view()
+        finally:
+            await s.close()
+
+    return asyncio.run(go())

@@ -77,7 +77,7 @@ class _Blocking:
 class RouterClient(Client):
     """A client of the router: a node client plus what routing needs to remember."""
 
-    __slots__ = ("written", "txn_slot", "watch_conn", "watch_slot", "_groups_checked")
+    __slots__ = ("written", "txn_slot", "watch_conn", "watch_slot")
 
     def __init__(self, *args: Any) -> None:
         super().__init__(*args)
@@ -85,7 +85,6 @@ class RouterClient(Client):
         self.txn_slot: int | None = None
         self.watch_conn: Upstream | None = None
         self.watch_slot: int | None = None
-        self._groups_checked = False
 
 
 class Router:
@@ -228,7 +227,7 @@ class Router:
                                 addr=prim[0])
         slots = [key_slot(argv[p]) for p in positions]
         if slots.count(slots[0]) != len(slots):
-            return self._multi_slot(c, argv, name, positions, slots, cell)
+            return _multi_slot(self, c, argv, name, positions, slots, cell)
         if name in (b"xread", b"xreadgroup") and _block_ms(argv) is not None:
             return self._blocking(c, argv, slots[0], write, cell)
         self.forward(c, encode_command(argv), slots[0], write, conn.filler(cell))
@@ -354,12 +353,6 @@ class Router:
         issue()
 
     # --- transactions ------------------------------------------------------------------------------
-    def dispatch_again(self, c: Client, argv: list[bytes], cell: list) -> None:
-        """Route a request a second time into the same reply cell (after a check)."""
-        positions = command_table.get_keys(argv)
-        slots = [key_slot(argv[p]) for p in positions]
-        _multi_slot(self, c, argv, argv[0].lower(), positions, slots, cell)
-
     def _queue(self, c: Client, argv: list[bytes], name: bytes, cell: list) -> None:
         conn: ClientConn = c.conn  # type: ignore[assignment]
         for p in command_table.get_keys(argv):
@@ -644,7 +637,6 @@ def _multi_slot(router: Router, c: Client, argv: list[bytes], name: bytes,
     return conn.fill(cell, b"-CROSSSLOT Keys in request don't hash to the same slot\r\n")
 
 
-Router._multi_slot = _multi_slot  # type: ignore[attr-defined]
 
 
 def _split_streams(argv: list[bytes]) -> tuple[list[bytes], list[bytes], list[bytes]]:
@@ -708,7 +700,7 @@ def _merge_stream_replies(keys: list[bytes], groups: list[list[int]], replies: l
 
 
 def _xread_fanout(router: Router, c: Client, argv: list[bytes], name: bytes,
-                  cell: list) -> None:
+                  cell: list, groups_checked: bool = False) -> None:
     """XREAD over several shards: one request per shard, merged in key order. With BLOCK the
     first non-empty answer wins and the other waits are cancelled. XREADGROUP BLOCK across
     shards is served only when a non-blocking pass finds entries (no delivery can be lost)."""
@@ -731,11 +723,10 @@ def _xread_fanout(router: Router, c: Client, argv: list[bytes], name: bytes,
         err = _first_error(keys, order, rs)
         return err if err is not None else _merge_stream_replies(keys, order, rs, c.proto)
 
-    if write and not c._groups_checked:
+    if write and not groups_checked:
         # One node checks every key's group before it delivers anything; across shards a
         # missing group on one shard must not leave deliveries made on another unreturned.
         return _check_groups(router, c, argv, keys, cell)
-    c._groups_checked = False
     if block is not None and write:
         head = _without_block(head)
 
@@ -801,8 +792,7 @@ def _check_groups(router: Router, c: Client, argv: list[bytes], keys: list[bytes
                 return conn.fill(cell, b"-%s\r\n" % PLUS_IN_XREADGROUP)
             if eid != b">" and errors.parse_id(eid) is None:
                 return conn.fill(cell, b"-%s\r\n" % errors.INVALID_STREAM_ID)
-        c._groups_checked = True
-        router.dispatch_again(c, argv, cell)
+        _xread_fanout(router, c, argv, b"xreadgroup", cell, groups_checked=True)
         return None
 
     replies: list[bytes] = []

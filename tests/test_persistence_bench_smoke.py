@@ -8,15 +8,12 @@ from __future__ import annotations
 
 import re
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parent.parent
-BENCH = REPO / "benchmarks" / "persistence_bench.py"
-NUM = r"[0-9][0-9,]*(?:\.[0-9]+)?"
+from tests.support.benchtable import REPO, check_rows, run_quick
+
 ROWS = [
     ("xadd, appendonly no", "ops/s"),
     ("xadd, appendfsync everysec", "ops/s"),
@@ -38,27 +35,14 @@ pytestmark = pytest.mark.skipif(shutil.which("redis-benchmark") is None
 
 
 def _run(tmp_path: Path, *extra: str) -> str:
-    out = tmp_path / "PERSISTENCE_RESULTS.md"
-    res = subprocess.run([sys.executable, str(BENCH), "--quick", "--idle-wait", "0",
-                          "--output", str(out), *extra],
-                         capture_output=True, text=True, timeout=240, cwd=REPO)
-    assert res.returncode == 0, f"stdout:\n{res.stdout}\nstderr:\n{res.stderr}"
-    md = out.read_text()
-    assert md.strip() in res.stdout  # the same table is printed
-    return md
+    return run_quick("persistence_bench.py", tmp_path / "PERSISTENCE_RESULTS.md",
+                     "--idle-wait", "0", *extra)
 
 
 def _check_table(md: str, other: str) -> None:
     assert "persistence_bench.py --quick" in md  # the exact command line is recorded
     assert re.search(r"- Date: \d{4}-\d\d-\d\d", md)
-    assert f"| measurement | metric | redis-server | {other} | ratio |" in md, md
-    for name, metric in ROWS:
-        row = re.search(rf"^\| {re.escape(name)} \| {metric} \| ({NUM}) \| ({NUM}) \| ({NUM}) \|",
-                        md, re.MULTILINE)
-        assert row, f"no row {name} / {metric}:\n{md}"
-        a, b, ratio = (float(x.replace(",", "")) for x in row.groups())
-        assert a > 0 and b > 0 and ratio > 0
-        assert abs(ratio - b / a) <= 0.01 + 0.01 * ratio  # ours / redis-server's
+    check_rows(md, ROWS, other)
     assert f"## Issue targets ({other})" in md
     assert "## Failures" not in md
 

@@ -10,7 +10,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import itertools
 import sys
 from collections.abc import Callable, Iterator
@@ -19,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from control.etcd import EtcdError, EtcdProcess
-from control.store import Store, View
+from control.store import View, read_view
 from tests.conftest import REPO, NodeHandle
 from tests.support.procs import ServerProcess, wait_until
 
@@ -44,17 +43,6 @@ def etcd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EtcdProcess]:
 @pytest.fixture(scope="session")
 def etcd_url(etcd: EtcdProcess) -> str:
     return etcd.url
-
-
-def read_view(url: str, cluster: str) -> View:
-    async def go() -> View:
-        s = Store(url, cluster)
-        try:
-            return await s.view()
-        finally:
-            await s.close()
-
-    return asyncio.run(go())
 
 
 def run_cli(*args: str, timeout: float = 60, cwd: Path | None = None):  # noqa: ANN201
