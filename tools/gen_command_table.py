@@ -36,6 +36,8 @@ import tempfile
 import time
 from typing import Any
 
+from control.ports import free_port
+
 OUT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "node",
                    "commands.json")
 
@@ -301,15 +303,9 @@ def generate(port: int) -> dict[str, Any]:
     }
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _spawn(binary: str) -> tuple[subprocess.Popen[bytes], int]:
     for _ in range(5):
-        port = _free_port()
+        port = free_port()
         proc = subprocess.Popen(
             [binary, "--port", str(port), "--save", "", "--appendonly", "no",
              "--daemonize", "no", "--dir", tempfile.gettempdir()],

@@ -17,6 +17,8 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
+from control.ports import free_port
+
 __all__ = [
     "LOCALHOST", "ProcessError", "ServerProcess", "free_port", "resp_ping_probe",
     "tcp_probe", "wait_until",
@@ -30,17 +32,6 @@ _PORT_RACE_MARKERS = ("address already in use", "errno 98", "eaddrinuse")
 
 class ProcessError(RuntimeError):
     """A spawned process failed to start or died; the message carries the tail of its log."""
-
-
-def free_port(host: str = LOCALHOST) -> int:
-    """Return a port that was free a moment ago.
-
-    Another process may take it before ours binds; ServerProcess.start retries on a fresh
-    port when the log says so, which is cheaper and simpler than reserving ports.
-    """
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
 
 
 def resp_ping_probe(host: str, port: int, timeout: float = 0.5) -> bool:

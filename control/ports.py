@@ -1,0 +1,64 @@
+"""Picking a free TCP port: the one helper that `xshard up`, the tests and the benchmarks use.
+
+Asking the kernel for port 0 hands out a port from the ephemeral range (32768-60999 on Linux).
+Two things go wrong with those: redis-server in cluster mode refuses any port above 55535 (its
+cluster bus listens on port + 10000), and the kernel also gives ephemeral ports to outgoing
+connections, so a port that was free a moment ago is often taken by a client socket before
+our server binds it. Ports are therefore drawn at random *below* the ephemeral range.
+"""
+
+from __future__ import annotations
+
+import random
+import socket
+
+__all__ = ["free_port", "port_in_use", "CLUSTER_MAX_PORT"]
+
+CLUSTER_MAX_PORT = 55535  # redis-server --cluster-enabled yes refuses higher ports
+_LOW = 20000
+
+
+def _ephemeral_range() -> tuple[int, int]:
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            lo, hi = (int(x) for x in f.read().split())
+            return lo, hi
+    except (OSError, ValueError):
+        return 32768, 60999
+
+
+def _candidates() -> range:
+    lo, hi = _ephemeral_range()
+    if lo - _LOW >= 2000:
+        return range(_LOW, lo)
+    if CLUSTER_MAX_PORT - hi >= 2000:
+        return range(hi + 1, CLUSTER_MAX_PORT + 1)
+    return range(10000, min(lo, CLUSTER_MAX_PORT))
+
+
+def port_in_use(port: int, host: str = "127.0.0.1") -> bool:
+    """True when something already listens on host:port (bind would fail)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, port))
+        except OSError:
+            return True
+    return False
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """Return a port below the ephemeral range that was free a moment ago.
+
+    Another process may still take it before ours binds; callers that start servers retry on
+    a fresh port when the server reports the bind failure (tests/support/procs.py does).
+    """
+    ports = _candidates()
+    rnd = random.SystemRandom()
+    for _ in range(200):
+        port = rnd.choice(ports)
+        if not port_in_use(port, host):
+            return port
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:  # a crowded machine
+        s.bind((host, 0))
+        return s.getsockname()[1]
