@@ -1,6 +1,7 @@
 """The node's membership agent: runs inside `xshard node --etcd URL --cluster NAME --shard ID`.
 
-It keeps the node's `nodes/<id>` key alive on a lease (TTL 3 s, keep-alive every second),
+It keeps the node's `nodes/<id>` key on a lease session (control/lease.py: TTL 3 s,
+keep-alive every second),
 joins the node to its shard, gives the node the role that etcd names (primary, or replica of
 the named primary, through the node's own REPLICAOF command), feeds the slot map and topology
 to `server.cluster`, and fences: a write guard refuses writes with -CLUSTERDOWN unless
@@ -23,12 +24,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import time
 from typing import TYPE_CHECKING
 
 import hiredis
 
-from control.store import KEEPALIVE_INTERVAL, NODE_TTL, NodeRecord, ShardRecord, Store, View
+from control.etcdconn import EtcdConfig
+from control.lease import POLICY, LeaseSession
+from control.records import NodeRecord, ShardRecord, View
+from control.store import Store
 
 if TYPE_CHECKING:
     from node.client import Client
@@ -36,7 +39,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("xshard.agent")
 
-FENCE_AFTER = 1.5  # seconds since the last accepted keep-alive was sent
+FENCE_AFTER = POLICY.ttl / 2  # seconds since the last accepted keep-alive was sent
 CLUSTERDOWN = b"CLUSTERDOWN The cluster is down"
 
 
@@ -58,11 +61,10 @@ class Agent:
         self.shard = str(cfg.shard)
         self.host = cfg.announce_host or default_host(cfg.bind)
         self._node_id = cfg.node_id  # may need the port, known only once the server listens
-        self.store = Store(cfg.etcd, cfg.cluster)
+        self.store = Store(etcd_config(cfg), cfg.cluster)
         self.client = Client(server, None, 0, "agent", "")
         self.client.authenticated = True
-        self.lease = 0
-        self.lease_ok_at = -1e9  # monotonic send time of the last accepted keep-alive
+        self.session: LeaseSession | None = None
         self.named_primary = False  # the newest view on this lease names us primary
         self.epoch_seen = -1
         self.view: View | None = None
@@ -77,6 +79,12 @@ class Agent:
     @property
     def node_id(self) -> str:
         return self._node_id or f"{self.host}:{self.server.config.port}"
+
+    @property
+    def lease(self) -> int:
+        """The current lease (0 while there is none, or it was lost)."""
+        s = self.session
+        return s.id if s is not None and s.alive else 0
 
     # --- lifecycle -------------------------------------------------------------------------------
     @classmethod
@@ -95,9 +103,8 @@ class Agent:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await t
         self.named_primary = False
-        if self.lease:
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(self.store.revoke(self.lease), 1.0)
+        if self.session is not None:
+            await self.session.close()
         await self.store.close()
 
     async def _run(self) -> None:
@@ -112,11 +119,11 @@ class Agent:
 
     # --- the fence -------------------------------------------------------------------------------
     def fresh(self) -> bool:
-        return time.monotonic() - self.lease_ok_at < FENCE_AFTER
+        return self.session is not None and self.session.age() < FENCE_AFTER
 
     def guard(self, c: Client, name: bytes) -> bytes | None:
         """server.write_guards entry: refuse writes unless fresh and named primary."""
-        if self.named_primary and time.monotonic() - self.lease_ok_at < FENCE_AFTER:
+        if self.named_primary and self.fresh():
             return None
         if self.server.role != "master":
             return None  # a replica: its own READONLY guard answers
@@ -124,38 +131,27 @@ class Agent:
 
     # --- lease -----------------------------------------------------------------------------------
     async def _lease_loop(self) -> None:
-        failures = 0
+        """Open a session, register on it, and when it is lost (fenced already, since the
+        fence is a fraction of the TTL) open the next one."""
         while True:
-            if not self.lease:
-                sent = time.monotonic()
-                try:
-                    self.lease = await asyncio.wait_for(self.store.grant(NODE_TTL), 2.0)
-                    self.lease_ok_at = sent
-                    log.info("agent: lease %x granted", self.lease)
-                    await self._register()
-                except Exception as e:  # noqa: BLE001 - etcd away: keep trying, stay fenced
-                    self._warn_once("grant", f"agent: cannot get a lease from etcd ({e!r})")
-                    await asyncio.sleep(0.3)
-                    continue
-            await asyncio.sleep(max(0.0, KEEPALIVE_INTERVAL - (time.monotonic() - self.lease_ok_at)))
-            sent = time.monotonic()
             try:
-                ttl = await asyncio.wait_for(self.store.keepalive(self.lease), 1.0)
-            except Exception as e:  # noqa: BLE001
-                failures += 1
-                if failures == 1 or failures % 10 == 0:
-                    log.warning("agent: keep-alive failed (%r)%s", e,
-                                "; fenced" if not self.fresh() else "")
-                await asyncio.sleep(0.1)
+                session = await LeaseSession.open(self.store, name=f"node {self.node_id}")
+            except Exception as e:  # noqa: BLE001 - etcd away: keep trying, stay fenced
+                self._warn_once("grant", f"agent: cannot get a lease from etcd ({e!r})")
+                await asyncio.sleep(0.3)
                 continue
-            if ttl <= 0:
-                log.warning("agent: lease %x expired; fenced, registering again", self.lease)
-                self.lease = 0
-                self.named_primary = False
-                continue
-            failures = 0
             self.warned.discard("grant")
-            self.lease_ok_at = sent
+            self.session = session
+            try:
+                await self._register()
+            except Exception as e:  # noqa: BLE001 - retried on a fresh lease
+                log.warning("agent: registration failed (%r); retrying", e)
+                await session.close()
+                await asyncio.sleep(0.3)
+                continue
+            why = await session.wait()
+            self.named_primary = False
+            log.warning("agent: lease %x lost (%s); fenced, registering again", session.id, why)
 
     async def _register(self) -> None:
         """Put nodes/<id> on the current lease (guarded by the revision read), then read again."""
@@ -171,7 +167,7 @@ class Agent:
 
     # --- views -----------------------------------------------------------------------------------
     async def _view_loop(self) -> None:
-        views = self.store.views(resync=KEEPALIVE_INTERVAL)
+        views = self.store.views(resync=POLICY.interval)
         nxt = asyncio.ensure_future(views.__anext__())
         try:
             while True:
@@ -302,3 +298,17 @@ class Agent:
         if what not in self.warned:
             self.warned.add(what)
             log.warning("%s", msg)
+
+
+def etcd_config(cfg: object) -> EtcdConfig:
+    """The etcd a node's settings name (--etcd and the --etcd-* options, whose environment
+    variables fill what the settings leave empty)."""
+    import os
+
+    from control.etcdconn import OPTIONS
+
+    vals = {}
+    for name, (env, _h) in OPTIONS.items():
+        vals[name] = getattr(cfg, name.replace("-", "_"), "") or os.environ.get(env, "")
+    return EtcdConfig.parse(vals["etcd"], vals["etcd-user"], vals["etcd-password"],
+                            vals["etcd-cacert"], vals["etcd-cert"], vals["etcd-key"])

@@ -34,23 +34,18 @@ import contextlib
 import logging
 import os
 import socket
-import time
 from dataclasses import dataclass
 
-from control import nodeclient
-from control.store import (
-    KEEPALIVE_INTERVAL,
-    NODE_TTL,
-    ShardRecord,
-    Store,
-    View,
-)
+from control.etcdconn import EtcdConfig
+from control.lease import LeaseLost, LeaseSession
+from control.nodeclient import NodeError, NodeOps
+from control.records import Compare, ShardRecord, View
+from control.store import BaseStore
 
 log = logging.getLogger("xshard.controller")
 
 TICK = 0.25
 DEAD_PROBES = 3
-OFFSET_TIMEOUT = 0.5
 
 
 class FailoverError(Exception):
@@ -65,7 +60,8 @@ class Candidate:
     offset: int
 
 
-async def ask_offsets(view: View, ids: list[str]) -> tuple[list[Candidate], dict[str, str]]:
+async def ask_offsets(view: View, ids: list[str],
+                      nodes: NodeOps) -> tuple[list[Candidate], dict[str, str]]:
     """Offsets of the live nodes among `ids` (answering ones), and why the others were skipped."""
     skipped: dict[str, str] = {}
     live = [i for i in ids if i in view.nodes]
@@ -76,20 +72,22 @@ async def ask_offsets(view: View, ids: list[str]) -> tuple[list[Candidate], dict
     async def one(nid: str) -> Candidate | None:
         rec = view.nodes[nid].value
         try:
-            fields = await nodeclient.info(rec.host, rec.port, "replication",
-                                           timeout=OFFSET_TIMEOUT)
-        except (TimeoutError, OSError, nodeclient.NodeError) as e:
+            off = await nodes.offset(rec.host, rec.port)
+        except NodeError as e:  # e.g. NOAUTH: say so, it is fixable
+            skipped[nid] = f"error: {str(e)[:80]}"
+            return None
+        except (TimeoutError, OSError) as e:
             skipped[nid] = f"unreachable ({type(e).__name__})"
             return None
-        return Candidate(nid, rec.host, rec.port, nodeclient.repl_offset(fields))
+        return Candidate(nid, rec.host, rec.port, off)
 
     found = await asyncio.gather(*(one(i) for i in live))
-    return [c for c in found if c is not None], skipped
+    return [c for c in found if c is not None], {i: skipped[i] for i in ids if i in skipped}
 
 
-async def failover(store: Store, view: View, shard: str, *, force: bool = False,
-                   reason: str = "", extra_compares: list | None = None,
-                   logger: logging.Logger = log) -> str:
+async def failover(store: BaseStore, view: View, shard: str, *, force: bool = False,
+                   reason: str = "", extra_compares: list[Compare] | None = None,
+                   nodes: NodeOps | None = None, logger: logging.Logger = log) -> str:
     """Promote the best live replica of `shard`; returns the new primary's id.
 
     Without `force` the primary must be gone (no lease). With it, a live primary is demoted
@@ -105,8 +103,9 @@ async def failover(store: Store, view: View, shard: str, *, force: bool = False,
     old_live = view.live(old)
     if old_live and not force:
         raise FailoverError(f"shard {shard}: primary {old} is alive; use --force to replace it")
+    nodes = nodes or NodeOps()
     members = [m for m in rec.members() if m != old]
-    cands, skipped = await ask_offsets(view, members)
+    cands, skipped = await ask_offsets(view, members, nodes)
     if not cands:
         why = ", ".join(f"{k}: {v}" for k, v in skipped.items()) or "no replicas"
         raise FailoverError(f"shard {shard}: no live replica to promote ({why})")
@@ -130,39 +129,23 @@ async def failover(store: Store, view: View, shard: str, *, force: bool = False,
                    old, "alive, demoted" if old_live else "gone")
     # Speed-ups only: the agents converge on the same roles from the new epoch.
     with contextlib.suppress(Exception):
-        await nodeclient.call(best.host, best.port, "REPLICAOF", "NO", "ONE",
-                              timeout=OFFSET_TIMEOUT)
+        await nodes.promote(best.host, best.port)
     others = [view.nodes[m].value for m in new.replicas if m in view.nodes]
-    await asyncio.gather(*(_repoint(n.host, n.port, best) for n in others),
-                         return_exceptions=True)
+    await asyncio.gather(*(nodes.replicate(n.host, n.port, best.host, best.port)
+                           for n in others), return_exceptions=True)
     return best.id
 
 
-async def _repoint(host: str, port: int, to: Candidate) -> None:
-    await nodeclient.call(host, port, "REPLICAOF", to.host, to.port, timeout=OFFSET_TIMEOUT)
-
-
-async def refused(host: str, port: int, timeout: float = 0.3) -> bool:
-    """True only when the port actively refuses connections (the process is gone); a timeout
-    (frozen or partitioned) is not proof of death."""
-    try:
-        _r, w = await asyncio.wait_for(asyncio.open_connection(host, port), timeout)
-    except ConnectionRefusedError:
-        return True
-    except (TimeoutError, OSError):
-        return False
-    w.close()
-    return False
-
-
 class Controller:
-    """One `xshard controller` process."""
+    """One `xshard controller` process: campaign for leadership on a lease session, then
+    reconcile on every view until the session or the leadership is lost, and start over."""
 
-    def __init__(self, url: str, cluster: str, cid: str | None = None) -> None:
-        self.store = Store(url, cluster)
+    def __init__(self, store: BaseStore, cid: str | None = None,
+                 nodes: NodeOps | None = None) -> None:
+        self.store = store
+        self.nodes = nodes or NodeOps()
         self.id = cid or f"{socket.gethostname()}:{os.getpid()}"
-        self.lease = 0
-        self.lease_ok_at = -1e9
+        self.session: LeaseSession | None = None
         self.leader_rev = 0  # create revision of our leader key while we lead
         self.refusals: dict[str, int] = {}
         self.blocked: dict[str, str] = {}  # shard -> last reason a failover could not run
@@ -178,48 +161,43 @@ class Controller:
                     raise
                 except Exception as e:  # noqa: BLE001 - etcd away or lease lost: campaign again
                     log.warning("controller %s: %s; campaigning again", self.id, e)
-                    self.leader_rev = 0
                     await asyncio.sleep(0.5)
         finally:
             await self._resign()
             await self.store.close()
 
     async def _resign(self) -> None:
-        if self.lease:
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(self.store.revoke(self.lease), 1.0)
-            self.lease = 0
+        self.leader_rev = 0
+        if self.session is not None:
+            await self.session.close()
+            self.session = None
 
     async def _term(self) -> None:
-        """Campaign, then lead until the lease is lost."""
-        sent = time.monotonic()
-        self.lease = await self.store.grant(NODE_TTL)
-        self.lease_ok_at = sent
-        keeper = asyncio.ensure_future(self._keepalive())
+        """Campaign, then lead until the lease or the leadership is lost."""
+        self.session = await LeaseSession.open(self.store, name=f"controller {self.id}")
         try:
             await self._campaign()
             log.warning("controller %s: elected leader (leader key revision %d)", self.id,
                         self.leader_rev)
             async for view in self.store.views(resync=TICK):
-                if keeper.done():
-                    keeper.result()  # re-raises the lease loss
+                self.session.check()
                 if view.leader is None or view.leader.create != self.leader_rev:
-                    raise RuntimeError("lost leadership")
+                    raise LeaseLost("lost leadership")
                 await self._tick(view)
         finally:
-            keeper.cancel()
-            with contextlib.suppress(BaseException):
-                await keeper
-            self.leader_rev = 0
+            await self._resign()
 
     async def _campaign(self) -> None:
+        """etcd's Election.Campaign: put the leader key on our lease if it is absent; else
+        wait (re-reading every TICK) until it is."""
         key = self.store.key("controller", "leader")
         announced = False
         while True:
-            if await self.store.commit([self.store.tx.create(key) == 0],
-                                       [(key, self.id.encode(), self.lease)]):
+            self.session.check()
+            if await self.store.commit([self.store.created(key, 0)],
+                                       [(key, self.id.encode(), self.session.id)]):
                 v = await self.store.view()
-                if v.leader is not None and v.leader.lease == self.lease:
+                if v.leader is not None and v.leader.lease == self.session.id:
                     self.leader_rev = v.leader.create
                     return
             v = await self.store.view()
@@ -228,24 +206,9 @@ class Controller:
                 announced = True
             await asyncio.sleep(TICK)
 
-    async def _keepalive(self) -> None:
-        while True:
-            await asyncio.sleep(KEEPALIVE_INTERVAL)
-            sent = time.monotonic()
-            try:
-                ttl = await asyncio.wait_for(self.store.keepalive(self.lease), 1.0)
-            except Exception as e:  # noqa: BLE001
-                if time.monotonic() - self.lease_ok_at > NODE_TTL:
-                    raise RuntimeError(f"lease keep-alive failing ({e!r})") from None
-                continue
-            if ttl <= 0:
-                self.lease = 0
-                raise RuntimeError("lease expired")
-            self.lease_ok_at = sent
-
     async def _tick(self, view: View) -> None:
-        leader_guard = self.store.tx.create(self.store.key("controller", "leader")) == \
-            self.leader_rev
+        leader_guard = self.store.created(self.store.key("controller", "leader"),
+                                          self.leader_rev)
         for sid in view.shard_ids():
             rec = view.shards[sid].value
             if rec.primary is None:
@@ -256,7 +219,7 @@ class Controller:
                 continue
             try:
                 await failover(self.store, view, sid, reason=f"primary {rec.primary} lost its "
-                               "lease", extra_compares=[leader_guard])
+                               "lease", extra_compares=[leader_guard], nodes=self.nodes)
                 self.blocked.pop(sid, None)
             except FailoverError as e:
                 if self.blocked.get(sid) != str(e):
@@ -265,7 +228,7 @@ class Controller:
 
     async def _probe(self, view: View, sid: str, nid: str) -> None:
         n = view.nodes[nid]
-        if await refused(n.value.host, n.value.port):
+        if await self.nodes.refused(n.value.host, n.value.port):
             k = self.refusals[nid] = self.refusals.get(nid, 0) + 1
             if k >= DEAD_PROBES:
                 log.warning("controller: primary %s of shard %s refused %d connections in a row: "
@@ -277,14 +240,17 @@ class Controller:
             self.refusals.pop(nid, None)
 
 
-def run(url: str, cluster: str, cid: str | None = None) -> int:
+def run(conn: EtcdConfig | str, cluster: str, cid: str | None = None,
+        node_password: str = "") -> int:
     """Run a controller until SIGINT/SIGTERM."""
     import signal
 
     import uvloop
 
+    from control.store import Store
+
     async def main() -> int:
-        c = Controller(url, cluster, cid)
+        c = Controller(Store(conn, cluster), cid, NodeOps(node_password))
         task = asyncio.ensure_future(c.run())
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):

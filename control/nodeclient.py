@@ -1,7 +1,12 @@
 """A minimal RESP client for the control plane: one command per connection, hard timeouts.
 
 The controller and the CLI ask nodes a handful of things (INFO replication, REPLICAOF, PING)
-rarely; redis-py is only a test dependency, so this is hiredis over asyncio streams.
+rarely; redis-py is only a test dependency, so this is hiredis over asyncio streams. Nodes
+with `requirepass` get AUTH first, on the same connection.
+
+`NodeOps` is everything the controller does to nodes, in one narrow class, so that controller
+decisions can be unit-tested with scripted nodes (tests/control/test_controller_unit.py) the
+way kvrocks-controller tests its controller with mock nodes.
 """
 
 from __future__ import annotations
@@ -18,33 +23,40 @@ class NodeError(Exception):
     """The node answered with an error, or could not be reached in time."""
 
 
-async def call(host: str, port: int, *argv: bytes | str | int, timeout: float = 1.0) -> object:
-    """Send one command and return the decoded reply; raises NodeError on an error reply,
-    OSError / TimeoutError when the node cannot be reached."""
+async def call(host: str, port: int, *argv: bytes | str | int, timeout: float = 1.0,
+               password: str = "") -> object:
+    """Send one command (after AUTH when `password` is set) and return the decoded reply;
+    raises NodeError on an error reply, OSError / TimeoutError when the node cannot be
+    reached."""
     args = [a if isinstance(a, bytes) else str(a).encode() for a in argv]
+    cmds = ([[b"AUTH", password.encode()]] if password else []) + [args]
 
-    async def run() -> object:
+    async def run() -> list[object]:
         reader, writer = await asyncio.open_connection(host, port)
         try:
-            writer.write(encode_command(args))
+            writer.write(b"".join(encode_command(c) for c in cmds))
             parser = hiredis.Reader()
-            while True:
+            replies: list[object] = []
+            while len(replies) < len(cmds):
+                reply = parser.gets()
+                if reply is not False:
+                    replies.append(reply)
+                    continue
                 data = await reader.read(65536)
                 if not data:
                     raise ConnectionResetError("connection closed by the node")
                 parser.feed(data)
-                reply = parser.gets()
-                if reply is not False:
-                    return reply
+            return replies
         finally:
             writer.close()
             with contextlib.suppress(Exception):
                 await writer.wait_closed()
 
-    reply = await asyncio.wait_for(run(), timeout)
-    if isinstance(reply, hiredis.ReplyError):
-        raise NodeError(str(reply))
-    return reply
+    replies = await asyncio.wait_for(run(), timeout)
+    for reply in replies:
+        if isinstance(reply, hiredis.ReplyError):
+            raise NodeError(str(reply))
+    return replies[-1]
 
 
 def parse_info(raw: bytes) -> dict[str, str]:
@@ -57,8 +69,8 @@ def parse_info(raw: bytes) -> dict[str, str]:
 
 
 async def info(host: str, port: int, section: str = "replication",
-               timeout: float = 1.0) -> dict[str, str]:
-    reply = await call(host, port, "INFO", section, timeout=timeout)
+               timeout: float = 1.0, password: str = "") -> dict[str, str]:
+    reply = await call(host, port, "INFO", section, timeout=timeout, password=password)
     return parse_info(reply if isinstance(reply, bytes) else b"")
 
 
@@ -72,3 +84,40 @@ def repl_offset(fields: dict[str, str]) -> int:
             except ValueError:
                 pass
     return 0
+
+
+async def refused(host: str, port: int, timeout: float = 0.3) -> bool:
+    """True only when the port actively refuses connections (the process is gone); a timeout
+    (frozen or partitioned) is not proof of death."""
+    try:
+        _r, w = await asyncio.wait_for(asyncio.open_connection(host, port), timeout)
+    except ConnectionRefusedError:
+        return True
+    except (TimeoutError, OSError):
+        return False
+    w.close()
+    return False
+
+
+class NodeOps:
+    """What the controller asks of and tells to nodes; `password` is sent as AUTH."""
+
+    def __init__(self, password: str = "", timeout: float = 0.5) -> None:
+        self.password = password
+        self.timeout = timeout
+
+    async def offset(self, host: str, port: int) -> int:
+        """How much of the shard's stream the node holds (raises when it cannot tell)."""
+        return repl_offset(await info(host, port, "replication", timeout=self.timeout,
+                                      password=self.password))
+
+    async def promote(self, host: str, port: int) -> None:
+        await call(host, port, "REPLICAOF", "NO", "ONE", timeout=self.timeout,
+                   password=self.password)
+
+    async def replicate(self, host: str, port: int, to_host: str, to_port: int) -> None:
+        await call(host, port, "REPLICAOF", to_host, to_port, timeout=self.timeout,
+                   password=self.password)
+
+    async def refused(self, host: str, port: int) -> bool:
+        return await refused(host, port)

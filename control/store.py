@@ -1,18 +1,16 @@
-"""The cluster's state in etcd (DESIGN §2), as typed records and guarded transactions.
+"""The cluster's state in etcd, as typed records and guarded transactions.
 
-Everything lives under `/xshard/<cluster>/`:
+`BaseStore` is the narrow interface that the agent, the controller, the router and the CLI
+use: a consistent `view()` of the cluster prefix, `commit()` of one guarded transaction,
+leases (`grant`/`keepalive`/`revoke`) and `views()`, the level-triggered stream of views.
+Two implementations: `Store` here (etcd, the real thing) and `MemoryStore`
+(control/memstore.py), so controller decisions are unit-tested without etcd.
 
-    nodes/<node-id>      {"id","host","port","shard","role"}   on the node's lease
-    routers/<router-id>  {"id","host","port"}                   on the router's lease
-    shards/<shard-id>    {"primary","replicas":[...],"epoch"}   permanent, epoch +1 per change
-    slots                [[start,end,shard-id],...]              permanent, covers 0..16383
-    migrations/<slot>    {"from","to","state"}                  while a slot moves
-    controller/leader    the leader controller's id             on the leader's lease
-
-Every write here is one etcd transaction whose compares name the mod_revision (0: absent) that
-the writer read, so a decision made on stale state fails instead of overwriting someone
-else's. Readers get a `View`: the whole prefix read at one revision, which is small (a few
-records per shard) and makes every decision level-triggered: re-read, compare, act.
+Every write is one transaction whose compares name the mod_revision (0: absent) that the
+writer read, so a decision made on stale state fails instead of overwriting someone else's.
+Readers get a `View` (control/records.py): the whole prefix read at one revision, which is
+small (a few records per shard) and makes every decision level-triggered: re-read, compare,
+act.
 """
 
 from __future__ import annotations
@@ -21,209 +19,106 @@ import asyncio
 import contextlib
 import json
 import logging
-from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
-from typing import Any, Generic, TypeVar
-from urllib.parse import urlparse
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any, TypeVar
 
 import aetcd
 import aetcd.exceptions
 
-from node.slots import SLOTS
+from control.etcdconn import EtcdConfig
+from control.records import (  # noqa: F401 - the records are part of this module's interface
+    Compare,
+    Entry,
+    KeyValue,
+    NodeRecord,
+    ShardRecord,
+    View,
+    even_slots,
+)
 
 log = logging.getLogger("xshard.store")
 
 T = TypeVar("T")
 
-NODE_TTL = 3  # seconds; DESIGN §2
-KEEPALIVE_INTERVAL = 1.0
 RPC_TIMEOUT = 2
 
 EtcdError = aetcd.exceptions.ClientError
+
+# Errors after which another endpoint (or a fresh connection to the same one) may do better.
+_RETRYABLE = (aetcd.exceptions.ConnectionFailedError, aetcd.exceptions.ConnectionTimeoutError,
+              aetcd.exceptions.UnauthenticatedError, aetcd.exceptions.InternalError,
+              TimeoutError, OSError)
 
 
 class Unreachable(RuntimeError):
     """etcd did not answer; the message is one line for the user."""
 
 
-# --- records ------------------------------------------------------------------------------------
+class BaseStore:
+    """One cluster's keys (`/xshard/<cluster>/`) in a key-value store with etcd's semantics:
+    revisions, leases, transactions and watches. Subclasses provide the primitives."""
 
-@dataclass
-class NodeRecord:
-    id: str
-    host: str
-    port: int
-    shard: str
-    role: str = "replica"  # what the node currently is: "primary" or "replica"
+    url = ""
 
-    def encode(self) -> bytes:
-        return json.dumps({"id": self.id, "host": self.host, "port": self.port,
-                           "shard": self.shard, "role": self.role}).encode()
-
-    @classmethod
-    def decode(cls, raw: bytes) -> NodeRecord:
-        v = json.loads(raw)
-        return cls(str(v["id"]), str(v["host"]), int(v["port"]), str(v["shard"]),
-                   str(v.get("role", "replica")))
-
-    def as_dict(self) -> dict[str, Any]:
-        return json.loads(self.encode())
-
-
-@dataclass
-class ShardRecord:
-    primary: str | None = None
-    replicas: list[str] = field(default_factory=list)
-    epoch: int = 0
-
-    def encode(self) -> bytes:
-        return json.dumps({"primary": self.primary, "replicas": self.replicas,
-                           "epoch": self.epoch}).encode()
-
-    @classmethod
-    def decode(cls, raw: bytes) -> ShardRecord:
-        v = json.loads(raw)
-        return cls(v.get("primary"), [str(r) for r in v.get("replicas", [])],
-                   int(v.get("epoch", 0)))
-
-    def members(self) -> list[str]:
-        """Primary first, then replicas: every node that belongs to the shard."""
-        return ([self.primary] if self.primary else []) + [r for r in self.replicas
-                                                           if r != self.primary]
-
-    def as_dict(self) -> dict[str, Any]:
-        return json.loads(self.encode())
-
-
-@dataclass
-class Entry(Generic[T]):
-    """A decoded value with the etcd metadata that guards the next write to its key."""
-    value: T
-    mod: int  # mod_revision: the guard for an update
-    create: int = 0
-    lease: int = 0
-
-
-@dataclass
-class View:
-    """The whole cluster prefix, read at one etcd revision."""
-    revision: int = 0
-    nodes: dict[str, Entry[NodeRecord]] = field(default_factory=dict)
-    routers: dict[str, Entry[dict]] = field(default_factory=dict)
-    shards: dict[str, Entry[ShardRecord]] = field(default_factory=dict)
-    slots: Entry[list] | None = None
-    migrations: dict[int, Entry[dict]] = field(default_factory=dict)
-    leader: Entry[str] | None = None
-
-    def live(self, node_id: str | None) -> bool:
-        return node_id is not None and node_id in self.nodes
-
-    def shard_ids(self) -> list[str]:
-        return sorted(self.shards, key=_shard_sort_key)
-
-
-def _shard_sort_key(s: str) -> tuple[int, int | str]:
-    return (0, int(s)) if s.isdigit() else (1, s)
-
-
-def even_slots(shard_ids: list[str]) -> list[list[Any]]:
-    """[[start, end, shard-id], ...] splitting 0..16383 evenly (the first shards get the
-    remainder, as redis-cli --cluster create does)."""
-    n = len(shard_ids)
-    out = []
-    start = 0
-    for i, sid in enumerate(shard_ids):
-        size = SLOTS // n + (1 if i < SLOTS % n else 0)
-        out.append([start, start + size - 1, sid])
-        start += size
-    return out
-
-
-def parse_url(url: str) -> tuple[str, int]:
-    """host, port of the first endpoint in an etcd URL list ("http://h:2379,http://h2:2379")."""
-    first = url.split(",")[0].strip()
-    if "://" not in first:
-        first = "http://" + first
-    u = urlparse(first)
-    return u.hostname or "127.0.0.1", u.port or 2379
-
-
-# --- the store ----------------------------------------------------------------------------------
-
-class Store:
-    """A typed, asyncio view of one cluster's keys in etcd."""
-
-    def __init__(self, url: str, cluster: str) -> None:
-        self.url = url
+    def __init__(self, cluster: str) -> None:
         self.cluster = cluster
         self.prefix = f"/xshard/{cluster}/".encode()
-        host, port = parse_url(url)
-        self.client = aetcd.Client(host=host, port=port, timeout=RPC_TIMEOUT)
-        self.tx = self.client.transactions
 
     def key(self, *parts: str) -> bytes:
         return self.prefix + "/".join(parts).encode()
 
+    # --- primitives ------------------------------------------------------------------------------
     async def connect(self, timeout: float = 3.0) -> None:
-        """Connect and prove etcd answers; raises Unreachable with a one-line message."""
-        try:
-            await asyncio.wait_for(self.client.status(), timeout)
-        except (TimeoutError, EtcdError, OSError) as e:
-            raise Unreachable(f"cannot reach etcd at {self.url} ({type(e).__name__})") from None
+        """Prove the store answers; raises Unreachable with a one-line message."""
 
     async def close(self) -> None:
-        with contextlib.suppress(Exception):
-            await self.client.close()
+        pass
 
-    async def __aenter__(self) -> Store:
+    async def range(self) -> tuple[int, list[KeyValue]]:
+        """(revision, every key under the prefix) in one linearizable read."""
+        raise NotImplementedError
+
+    async def commit(self, compares: list[Compare], puts: list[tuple[bytes, bytes, int]],
+                     deletes: tuple[bytes, ...] = ()) -> bool:
+        """One transaction: all compares hold -> all puts (key, value, lease) and deletes."""
+        raise NotImplementedError
+
+    async def grant(self, ttl: int) -> int:
+        raise NotImplementedError
+
+    async def keepalive(self, lease: int) -> int:
+        """Refresh a lease; returns its new TTL (<= 0: the lease is gone)."""
+        raise NotImplementedError
+
+    async def revoke(self, lease: int) -> None:
+        raise NotImplementedError
+
+    async def watch(self, changed: asyncio.Event) -> None:
+        """Set `changed` on every change under the prefix (and once a watch is (re)opened,
+        since anything may have changed while none was); runs until cancelled."""
+        raise NotImplementedError
+
+    # --- shared --------------------------------------------------------------------------------
+    async def __aenter__(self) -> BaseStore:
         await self.connect()
         return self
 
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
 
-    # --- reads ---------------------------------------------------------------------------------
     async def view(self) -> View:
-        """Every key of the cluster at one revision (one linearizable range read)."""
-        r = await self.client.get_prefix(self.prefix)
-        v = View(revision=r.header.revision)
-        n = len(self.prefix)
-        for kv in r:
-            name = kv.key[n:].decode()
-            try:
-                if name.startswith("nodes/"):
-                    v.nodes[name[6:]] = Entry(NodeRecord.decode(kv.value), kv.mod_revision,
-                                              kv.create_revision, kv.lease)
-                elif name.startswith("shards/"):
-                    v.shards[name[7:]] = Entry(ShardRecord.decode(kv.value), kv.mod_revision,
-                                               kv.create_revision, kv.lease)
-                elif name == "slots":
-                    v.slots = Entry(json.loads(kv.value), kv.mod_revision, kv.create_revision)
-                elif name.startswith("routers/"):
-                    v.routers[name[8:]] = Entry(json.loads(kv.value), kv.mod_revision,
-                                                kv.create_revision, kv.lease)
-                elif name.startswith("migrations/"):
-                    v.migrations[int(name[11:])] = Entry(json.loads(kv.value), kv.mod_revision,
-                                                         kv.create_revision)
-                elif name == "controller/leader":
-                    v.leader = Entry(kv.value.decode(), kv.mod_revision, kv.create_revision,
-                                     kv.lease)
-            except (ValueError, KeyError, TypeError) as e:
-                log.warning("ignoring malformed etcd value at %s: %s", name, e)
-        return v
+        """Every key of the cluster at one revision."""
+        rev, kvs = await self.range()
+        return View.decode(rev, self.prefix, kvs)
 
-    # --- guarded writes --------------------------------------------------------------------------
-    def guard(self, key: bytes, mod: int) -> Any:
+    def guard(self, key: bytes, mod: int) -> Compare:
         """The compare for "key is still at the mod_revision I read" (0: still absent)."""
-        return self.tx.mod(key) == mod
+        return Compare(key, "mod", mod)
 
-    async def commit(self, compares: list[Any], puts: list[tuple[bytes, bytes, int]],
-                     deletes: tuple[bytes, ...] = ()) -> bool:
-        """One transaction: all compares hold -> all puts (key, value, lease) and deletes."""
-        ops = [self.tx.put(k, v, lease=lease or None) for k, v, lease in puts]
-        ops += [self.tx.delete(k) for k in deletes]
-        ok, _ = await self.client.transaction(compare=compares, success=ops, failure=[])
-        return bool(ok)
+    def created(self, key: bytes, rev: int) -> Compare:
+        """The compare for "key was created at revision `rev`" (0: absent): a leader key's
+        identity, as etcd's Election compares on it."""
+        return Compare(key, "create", rev)
 
     async def create_cluster(self, shard_ids: list[str]) -> bool:
         """Write the shards and an even slot map once: False when `slots` already exists."""
@@ -234,7 +129,7 @@ class Store:
         return await self.commit(compares, puts)
 
     async def put_shard(self, shard: str, rec: ShardRecord, expect_mod: int,
-                        extra: list[Any] = ()) -> bool:
+                        extra: list[Compare] = ()) -> bool:
         """Replace a shard record if it is still the one read (plus any extra compares)."""
         return await self.commit([self.guard(self.key("shards", shard), expect_mod), *extra],
                                  [(self.key("shards", shard), rec.encode(), 0)])
@@ -244,25 +139,12 @@ class Store:
         return await self.commit([self.guard(self.key("nodes", rec.id), expect_mod)],
                                  [(self.key("nodes", rec.id), rec.encode(), lease)])
 
-    # --- leases ----------------------------------------------------------------------------------
-    async def grant(self, ttl: int = NODE_TTL) -> int:
-        return (await self.client.lease(ttl)).id
-
-    async def keepalive(self, lease: int) -> int:
-        """Refresh a lease; returns its new TTL (<= 0: the lease is gone)."""
-        r = await self.client.refresh_lease(lease)
-        return int(r.TTL) if r is not None else 0
-
-    async def revoke(self, lease: int) -> None:
-        await self.client.revoke_lease(lease)
-
-    # --- watching --------------------------------------------------------------------------------
     async def views(self, resync: float = 1.0) -> AsyncIterator[View]:
         """The view now and again after every change under the prefix (and at least every
         `resync` seconds, so that a watch lost in a reconnect costs one period, not an
-        outage). Errors while etcd is away are logged and retried, never raised."""
+        outage). Errors while the store is away are logged and retried, never raised."""
         changed = asyncio.Event()
-        watcher = asyncio.ensure_future(self._watch_loop(changed))
+        watcher = asyncio.ensure_future(self.watch(changed))
         failures = 0
         try:
             while True:
@@ -286,12 +168,96 @@ class Store:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await watcher
 
-    async def _watch_loop(self, changed: asyncio.Event) -> None:
-        """Keep one prefix watch open, reconnecting after errors; every event sets `changed`."""
+
+class Store(BaseStore):
+    """The cluster in a real etcd, over aetcd (gRPC). With several endpoints it talks to one
+    at a time and moves on to the next when a call fails for a reason another member (or a
+    fresh connection) may not have: unreachable, timed out, or an expired auth token."""
+
+    def __init__(self, conn: EtcdConfig | str, cluster: str) -> None:
+        super().__init__(cluster)
+        self.conn = conn if isinstance(conn, EtcdConfig) else EtcdConfig.parse(conn)
+        self.url = self.conn.url
+        self._index = 0
+        self.client = self.conn.client(0, RPC_TIMEOUT)
+
+    async def _call(self, op: Callable[[aetcd.Client], Awaitable[T]]) -> T:
+        """Run `op` on the current endpoint; on a retryable failure try each other endpoint
+        once (a single endpoint gets one fresh connection after an auth-token error)."""
+        tries = max(len(self.conn.endpoints), 2)
+        for attempt in range(tries):
+            client = self.client
+            try:
+                return await op(client)
+            except _RETRYABLE as e:
+                single = len(self.conn.endpoints) == 1
+                if attempt == tries - 1 or single and not isinstance(
+                        e, aetcd.exceptions.UnauthenticatedError):
+                    raise
+                await self._next_endpoint(client, e)
+        raise AssertionError("unreachable")
+
+    async def _next_endpoint(self, failed: aetcd.Client, why: BaseException) -> None:
+        if self.client is not failed:
+            return  # another call moved on already
+        self._index = (self._index + 1) % len(self.conn.endpoints)
+        self.client = self.conn.client(self._index, RPC_TIMEOUT)
+        if len(self.conn.endpoints) > 1:
+            h, p = self.conn.endpoints[self._index]
+            log.warning("etcd: %s; switching to %s:%d", type(why).__name__, h, p)
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(failed.close(), 1)
+
+    async def connect(self, timeout: float = 3.0) -> None:
+        try:
+            await asyncio.wait_for(self._call(lambda c: c.status()), timeout)
+        except (TimeoutError, EtcdError, OSError) as e:
+            detail = str(e).splitlines()[0][:120] if str(e) else ""
+            why = type(e).__name__ + (f": {detail}" if detail and not isinstance(
+                e, (aetcd.exceptions.ConnectionFailedError, TimeoutError)) else "")
+            raise Unreachable(f"cannot reach etcd at {self.url} ({why})") from None
+
+    async def close(self) -> None:
+        with contextlib.suppress(Exception):
+            await self.client.close()
+
+    async def range(self) -> tuple[int, list[KeyValue]]:
+        r = await self._call(lambda c: c.get_prefix(self.prefix))
+        return r.header.revision, [KeyValue(kv.key, kv.value, kv.mod_revision,
+                                            kv.create_revision, kv.lease) for kv in r]
+
+    async def commit(self, compares: list[Compare], puts: list[tuple[bytes, bytes, int]],
+                     deletes: tuple[bytes, ...] = ()) -> bool:
+        async def op(c: aetcd.Client) -> bool:
+            tx = c.transactions
+            conds = [(tx.mod(k) if t == "mod" else tx.create(k)) == v for k, t, v in
+                     ((x.key, x.target, x.value) for x in compares)]
+            ops: list[Any] = [tx.put(k, v, lease=lease or None) for k, v, lease in puts]
+            ops += [tx.delete(k) for k in deletes]
+            ok, _ = await c.transaction(compare=conds, success=ops, failure=[])
+            return bool(ok)
+
+        # A transaction that timed out may have been applied: retrying it on another endpoint
+        # is still safe, because its compares fail if the first attempt went through.
+        return await self._call(op)
+
+    async def grant(self, ttl: int) -> int:
+        return (await self._call(lambda c: c.lease(ttl))).id
+
+    async def keepalive(self, lease: int) -> int:
+        r = await self._call(lambda c: c.refresh_lease(lease))
+        return int(r.TTL) if r is not None else 0
+
+    async def revoke(self, lease: int) -> None:
+        await self._call(lambda c: c.revoke_lease(lease))
+
+    async def watch(self, changed: asyncio.Event) -> None:
+        """Keep one prefix watch open, reconnecting (to the next endpoint) after errors."""
         while True:
             w = None
+            client = self.client
             try:
-                w = await asyncio.wait_for(self.client.watch_prefix(self.prefix), RPC_TIMEOUT + 1)
+                w = await asyncio.wait_for(client.watch_prefix(self.prefix), RPC_TIMEOUT + 1)
                 changed.set()  # anything may have changed while no watch was open
                 async for _event in w:
                     changed.set()
@@ -299,6 +265,8 @@ class Store:
                 raise
             except Exception as e:  # noqa: BLE001 - any watch failure: reconnect
                 log.debug("etcd watch ended (%s); reconnecting", type(e).__name__)
+                if isinstance(e, _RETRYABLE) and len(self.conn.endpoints) > 1:
+                    await self._next_endpoint(client, e)
             finally:
                 if w is not None:
                     with contextlib.suppress(Exception):
@@ -306,7 +274,7 @@ class Store:
             await asyncio.sleep(0.3)
 
 
-def read_view(url: str, cluster: str) -> View:
+def read_view(url: str | EtcdConfig, cluster: str) -> View:
     """One view, from synchronous code (CLI helpers, tests, benchmarks): connect, read, close."""
     async def go() -> View:
         s = Store(url, cluster)

@@ -1,8 +1,8 @@
 """The router's link to etcd: watch the slot map and topology, and register on a lease.
 
 A router keeps nothing that a restart would lose (DESIGN §3): everything it routes by is read
-from etcd, and its own `routers/<id>` key lives on a lease so that CLUSTER SLOTS served by the
-other routers drops it within the lease TTL when it dies.
+from etcd, and its own `routers/<id>` key lives on a lease session (control/lease.py) so that
+CLUSTER SLOTS served by the other routers drops it within the lease TTL when it dies.
 """
 
 from __future__ import annotations
@@ -12,27 +12,29 @@ import contextlib
 import json
 import logging
 
-from control.store import KEEPALIVE_INTERVAL, NODE_TTL, EtcdError, Store, View
+from control.etcdconn import EtcdConfig
+from control.lease import LeaseSession
+from control.store import Store, View
 from router.proxy import Router
 
 log = logging.getLogger("xshard.router")
 
 
 class EtcdTopology:
-    def __init__(self, router: Router, url: str, cluster: str) -> None:
+    def __init__(self, router: Router, conn: EtcdConfig | str, cluster: str) -> None:
         self.router = router
-        self.store = Store(url, cluster)
-        self.lease = 0
+        self.store = Store(conn, cluster)
+        self.session: LeaseSession | None = None
         self._tasks: list[asyncio.Task] = []
 
     async def start(self) -> None:
-        """Connect, take the first view (routing needs it) and start watching."""
+        """Connect, take the first view (routing needs it), register and start watching."""
         await self.store.connect()
         view = await self.store.view()
         self.apply(view)
         await self._register()
         self._tasks = [asyncio.ensure_future(self._watch()),
-                       asyncio.ensure_future(self._keepalive())]
+                       asyncio.ensure_future(self._registration())]
 
     async def stop(self) -> None:
         for t in self._tasks:
@@ -40,9 +42,8 @@ class EtcdTopology:
         for t in self._tasks:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await t
-        if self.lease:
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(self.store.revoke(self.lease), 1)
+        if self.session is not None:
+            await self.session.close()
         with contextlib.suppress(Exception):
             await self.store.close()
 
@@ -58,17 +59,35 @@ class EtcdTopology:
         )
 
     async def _register(self) -> None:
+        """Open a lease session and put routers/<id> on it (guarded by the revision read)."""
         r = self.router
         key = self.store.key("routers", r.router_id)
         value = json.dumps({"id": r.router_id, "host": r.host, "port": r.config.port}).encode()
-        self.lease = await self.store.grant(NODE_TTL)
-        view = await self.store.view()
-        cur = view.routers.get(r.router_id)
-        ok = await self.store.commit([self.store.guard(key, cur.mod if cur else 0)],
-                                     [(key, value, self.lease)])
-        if not ok:
-            raise RuntimeError(f"router id {r.router_id} was registered concurrently")
-        log.info("registered as router %s (lease %x)", r.router_id, self.lease)
+        session = await LeaseSession.open(self.store, name=f"router {r.router_id}")
+        try:
+            view = await self.store.view()
+            cur = view.routers.get(r.router_id)
+            if not await self.store.commit([self.store.guard(key, cur.mod if cur else 0)],
+                                           [(key, value, session.id)]):
+                raise RuntimeError(f"router id {r.router_id} was registered concurrently")
+        except BaseException:
+            await session.close()
+            raise
+        self.session = session
+        log.info("registered as router %s (lease %x)", r.router_id, session.id)
+
+    async def _registration(self) -> None:
+        """Register again whenever the lease is lost (etcd away for a TTL, or expired)."""
+        while True:
+            if self.session is not None:
+                why = await self.session.wait()
+                log.warning("router lease lost (%s); registering again", why)
+                self.session = None
+            try:
+                await self._register()
+            except Exception as e:  # noqa: BLE001 - etcd away: keep trying
+                log.warning("router registration failed (%s); retrying", type(e).__name__)
+                await asyncio.sleep(0.5)
 
     async def _watch(self) -> None:
         async for view in self.store.views():
@@ -79,14 +98,3 @@ class EtcdTopology:
                     log.info("slot map version %d", self.router.map.version)
             except Exception:  # noqa: BLE001 - a bad value must not stop the watch
                 log.exception("cannot apply the topology")
-
-    async def _keepalive(self) -> None:
-        while True:
-            await asyncio.sleep(KEEPALIVE_INTERVAL)
-            try:
-                ttl = await asyncio.wait_for(self.store.keepalive(self.lease), 2)
-                if ttl <= 0:
-                    log.warning("router lease expired; registering again")
-                    await self._register()
-            except (TimeoutError, EtcdError, OSError, RuntimeError) as e:
-                log.warning("etcd keep-alive failed: %s", type(e).__name__)

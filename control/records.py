@@ -1,0 +1,166 @@
+"""The cluster's records in etcd, as typed values: what every store implementation returns.
+
+Everything lives under `/xshard/<cluster>/`:
+
+    nodes/<node-id>      {"id","host","port","shard","role"}   on the node's lease
+    routers/<router-id>  {"id","host","port"}                   on the router's lease
+    shards/<shard-id>    {"primary","replicas":[...],"epoch"}   permanent, epoch +1 per change
+    slots                [[start,end,shard-id],...]              permanent, covers 0..16383
+    migrations/<slot>    {"from","to","state"}                  while a slot moves
+    controller/leader    the leader controller's id             on the leader's lease
+
+Data only: no I/O here, so the etcd store (control/store.py) and the in-memory one
+(control/memstore.py) decode into exactly the same `View`.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any, Generic, TypeVar
+
+from node.slots import SLOTS
+
+log = logging.getLogger("xshard.store")
+
+T = TypeVar("T")
+
+
+@dataclass
+class NodeRecord:
+    id: str
+    host: str
+    port: int
+    shard: str
+    role: str = "replica"  # what the node currently is: "primary" or "replica"
+
+    def encode(self) -> bytes:
+        return json.dumps({"id": self.id, "host": self.host, "port": self.port,
+                           "shard": self.shard, "role": self.role}).encode()
+
+    @classmethod
+    def decode(cls, raw: bytes) -> NodeRecord:
+        v = json.loads(raw)
+        return cls(str(v["id"]), str(v["host"]), int(v["port"]), str(v["shard"]),
+                   str(v.get("role", "replica")))
+
+    def as_dict(self) -> dict[str, Any]:
+        return json.loads(self.encode())
+
+
+@dataclass
+class ShardRecord:
+    primary: str | None = None
+    replicas: list[str] = field(default_factory=list)
+    epoch: int = 0
+
+    def encode(self) -> bytes:
+        return json.dumps({"primary": self.primary, "replicas": self.replicas,
+                           "epoch": self.epoch}).encode()
+
+    @classmethod
+    def decode(cls, raw: bytes) -> ShardRecord:
+        v = json.loads(raw)
+        return cls(v.get("primary"), [str(r) for r in v.get("replicas", [])],
+                   int(v.get("epoch", 0)))
+
+    def members(self) -> list[str]:
+        """Primary first, then replicas: every node that belongs to the shard."""
+        return ([self.primary] if self.primary else []) + [r for r in self.replicas
+                                                           if r != self.primary]
+
+    def as_dict(self) -> dict[str, Any]:
+        return json.loads(self.encode())
+
+
+@dataclass
+class Entry(Generic[T]):
+    """A decoded value with the etcd metadata that guards the next write to its key."""
+    value: T
+    mod: int  # mod_revision: the guard for an update
+    create: int = 0
+    lease: int = 0
+
+
+@dataclass(frozen=True)
+class Compare:
+    """One transaction condition: the key's mod_revision ("mod") or create_revision
+    ("create") equals `value` (0: the key is absent)."""
+    key: bytes
+    target: str
+    value: int
+
+
+@dataclass(frozen=True)
+class KeyValue:
+    """One key as a store's range read returns it (the fields of etcd's mvccpb.KeyValue)."""
+    key: bytes
+    value: bytes
+    mod: int
+    create: int
+    lease: int = 0
+
+
+@dataclass
+class View:
+    """The whole cluster prefix, read at one etcd revision."""
+    revision: int = 0
+    nodes: dict[str, Entry[NodeRecord]] = field(default_factory=dict)
+    routers: dict[str, Entry[dict]] = field(default_factory=dict)
+    shards: dict[str, Entry[ShardRecord]] = field(default_factory=dict)
+    slots: Entry[list] | None = None
+    migrations: dict[int, Entry[dict]] = field(default_factory=dict)
+    leader: Entry[str] | None = None
+
+    def live(self, node_id: str | None) -> bool:
+        return node_id is not None and node_id in self.nodes
+
+    def shard_ids(self) -> list[str]:
+        return sorted(self.shards, key=_shard_sort_key)
+
+    @classmethod
+    def decode(cls, revision: int, prefix: bytes, kvs: Iterable[KeyValue]) -> View:
+        """Build a view from a range read of `prefix`; malformed values are logged and left
+        out, so one bad key cannot stop a controller or a router."""
+        v = cls(revision=revision)
+        n = len(prefix)
+        for kv in kvs:
+            name = kv.key[n:].decode(errors="replace")
+            try:
+                if name.startswith("nodes/"):
+                    v.nodes[name[6:]] = Entry(NodeRecord.decode(kv.value), kv.mod, kv.create,
+                                              kv.lease)
+                elif name.startswith("shards/"):
+                    v.shards[name[7:]] = Entry(ShardRecord.decode(kv.value), kv.mod, kv.create,
+                                               kv.lease)
+                elif name == "slots":
+                    v.slots = Entry(json.loads(kv.value), kv.mod, kv.create)
+                elif name.startswith("routers/"):
+                    v.routers[name[8:]] = Entry(json.loads(kv.value), kv.mod, kv.create,
+                                                kv.lease)
+                elif name.startswith("migrations/"):
+                    v.migrations[int(name[11:])] = Entry(json.loads(kv.value), kv.mod, kv.create)
+                elif name == "controller/leader":
+                    v.leader = Entry(kv.value.decode(), kv.mod, kv.create, kv.lease)
+            except (ValueError, KeyError, TypeError) as e:
+                log.warning("ignoring malformed etcd value at %s: %s", name, e)
+        return v
+
+
+def _shard_sort_key(s: str) -> tuple[int, int | str]:
+    return (0, int(s)) if s.isdigit() else (1, s)
+
+
+def even_slots(shard_ids: list[str]) -> list[list[Any]]:
+    """[[start, end, shard-id], ...] splitting 0..16383 evenly (the first shards get the
+    remainder, as redis-cli --cluster create does)."""
+    n = len(shard_ids)
+    out = []
+    start = 0
+    for i, sid in enumerate(shard_ids):
+        size = SLOTS // n + (1 if i < SLOTS % n else 0)
+        out.append([start, start + size - 1, sid])
+        start += size
+    return out

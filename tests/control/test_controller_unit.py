@@ -1,0 +1,277 @@
+"""Controller decisions without etcd: the real Controller and failover() against the in-memory
+store (control/memstore.py) and scripted nodes, as kvrocks-controller tests its controller.
+
+What is decided here: which replica a failover promotes (highest offset, ties by replica
+order), the epoch bump and the new membership in one guarded transaction, fencing by compare
+on the leader key's create revision (a deposed leader changes nothing), and level-triggered
+ticks (a lost watch event costs one tick, not the failover). The real-etcd versions of these
+run in test_control.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+
+import pytest
+
+from control.controller import DEAD_PROBES, TICK, Controller, FailoverError, failover
+from control.memstore import MemoryEtcd, MemoryStore
+from control.nodeclient import NodeError, NodeOps
+from control.records import NodeRecord, ShardRecord
+
+
+class ScriptedNodes(NodeOps):
+    """Nodes whose offsets and liveness a test sets; records what the controller told them."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.offsets: dict[int, int | Exception] = {}  # port -> offset, or the error to raise
+        self.dead: set[int] = set()  # ports that refuse connections
+        self.told: list[tuple] = []
+
+    async def offset(self, host: str, port: int) -> int:
+        v = self.offsets.get(port, 0)
+        if isinstance(v, Exception):
+            raise v
+        return v
+
+    async def promote(self, host: str, port: int) -> None:
+        self.told.append(("promote", port))
+
+    async def replicate(self, host: str, port: int, to_host: str, to_port: int) -> None:
+        self.told.append(("replicate", port, to_port))
+
+    async def refused(self, host: str, port: int) -> bool:
+        return port in self.dead
+
+
+PORTS = {"p": 7000, "r1": 7001, "r2": 7002}
+
+
+async def make_shard(store: MemoryStore, members: dict[str, bool], primary: str = "p",
+                     replicas: tuple[str, ...] = ("r1", "r2")) -> dict[str, int]:
+    """Shard 0 with `primary` and `replicas`; members[id] says whether its node key is live
+    (on a lease of its own). Returns id -> lease."""
+    assert await store.create_cluster(["0"])
+    v = await store.view()
+    assert await store.put_shard("0", ShardRecord(primary, list(replicas), 5),
+                                 v.shards["0"].mod)
+    leases = {}
+    for nid, live in members.items():
+        if live:
+            leases[nid] = await store.grant(3)
+            assert await store.put_node(NodeRecord(nid, "127.0.0.1", PORTS[nid], "0"),
+                                        leases[nid], 0)
+    return leases
+
+
+def run(coro_fn: Callable[[], Awaitable[None]]) -> None:
+    asyncio.run(asyncio.wait_for(coro_fn(), 30))
+
+
+async def until(pred: Callable[[], Awaitable[bool]], what: str, timeout: float = 10) -> None:
+    """Wait on a condition (never a fixed sleep)."""
+    loop = asyncio.get_running_loop()
+    end = loop.time() + timeout
+    while not await pred():
+        if loop.time() > end:
+            raise AssertionError(f"timed out waiting for {what}")
+        await asyncio.sleep(0.01)
+
+
+# --- failover(): the choice and the transaction ----------------------------------------------
+
+def test_failover_promotes_the_highest_offset_and_bumps_the_epoch_once() -> None:
+    async def go() -> None:
+        store = MemoryStore(MemoryEtcd(), "c")
+        await make_shard(store, {"r1": True, "r2": True})
+        nodes = ScriptedNodes()
+        nodes.offsets = {7001: 100, 7002: 250}
+        v = await store.view()
+        assert await failover(store, v, "0", nodes=nodes) == "r2"
+        rec = (await store.view()).shards["0"].value
+        assert (rec.primary, rec.replicas, rec.epoch) == ("r2", ["r1", "p"], 6)
+        assert nodes.told == [("promote", 7002), ("replicate", 7001, 7002)]
+        # The same (now stale) view cannot decide again: its guard names the old revision.
+        with pytest.raises(FailoverError, match="etcd changed"):
+            await failover(store, v, "0", nodes=nodes)
+        assert (await store.view()).shards["0"].value.epoch == 6
+
+    run(go)
+
+
+def test_failover_ties_go_to_the_replica_list_order_and_errors_are_skipped() -> None:
+    async def go() -> None:
+        store = MemoryStore(MemoryEtcd(), "c")
+        await make_shard(store, {"r1": True, "r2": True}, replicas=("r2", "r1"))
+        nodes = ScriptedNodes()
+        nodes.offsets = {7001: 80, 7002: 80}
+        assert await failover(store, await store.view(), "0", nodes=nodes) == "r2"
+
+        store2 = MemoryStore(MemoryEtcd(), "c")
+        await make_shard(store2, {"r1": True, "r2": True})
+        nodes.offsets = {7001: NodeError("NOAUTH Authentication required."), 7002: 5}
+        assert await failover(store2, await store2.view(), "0", nodes=nodes) == "r2"
+
+        store3 = MemoryStore(MemoryEtcd(), "c")
+        await make_shard(store3, {"r1": True, "r2": False})
+        nodes.offsets = {7001: NodeError("NOAUTH Authentication required.")}
+        with pytest.raises(FailoverError, match=r"r1: error: NOAUTH.*r2: no lease"):
+            await failover(store3, await store3.view(), "0", nodes=nodes)
+        assert (await store3.view()).shards["0"].value.primary == "p"
+
+    run(go)
+
+
+def test_a_live_primary_is_replaced_only_with_force() -> None:
+    async def go() -> None:
+        store = MemoryStore(MemoryEtcd(), "c")
+        await make_shard(store, {"p": True, "r1": True, "r2": True})
+        nodes = ScriptedNodes()
+        nodes.offsets = {7001: 1, 7002: 2}
+        with pytest.raises(FailoverError, match="alive; use --force"):
+            await failover(store, await store.view(), "0", nodes=nodes)
+        assert await failover(store, await store.view(), "0", force=True, nodes=nodes) == "r2"
+        # The demoted primary is told to follow the new one.
+        assert ("replicate", 7000, 7002) in nodes.told
+
+    run(go)
+
+
+def test_without_force_the_old_primary_key_must_still_be_absent_at_commit() -> None:
+    """A primary that registers again between the read and the write wins: the transaction
+    compares its key's absence, so no failover happens on a stale belief."""
+    async def go() -> None:
+        store = MemoryStore(MemoryEtcd(), "c")
+        await make_shard(store, {"r1": True, "r2": True})
+        v = await store.view()
+        lease = await store.grant(3)
+        assert await store.put_node(NodeRecord("p", "127.0.0.1", 7000, "0"), lease, 0)
+        with pytest.raises(FailoverError, match="etcd changed"):
+            await failover(store, v, "0", nodes=ScriptedNodes())
+        assert (await store.view()).shards["0"].value.primary == "p"
+
+    run(go)
+
+
+# --- the Controller: election, fencing by compare, level-triggered ticks ----------------------
+
+async def start_controller(etcd: MemoryEtcd, cid: str,
+                           nodes: NodeOps) -> tuple[Controller, asyncio.Task]:
+    c = Controller(MemoryStore(etcd, "c"), cid, nodes)
+    return c, asyncio.ensure_future(c.run())
+
+
+async def stop(task: asyncio.Task) -> None:
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+
+
+def test_a_deposed_leader_cannot_fail_over() -> None:
+    """Controller A believes it leads; meanwhile its leader key was replaced (its lease lapsed
+    and B was elected). A's failover carries a compare on the create revision it was elected
+    at, so it changes nothing; B's goes through."""
+    async def go() -> None:
+        etcd = MemoryEtcd()
+        store = MemoryStore(etcd, "c")
+        await make_shard(store, {"r1": True, "r2": True, "p": True})
+        nodes = ScriptedNodes()
+        nodes.offsets = {7001: 10, 7002: 20}
+        a, ta = await start_controller(etcd, "A", nodes)
+        await until(lambda: _leader_is(store, "A"), "A elected")
+        a_rev = a.leader_rev
+        ta.cancel()  # A stops running its loop but keeps its belief (a, a_rev) ...
+        with pytest.raises(asyncio.CancelledError):
+            await ta
+        b, tb = await start_controller(etcd, "B", nodes)
+        await until(lambda: _leader_is(store, "B"), "B elected")
+        assert b.leader_rev != a_rev
+        # The primary dies now; A (stale) ticks first.
+        await store.revoke((await store.view()).nodes["p"].lease)
+        a.leader_rev = a_rev
+        before = etcd.txns
+        await a._tick(await store.view())
+        assert etcd.txns == before + 1  # A tried ...
+        assert (await store.view()).shards["0"].value.primary == "p"  # ... and was refused
+        assert "etcd changed" in a.blocked["0"]
+        await until(lambda: _primary_is(store, "r2"), "B's failover")
+        await stop(tb)
+
+    run(go)
+
+
+def test_a_missed_watch_event_costs_one_tick_not_the_failover() -> None:
+    async def go() -> None:
+        etcd = MemoryEtcd()
+        store = MemoryStore(etcd, "c")
+        leases = await make_shard(store, {"p": True, "r1": True, "r2": True})
+        nodes = ScriptedNodes()
+        nodes.offsets = {7001: 30, 7002: 20}
+        _c, task = await start_controller(etcd, "A", nodes)
+        await until(lambda: _leader_is(store, "A"), "A elected")
+        etcd.silent = True  # no watch event from here on
+        await store.revoke(leases["p"])
+        await until(lambda: _primary_is(store, "r1"), "failover from a resync tick",
+                    timeout=20 * TICK + 5)
+        rec = (await store.view()).shards["0"].value
+        assert rec.epoch == 6 and rec.replicas == ["r2", "p"]
+        await stop(task)
+
+    run(go)
+
+
+def test_a_primary_that_refuses_connections_loses_its_lease_early() -> None:
+    async def go() -> None:
+        etcd = MemoryEtcd()
+        store = MemoryStore(etcd, "c")
+        await make_shard(store, {"p": True, "r1": True, "r2": True})
+        nodes = ScriptedNodes()
+        nodes.offsets = {7001: 3, 7002: 4}
+        _c, task = await start_controller(etcd, "A", nodes)
+        await until(lambda: _leader_is(store, "A"), "A elected")
+        nodes.dead.add(7000)  # the process is gone; its lease would live on for the TTL
+        await until(lambda: _primary_is(store, "r2"), f"{DEAD_PROBES} refusals, then failover")
+        assert "p" not in (await store.view()).nodes
+        await stop(task)
+
+    run(go)
+
+
+def test_a_standby_takes_over_when_the_leader_lease_is_lost() -> None:
+    async def go() -> None:
+        etcd = MemoryEtcd()
+        store = MemoryStore(etcd, "c")
+        await make_shard(store, {"p": True, "r1": True, "r2": True})
+        nodes = ScriptedNodes()
+        a, ta = await start_controller(etcd, "A", nodes)
+        await until(lambda: _leader_is(store, "A"), "A elected")
+        b, tb = await start_controller(etcd, "B", nodes)
+        await until(lambda: _is_following(b), "B campaigning")
+        await store.revoke(a.session.id)  # A's lease is gone (expired, say)
+        await until(lambda: _leader_is(store, "B"), "B elected")
+        # A notices (its session reports the loss) and campaigns again as a follower.
+        await until(lambda: _not_leading(a), "A steps down")
+        await stop(ta)
+        await stop(tb)
+        assert (await store.view()).leader is None  # B resigned: its lease was revoked
+
+    run(go)
+
+
+async def _leader_is(store: MemoryStore, cid: str) -> bool:
+    v = await store.view()
+    return v.leader is not None and v.leader.value == cid
+
+
+async def _primary_is(store: MemoryStore, nid: str) -> bool:
+    return (await store.view()).shards["0"].value.primary == nid
+
+
+async def _is_following(c: Controller) -> bool:
+    return c.session is not None and c.leader_rev == 0
+
+
+async def _not_leading(c: Controller) -> bool:
+    return c.leader_rev == 0
