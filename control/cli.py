@@ -1,31 +1,64 @@
-"""The `xshard` command line: one entry point, a subcommand per process kind."""
+"""The `xshard` command line: one entry point, a subcommand per process kind or task.
+
+Every `--help` and `--version` prints on stdout and exits 0; a usage error prints on stderr
+and exits 2; a failure prints one line on stderr and exits 1.
+"""
 
 from __future__ import annotations
 
 import sys
 
-USAGE = """usage: xshard <command> [options]
+USAGE = """usage: xshard <command> [options]      (xshard <command> --help for its options)
 
-commands:
+run processes:
   node      run one storage node (a Redis-compatible stream server)
   router    run one router (a RESP proxy in front of every shard)
-  up        run a whole local cluster (etcd, nodes, controller) until Ctrl-C
+  controller
+            run a controller (failover; one leader is elected in etcd)
+
+a local cluster (data and logs under ./.xshard):
+  up        run a whole cluster: etcd, nodes, a controller, routers; restarts what dies
+  down      stop the cluster that `up --detach` runs here
+  logs      [NAME] [-f]: show (and follow) the logs of the local cluster's processes
+
+manage a cluster (etcd from --etcd, $XSHARD_ETCD or ./.xshard):
   create    create a cluster in etcd (--shards N --replicas R)
   status    shards, roles, offsets, lag, slots and epochs
   failover  SHARD [--force]: promote the most up-to-date replica
-  controller
-            run a controller (failover; one leader is elected in etcd)
+
+tools:
   check-aof FILE [--fix]
             check an append-only file (or its manifest); --fix truncates a torn tail
+
+  --version print the version and exit
 """
+
+CLUSTER_COMMANDS = ("create", "status", "failover", "controller")
+LOCAL_COMMANDS = ("down", "logs")
+
+
+def version() -> str:
+    from importlib.metadata import PackageNotFoundError
+    from importlib.metadata import version as v
+
+    try:
+        return v("xshard")
+    except PackageNotFoundError:  # running from a source tree that was never installed
+        return "unknown"
 
 
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
-    if not args or args[0] in ("-h", "--help", "help"):
-        print(USAGE.rstrip())
-        return 0 if args else 2
+    if not args:
+        print(USAGE.rstrip(), file=sys.stderr)
+        return 2
     cmd, rest = args[0], args[1:]
+    if cmd in ("-h", "--help", "help"):
+        print(USAGE.rstrip())
+        return 0
+    if cmd in ("-V", "--version"):
+        print(f"xshard {version()}")
+        return 0
     if cmd == "node":
         from node.main import run
 
@@ -34,20 +67,40 @@ def main(argv: list[str] | None = None) -> int:
         from router.main import run as run_router
 
         return run_router(rest)
-    if cmd in ("up", "create", "status", "failover", "controller"):
+    if cmd in CLUSTER_COMMANDS:
         from control.clusterctl import run as run_cluster
 
         return run_cluster(cmd, rest)
-    if cmd == "check-aof":
-        args_ = [a for a in rest if a != "--fix"]
-        if len(args_) != 1:
-            print("usage: xshard check-aof FILE [--fix]", file=sys.stderr)
-            return 2
-        from node.persistence import check_aof
+    if cmd == "up":
+        from control.up import run as run_up
 
-        return check_aof(args_[0], "--fix" in rest)
+        return run_up(rest)
+    if cmd in LOCAL_COMMANDS:
+        from control.localctl import run as run_local
+
+        return run_local(cmd, rest)
+    if cmd == "check-aof":
+        return check_aof(rest)
     print(f"xshard: unknown command '{cmd}'\n{USAGE.rstrip()}", file=sys.stderr)
     return 2
+
+
+def check_aof(argv: list[str]) -> int:
+    import argparse
+
+    p = argparse.ArgumentParser(prog="xshard check-aof", description=(
+        "Check an append-only file, or every file its manifest names; exit 0 when it loads."))
+    p.add_argument("file", metavar="FILE|MANIFEST", help="an AOF file or an appendonlydir "
+                   "manifest")
+    p.add_argument("--fix", action="store_true", help="truncate a torn last record (the only "
+                   "damage that is safe to repair)")
+    try:
+        a = p.parse_args(argv)
+    except SystemExit as e:
+        return int(e.code or 0)
+    from node.persistence import check_aof as check
+
+    return check(a.file, a.fix)
 
 
 if __name__ == "__main__":

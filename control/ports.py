@@ -12,7 +12,7 @@ from __future__ import annotations
 import random
 import socket
 
-__all__ = ["free_port", "port_in_use", "CLUSTER_MAX_PORT"]
+__all__ = ["free_port", "free_block", "port_in_use", "CLUSTER_MAX_PORT"]
 
 CLUSTER_MAX_PORT = 55535  # redis-server --cluster-enabled yes refuses higher ports
 _LOW = 20000
@@ -62,3 +62,17 @@ def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:  # a crowded machine
         s.bind((host, 0))
         return s.getsockname()[1]
+
+
+def free_block(n: int, host: str = "127.0.0.1") -> int:
+    """The first of `n` consecutive ports below the ephemeral range that were all free a
+    moment ago (`xshard up --port P` takes a block of ports)."""
+    ports = _candidates()
+    rnd = random.SystemRandom()
+    for _ in range(200):
+        base = rnd.choice(ports)
+        if base + n - 1 > min(ports.stop - 1, CLUSTER_MAX_PORT):
+            continue
+        if not any(port_in_use(p, host) for p in range(base, base + n)):
+            return base
+    raise RuntimeError(f"no block of {n} free ports")

@@ -18,15 +18,32 @@ os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
 
 log = logging.getLogger("xshard.node")
 
-USAGE = """usage: xshard node [--config FILE] [--<option> <value> ...]
+USAGE = """usage: xshard node [CONFIG-FILE] [--config FILE] [--<option> <value> ...]
 
 Options use redis.conf names, e.g. --port 7000 --bind 127.0.0.1 --requirepass secret
 --dir ./data --enable-debug-command yes --stream-node-max-entries 100.
 """
 
 
+def full_usage() -> str:
+    """`xshard node --help`: every setting of the config table, with default and description."""
+    from node.config import SETTINGS
+
+    lines = [USAGE, "A redis.conf-style file (the first argument, or --config FILE) sets the "
+             "same options;", "the command line wins. Without --etcd the node is a "
+             "standalone server, like one Redis.", "", "options:",
+             "  --config FILE\n      read options from a redis.conf-style file", "  -h, --help"
+             "\n      show this help and exit"]
+    lines += [s.usage() for s in SETTINGS]
+    return "\n".join(lines)
+
+
 class UsageError(Exception):
     pass
+
+
+class HelpRequested(Exception):
+    """--help: the text goes to stdout and the exit code is 0."""
 
 
 def parse_args(argv: list[str]) -> tuple[Config, str]:
@@ -35,13 +52,13 @@ def parse_args(argv: list[str]) -> tuple[Config, str]:
     config_file = ""
     opts: list[tuple[str, list[str]]] = []
     i = 0
-    if argv and not argv[0].startswith("--"):  # like redis-server: a leading config file
+    if argv and not argv[0].startswith("-"):  # like redis-server: a leading config file
         config_file = argv[0]
         i = 1
     while i < len(argv):
         a = argv[i]
         if a in ("-h", "--help"):
-            raise UsageError(USAGE)
+            raise HelpRequested(full_usage())
         if not a.startswith("--") or len(a) == 2:
             raise UsageError(f"xshard node: unexpected argument '{a}'\n{USAGE}")
         name = a[2:].lower()
@@ -80,6 +97,9 @@ def parse_args(argv: list[str]) -> tuple[Config, str]:
 def run(argv: list[str]) -> int:
     try:
         config, config_file = parse_args(argv)
+    except HelpRequested as e:
+        print(str(e).rstrip())
+        return 0
     except UsageError as e:
         print(str(e).rstrip(), file=sys.stderr)
         return 2

@@ -15,29 +15,56 @@ from node.config import Config
 log = logging.getLogger("xshard.router")
 
 
-def parse_args(argv: list[str]) -> argparse.Namespace:
+def build_parser() -> argparse.ArgumentParser:
+    from control import etcdconn
+
     p = argparse.ArgumentParser(prog="xshard router", description=(
         "A stateless RESP proxy: clients see one Redis; each command goes to the shard that "
-        "owns its keys' slot."))
-    p.add_argument("--port", type=int, default=6379)
-    p.add_argument("--bind", default="127.0.0.1")
+        "owns its keys' slot. The topology comes from etcd (--etcd) or a JSON file "
+        "(--topology)."))
+    p.add_argument("--port", type=int, default=6379, help="TCP port to listen on (default: "
+                   "6379; 0 picks a free one)")
+    p.add_argument("--bind", default="127.0.0.1", help="address to listen on (default: "
+                   "127.0.0.1)")
     p.add_argument("--announce-host", default="", help="address other clients reach us at "
                    "(CLUSTER SLOTS); default: --bind")
-    p.add_argument("--etcd", default="", help="etcd endpoint, e.g. http://127.0.0.1:2379")
-    p.add_argument("--cluster", default="xshard", help="cluster name (etcd key prefix)")
+    etcdconn.add_arguments(p, etcd_help="etcd endpoints, a comma list of URLs, e.g. "
+                           "http://127.0.0.1:2379")
+    p.add_argument("--cluster", default="xshard", help="cluster name, the etcd key prefix "
+                   "/xshard/NAME/ (default: xshard)")
     p.add_argument("--topology", default="", help="a JSON file {nodes, shards, slots} in the "
                    "etcd value formats, instead of etcd (static set-ups and tests)")
-    p.add_argument("--router-id", default="")
-    p.add_argument("--requirepass", default="")
-    p.add_argument("--node-password", default="", help="password the router sends to nodes")
+    p.add_argument("--router-id", default="", help="this router's id in etcd and CLUSTER "
+                   "replies (default: a random one)")
+    p.add_argument("--requirepass", default="", help="password clients must send with AUTH "
+                   "(default: none)")
+    p.add_argument("--node-password", default="", help="password the router sends to nodes "
+                   "(their requirepass; default: none)")
     p.add_argument("--cluster-down-timeout-ms", type=int, default=5000, help="how long a "
-                   "command waits for a shard without a primary before -CLUSTERDOWN")
-    p.add_argument("--maxclients", type=int, default=10000)
-    p.add_argument("--client-query-buffer-limit", default="1gb")
-    p.add_argument("--loglevel", default="notice")
+                   "command waits for a shard without a primary before -CLUSTERDOWN "
+                   "(default: 5000)")
+    p.add_argument("--maxclients", type=int, default=10000, help="most clients connected at "
+                   "once (default: 10000)")
+    p.add_argument("--client-query-buffer-limit", default="1gb", help="largest unparsed "
+                   "input kept for one client (default: 1gb)")
+    p.add_argument("--loglevel", default="notice", help="debug for more detail (default: "
+                   "notice)")
+    return p
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    p = build_parser()
     a = p.parse_args(argv)
-    if not a.etcd and not a.topology:
-        p.error("one of --etcd or --topology is required")
+    if not a.topology:
+        from control import etcdconn
+
+        try:
+            a.etcd_config = etcdconn.from_args(a, find_local=False) if (
+                a.etcd or os.environ.get("XSHARD_ETCD")) else None
+        except etcdconn.ConfigError as e:
+            p.error(str(e))
+        if a.etcd_config is None:
+            p.error("one of --etcd or --topology is required")
     return a
 
 
@@ -88,14 +115,15 @@ async def _serve(args: argparse.Namespace) -> int:
               file=sys.stderr)
         return 1
     config.port = port
-    if args.etcd:
+    if not args.topology:
         from router.topology import EtcdTopology
 
-        source = EtcdTopology(router, args.etcd, args.cluster)
+        source = EtcdTopology(router, args.etcd_config, args.cluster)
         try:
             await source.start()
         except Exception as e:  # noqa: BLE001 - one clear line, not a traceback
-            print(f"xshard router: cannot use etcd at {args.etcd}: {e}", file=sys.stderr)
+            print(f"xshard router: cannot use etcd at {args.etcd_config.url}: {e}",
+                  file=sys.stderr)
             router.close()
             return 1
     stop = asyncio.Event()

@@ -1,0 +1,133 @@
+"""`xshard down` and `xshard logs`: act on the local cluster that `xshard up` runs in a
+directory (./.xshard by default), through what it leaves there (control/statedir.py)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+
+from control.clusterctl import CliError
+from control.statedir import DEFAULT as STATE_DIR
+from control.statedir import StateDir
+
+
+def _parser(prog: str, desc: str) -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog=f"xshard {prog}", description=desc)
+    p.add_argument("--dir", default=STATE_DIR, help="the directory `xshard up` was given "
+                   f"(default: {STATE_DIR})")
+    return p
+
+
+# --- down ----------------------------------------------------------------------------------------
+
+def cmd_down(argv: list[str]) -> int:
+    p = _parser("down", "Stop the local cluster that `xshard up` runs (in the background or "
+                "in another terminal) in this directory.")
+    p.add_argument("--timeout", type=float, default=60.0,
+                   help="seconds to wait for everything to stop (default: 60)")
+    a = p.parse_args(argv)
+    sd = StateDir(a.dir)
+    pid = sd.running_pid()
+    if pid is None:
+        raise CliError(f"no cluster running in {sd.path}")
+    if pid == 0:
+        raise CliError(f"{sd.path} is locked by a process that left no pidfile")
+    os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + a.timeout
+    while sd.locked():
+        if time.monotonic() > deadline:
+            raise CliError(f"xshard up (pid {pid}) is still stopping after {a.timeout:g}s")
+        time.sleep(0.1)
+    print(f"stopped the cluster in {sd.path} (pid {pid})")
+    return 0
+
+
+# --- logs ----------------------------------------------------------------------------------------
+
+def _tail(path: Path, n: int | None) -> tuple[list[str], int]:
+    """The last n lines (all when None) and the size read up to."""
+    data = path.read_bytes()
+    lines = data.decode(errors="replace").splitlines()
+    return (lines if n is None else lines[-n:] if n else []), len(data)
+
+
+def cmd_logs(argv: list[str]) -> int:
+    p = _parser("logs", "Show the logs of the local cluster's processes: every one, each line "
+                "prefixed with its name, or the one named.")
+    p.add_argument("name", nargs="?", metavar="NAME",
+                   help="up, etcd, controller, router0, s0n0, ... (default: all)")
+    p.add_argument("-f", "--follow", action="store_true",
+                   help="keep printing what is appended, until Ctrl-C")
+    p.add_argument("-n", "--lines", type=int, default=None, metavar="N",
+                   help="only the last N lines of each log (default: all)")
+    a = p.parse_args(argv)
+    sd = StateDir(a.dir)
+    logs = sd.logs()
+    if not logs:
+        raise CliError(f"no logs in {sd.path} (xshard up keeps them there)")
+    if a.name is not None:
+        if a.name not in logs:
+            raise CliError(f"no log '{a.name}' in {sd.path} (there are: {', '.join(logs)})")
+        logs = {a.name: logs[a.name]}
+    width = max(len(n) for n in logs)
+
+    def out(name: str, line: str) -> None:
+        print(line if a.name else f"{name:<{width}} | {line}")
+
+    offsets: dict[str, int] = {}
+    for name, path in logs.items():
+        lines, offsets[name] = _tail(path, a.lines)
+        for line in lines:
+            out(name, line)
+    sys.stdout.flush()
+    if not a.follow:
+        return 0
+    partial: dict[str, bytes] = {}
+    try:
+        while True:
+            if a.name is None:  # logs that appeared since (a node that started later)
+                for name, path in sd.logs().items():
+                    if name not in logs:
+                        logs[name], offsets[name] = path, 0
+                        width = max(width, len(name))
+            for name, path in logs.items():
+                try:
+                    size = path.stat().st_size
+                except OSError:
+                    continue
+                if size < offsets[name]:  # truncated or replaced: start over
+                    offsets[name] = 0
+                if size == offsets[name]:
+                    continue
+                with open(path, "rb") as f:
+                    f.seek(offsets[name])
+                    data = partial.pop(name, b"") + f.read()
+                offsets[name] = size
+                *complete, rest = data.split(b"\n")
+                if rest:
+                    partial[name] = rest
+                for raw in complete:
+                    out(name, raw.decode(errors="replace"))
+            sys.stdout.flush()
+            time.sleep(0.2)
+    except KeyboardInterrupt:
+        return 0
+
+
+COMMANDS = {"down": cmd_down, "logs": cmd_logs}
+
+
+def run(cmd: str, argv: list[str]) -> int:
+    try:
+        return COMMANDS[cmd](argv)
+    except SystemExit as e:
+        return int(e.code or 0)
+    except CliError as e:
+        print(f"xshard {cmd}: {e}", file=sys.stderr)
+        return 1
+    except BrokenPipeError:  # `xshard logs | head`
+        return 0

@@ -1,0 +1,372 @@
+"""`xshard up`: a whole local cluster in one command, kept running until Ctrl-C or `xshard down`.
+
+It starts an embedded etcd (control/etcd.py), N shards x (1 + R) nodes, a controller and the
+routers, with data and logs under `./.xshard/` (control/statedir.py), and supervises them
+(control/supervisor.py): whatever dies is restarted with backoff.
+
+Starting again in the same directory resumes the same cluster: the same etcd ports and data,
+the same shape (values not given on the command line default to what the last `up` here
+used), and every node is started at once, taking the role etcd gives it, so that a failover
+that happened before the restart stands. The controller starts only once the primaries etcd
+names are back: started earlier, it would fail over to whichever replica came up first.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from control.clusterctl import CliError, ClusterExists, create, format_table, status_rows
+from control.statedir import DEFAULT as STATE_DIR
+from control.statedir import AlreadyRunning, StateDir
+from control.supervisor import Child, exit_text, say, xshard_argv
+
+READY = "Ctrl-C stops the cluster."
+DETACHED_READY = "xshard down stops it."
+PRIMARY_WAIT = 30.0  # seconds to wait for the primaries etcd names before the controller starts
+
+
+@dataclass
+class Shape:
+    shards: int = 3
+    replicas: int = 1
+    port: int = 7000
+    routers: int = 1
+    router_port: int = 7100
+    cluster: str = "xshard"
+    etcd_port: int = 0
+    etcd_peer_port: int = 0
+
+    def node_ids(self) -> list[tuple[str, int, int]]:
+        """(node id, shard, port) for every node: sSnI on port + S * (1 + R) + I."""
+        per = 1 + self.replicas
+        return [(f"s{s}n{i}", s, self.port + s * per + i)
+                for i in range(per) for s in range(self.shards)]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    d = Shape()
+    p = argparse.ArgumentParser(prog="xshard up", description=(
+        "Run a whole local cluster: embedded etcd, nodes, a controller and routers, restarted "
+        "when they die; Ctrl-C (or xshard down, with --detach) stops it. Started again in the "
+        "same directory it resumes the same cluster: options not given default to what the "
+        "last up there used."))
+    p.add_argument("--shards", type=int, help=f"number of shards (default: {d.shards})")
+    p.add_argument("--replicas", type=int,
+                   help=f"replicas per shard (default: {d.replicas})")
+    p.add_argument("--port", type=int, help=f"first node port; the nodes take consecutive "
+                   f"ports (default: {d.port})")
+    p.add_argument("--routers", type=int, help=f"routers to start (default: {d.routers})")
+    p.add_argument("--router-port", type=int, help=f"first router port (default: "
+                   f"{d.router_port})")
+    p.add_argument("--cluster", help=f"cluster name in etcd (default: {d.cluster})")
+    p.add_argument("--etcd-port", type=int, help="etcd client port (default: the one this "
+                   "directory used before, else a free one)")
+    p.add_argument("--dir", default=STATE_DIR, help="directory for data, logs and state "
+                   f"(default: {STATE_DIR})")
+    p.add_argument("--detach", action="store_true", help="run in the background; xshard logs "
+                   "shows the logs, xshard down stops it (default: off)")
+    p.add_argument("--detached-child", action="store_true", help=argparse.SUPPRESS)
+    return p
+
+
+def resolve(a: argparse.Namespace, saved: dict) -> Shape:
+    """Command line, else what the last `up` here used, else the defaults."""
+    shape = Shape()
+    for k in asdict(shape):
+        v = getattr(a, k, None)
+        if v is None:
+            v = saved.get(k)
+        if v is not None:
+            setattr(shape, k, type(getattr(shape, k))(v))
+    if a.etcd_port is not None:  # a new client port: let etcd pick the peer port again
+        shape.etcd_peer_port = saved.get("etcd_peer_port", 0) if \
+            a.etcd_port == saved.get("etcd_port") else 0
+    if shape.shards < 1 or shape.replicas < 0 or shape.routers < 0:
+        raise CliError("--shards must be >= 1, --replicas and --routers >= 0")
+    last = shape.node_ids()[-1][2] if shape.shards else shape.port
+    if shape.port < 1 or last > 65535 or shape.router_port + shape.routers - 1 > 65535:
+        raise CliError(f"--port {shape.port}: the node ports would run past 65535")
+    return shape
+
+
+def run(argv: list[str]) -> int:
+    try:
+        return cmd_up(argv)
+    except SystemExit as e:  # argparse: --help (0) or a usage error (2)
+        return int(e.code or 0)
+    except CliError as e:
+        print(f"xshard up: {e}", file=sys.stderr, flush=True)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+
+
+def cmd_up(argv: list[str]) -> int:
+    a = build_parser().parse_args(argv)
+    sd = StateDir(a.dir)
+    shape = resolve(a, sd.saved())
+    if a.detach:
+        return detach([x for x in argv if x != "--detach"], sd)
+    try:
+        sd.lock()
+    except AlreadyRunning as e:
+        raise CliError(f"already running (pid {e.args[0]}); xshard down stops it") from None
+    try:
+        return LocalCluster(shape, sd, detached=a.detached_child).run()
+    finally:
+        sd.unlock()
+
+
+# --- --detach ------------------------------------------------------------------------------------
+
+def detach(argv: list[str], sd: StateDir) -> int:
+    """Start `up` in the background (its own session, output to up.log) and relay its console
+    until it is ready (exit 0) or gives up (exit 1)."""
+    pid = sd.running_pid()
+    if pid is not None:
+        raise CliError(f"already running (pid {pid}); xshard down stops it")
+    sd.path.mkdir(parents=True, exist_ok=True)
+    log_path = sd.file("up.log")
+    with open(log_path, "ab") as log:
+        offset = log.tell()
+        child = subprocess.Popen(xshard_argv("up", *argv, "--detached-child"), stdout=log,
+                                 stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                 start_new_session=True)
+    last = ""
+    with open(log_path, "rb") as f:
+        f.seek(offset)
+        buf = b""
+        while True:
+            chunk = f.read()
+            buf += chunk
+            *lines, buf = buf.split(b"\n")
+            for raw in lines:
+                last = raw.decode(errors="replace")
+                print(last, flush=True)
+                if DETACHED_READY in last:
+                    return 0
+            if not chunk:
+                if child.poll() is not None and not f.read(1):
+                    print(f"xshard up: the cluster did not start ({exit_text(child.returncode)}"
+                          f"): {last or 'no output'}; see {log_path}", file=sys.stderr)
+                    return 1
+                f.seek(f.tell())  # clear EOF
+                time.sleep(0.1)
+
+
+# --- the cluster ---------------------------------------------------------------------------------
+
+class LocalCluster:
+    def __init__(self, shape: Shape, sd: StateDir, detached: bool = False) -> None:
+        self.shape = shape
+        self.sd = sd
+        self.base = sd.path
+        self.detached = detached
+        self.nodes: list[Child] = []
+        self.others: list[Child] = []  # controller, routers
+        self.stopping = False
+        self.etcd = None
+        self.etcd_restart_at: float | None = None
+
+    # --- helpers ---------------------------------------------------------------------------------
+    def _on_signal(self, signum: int, frame: object) -> None:
+        self.stopping = True
+
+    @property
+    def children(self) -> list[Child]:
+        return self.nodes + self.others
+
+    def supervise(self) -> None:
+        now = time.monotonic()
+        for c in self.children:
+            c.supervise(now)
+        e = self.etcd
+        if e is None or e.proc is None:
+            return
+        if self.etcd_restart_at is None and e.proc.poll() is not None:
+            say(f"etcd exited ({exit_text(e.proc.returncode)}); restarting; see {e.log_path}")
+            self.etcd_restart_at = now + 0.5
+        elif self.etcd_restart_at is not None and now >= self.etcd_restart_at:
+            from control.etcd import EtcdError
+
+            e.proc = None
+            try:
+                e.start()
+                say(f"etcd restarted (pid {e.proc.pid})")
+                self.etcd_restart_at = None
+            except EtcdError as err:
+                say(f"etcd did not restart ({err}); trying again")
+                self.etcd_restart_at = time.monotonic() + 2
+
+    def wait(self, pred, timeout: float, what: str) -> bool:  # noqa: ANN001
+        """Supervise until pred() holds (True), the deadline (False) or a stop request."""
+        deadline = time.monotonic() + timeout
+        while not pred():
+            if self.stopping:
+                raise CliError(f"stopped while waiting for {what}")
+            if time.monotonic() > deadline:
+                return False
+            self.supervise()
+            time.sleep(0.2)
+        return True
+
+    def view(self):  # noqa: ANN201 - a View, or None while etcd does not answer
+        from control.store import Store
+
+        async def go():  # noqa: ANN202
+            s = Store(self.url, self.shape.cluster)
+            try:
+                return await asyncio.wait_for(s.view(), 3)
+            finally:
+                await s.close()
+
+        try:
+            return asyncio.run(go())
+        except Exception:  # noqa: BLE001
+            return None
+
+    def primaries_live(self, all_nodes: bool = False) -> bool:
+        v = self.view()
+        if v is None or not v.shards:
+            return False
+        if not all(v.live(e.value.primary) for e in v.shards.values()):
+            return False
+        return not all_nodes or all(n.name in v.nodes for n in self.nodes)
+
+    # --- run -------------------------------------------------------------------------------------
+    def run(self) -> int:
+        from control.etcd import EtcdError, EtcdProcess, port_in_use
+
+        s = self.shape
+        ports = [p for _n, _s, p in s.node_ids()] + [s.router_port + i for i in range(s.routers)]
+        for port in ports:
+            if port_in_use(port):
+                raise CliError(f"port {port} is already in use (choose another base with "
+                               "--port / --router-port)")
+        self.base.mkdir(parents=True, exist_ok=True)
+        old = {sig: signal.signal(sig, self._on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
+        try:
+            try:
+                self.etcd = EtcdProcess(self.base / "etcd", s.etcd_port, peer_port=s.etcd_peer_port)
+                self.url = self.etcd.start()
+            except EtcdError as e:
+                raise CliError(str(e)) from None
+            s.etcd_port, s.etcd_peer_port = self.etcd.client_port, self.etcd.peer_port
+            self.sd.save(asdict(s))
+            self.sd.write("etcd.url", self.url)
+            self.sd.write("cluster", s.cluster)
+            return self._run()
+        finally:
+            for sig in old:
+                signal.signal(sig, signal.SIG_IGN)
+            self._shutdown()
+            for sig, h in old.items():
+                signal.signal(sig, h)
+
+    def _run(self) -> int:
+        s = self.shape
+        try:
+            print(asyncio.run(create(self.url, s.cluster, s.shards)), flush=True)
+            fresh = True
+        except ClusterExists as e:
+            if e.shards != s.shards:
+                raise CliError(f"cluster '{s.cluster}' in {self.base} has {e.shards} shards; "
+                               f"start it with --shards {e.shards}") from None
+            print(f"using the existing {e.describe()}", flush=True)
+            fresh = False
+        for nid, shard, port in s.node_ids():
+            d = self.base / nid
+            d.mkdir(exist_ok=True)
+            self.nodes.append(Child(nid, xshard_argv(
+                "node", "--port", str(port), "--dir", str(d), "--appendonly", "yes",
+                "--etcd", self.url, "--cluster", s.cluster, "--shard", str(shard),
+                "--node-id", nid), d / "node.log"))
+        first = self.nodes[:s.shards]
+        # A new cluster: every shard's first node first, so that it becomes the primary. A
+        # cluster that exists: all at once, and etcd names the primaries.
+        for c in (first if fresh else self.nodes):
+            c.start()
+        if fresh:
+            if not self.wait(self.primaries_live, PRIMARY_WAIT, "the primaries"):
+                raise CliError(f"the primaries did not come up; see {self.base}/s*n0/node.log")
+            for c in self.nodes[s.shards:]:
+                c.start()
+        elif not self.wait(lambda: self.primaries_live(all_nodes=True), PRIMARY_WAIT,
+                           "the nodes"):
+            say("not every node is back yet; starting the controller (it fails over a shard "
+                "whose primary stays away)")
+        self.others.append(Child("controller", xshard_argv(
+            "controller", "--etcd", self.url, "--cluster", s.cluster),
+            self.base / "controller.log"))
+        for i in range(s.routers):
+            self.others.append(Child(f"router{i}", xshard_argv(
+                "router", "--port", str(s.router_port + i), "--etcd", self.url, "--cluster",
+                s.cluster, "--router-id", f"router{i}"), self.base / f"router{i}.log"))
+        for c in self.others:
+            c.start()
+        router_ports = [s.router_port + i for i in range(s.routers)]
+        if not self.wait(lambda: self.primaries_live(all_nodes=True), 30, "the cluster"):
+            raise CliError(f"the cluster did not come up; see the logs under {self.base}")
+        if not self.wait(lambda: all(_answers_ping(p) for p in router_ports), 30, "routers"):
+            raise CliError(f"the routers did not come up; see {self.base}/router*.log")
+        self._print_ready(router_ports)
+        while not self.stopping:
+            self.supervise()
+            time.sleep(0.2)
+        print("stopping...", flush=True)
+        return 0
+
+    def _print_ready(self, router_ports: list[int]) -> None:
+        s = self.shape
+        head, rows = asyncio.run(status_rows(self.url, s.cluster))
+        print("\n".join(head))
+        print(format_table(rows))
+        procs = [f"etcd (pid {self.etcd.proc.pid})"] + [f"{c.name} (pid {c.pid})"
+                                                         for c in self.children]
+        print("processes: " + ", ".join(procs))
+        here = self.sd.path == Path(STATE_DIR).resolve()
+        opts = "" if here else f" --dir {self.sd.path}"
+        if router_ports:
+            print(f"\nconnect: redis-cli -p {router_ports[0]}   (a router: any Redis client "
+                  "sees one big Redis)")
+        print(f"nodes:   redis-cli -c -p {s.port}   (any node; cluster clients follow MOVED)")
+        print("status:  xshard status" + ("" if here else
+                                          f" --etcd {self.url} --cluster {s.cluster}"))
+        print(f"logs:    xshard logs{opts} [NAME] [-f]   (data and logs in {self.base})")
+        if self.detached:
+            print(f"running in the background (pid {os.getpid()}); {DETACHED_READY[:-1]}"
+                  f"{opts}.", flush=True)
+        else:
+            print(READY, flush=True)
+
+    def _shutdown(self) -> None:
+        """Routers and the controller first (a controller still running would fail over the
+        primaries as they stop and revoke their leases), then the nodes, etcd last."""
+        for group in (self.others, self.nodes):
+            for c in group:
+                c.stop()
+            for c in group:
+                c.wait(10)
+        if self.etcd is not None:
+            with contextlib.suppress(Exception):
+                self.etcd.stop()
+
+
+def _answers_ping(port: int) -> bool:
+    import socket
+
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=0.5) as sock:
+            sock.sendall(b"PING\r\n")
+            return sock.recv(16).startswith(b"+PONG")
+    except OSError:
+        return False

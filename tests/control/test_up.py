@@ -1,0 +1,237 @@
+"""`xshard up` as a user runs it: restart after a failover, supervision of what it started,
+--detach / down / logs, a second `up` in the same directory, and the other commands finding
+the local cluster (./.xshard or XSHARD_ETCD). Real processes throughout."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+import redis
+
+from control.ports import free_block
+from control.store import read_view
+from tests.conftest import REPO
+from tests.support.procs import wait_until
+
+pytestmark = pytest.mark.etcd
+
+READY = "Ctrl-C stops the cluster."
+ENV = {**os.environ, "PYTHONPATH": str(REPO)}
+
+
+def xshard(*args: str, cwd: Path, timeout: float = 60,
+           env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "control.cli", *args], capture_output=True,
+                          text=True, timeout=timeout, cwd=cwd, env=env or ENV)
+
+
+class Up:
+    """One foreground `xshard up`; its console is read by a thread into `lines`."""
+
+    def __init__(self, cwd: Path, args: list[str]) -> None:
+        self.cwd = cwd
+        self.lines: list[str] = []
+        self.proc = subprocess.Popen([sys.executable, "-m", "control.cli", "up", *args],
+                                     cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                     text=True, env=ENV)
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        for line in self.proc.stdout:
+            self.lines.append(line)
+
+    @property
+    def out(self) -> str:
+        return "".join(self.lines)
+
+    def wait_for(self, text: str, timeout: float = 90) -> None:
+        try:
+            wait_until(lambda: text in self.out or self.proc.poll() is not None, timeout,
+                       what=repr(text))
+        except TimeoutError:
+            raise AssertionError(f"no {text!r} from xshard up:\n{self.out}") from None
+        assert text in self.out, f"xshard up exited ({self.proc.returncode}):\n{self.out}"
+
+    def stop(self) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGINT)
+            try:
+                self.proc.wait(60)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self._reader.join(5)
+        return self.proc.returncode
+
+
+@pytest.fixture
+def up(tmp_path: Path) -> Iterator[Callable[..., Up]]:
+    """Factory: up(*extra) starts `xshard up` in tmp_path (2 shards x 1 replica, 1 router on a
+    free block of ports unless given) and waits until it is ready; all stopped at teardown,
+    including a detached one (through `xshard down`)."""
+    started: list[Up] = []
+    base = free_block(6)
+
+    def factory(*extra: str, wait: bool = True) -> Up:
+        args = ["--shards", "2", "--replicas", "1", "--port", str(base), "--router-port",
+                str(base + 4), "--cluster", "uptest", *extra]
+        u = Up(tmp_path, args)
+        u.base = base
+        started.append(u)
+        if wait:
+            u.wait_for(READY)
+        return u
+
+    yield factory
+    for u in started:
+        u.stop()
+    if (tmp_path / ".xshard" / "up.pid").exists():
+        xshard("down", cwd=tmp_path)
+
+
+def _serves(port: int) -> bool:
+    try:
+        return redis.Redis(port=port, socket_timeout=2).ping()
+    except redis.RedisError:
+        return False
+
+
+def _write(port: int, keys: list[str], n: int, tag: str) -> dict[str, list[bytes]]:
+    """n entries per key through the router, each acknowledged by a replica (WAIT)."""
+    r = redis.Redis(port=port, socket_timeout=10)
+    ids: dict[str, list[bytes]] = {k: [] for k in keys}
+    for i in range(n):
+        for k in keys:
+            ids[k].append(r.xadd(k, {"tag": tag, "i": str(i)}))
+    assert r.execute_command("WAIT", 1, 5000) >= 1
+    r.close()
+    return ids
+
+
+def test_up_again_after_a_failover_serves_every_acknowledged_write(up, tmp_path) -> None:  # noqa: ANN001
+    u = up()
+    router = u.base + 4
+    keys = [f"k{i}" for i in range(12)]
+    acked = _write(router, keys, 5, "before")
+    url1 = (tmp_path / ".xshard" / "etcd.url").read_text().strip()
+    r = xshard("failover", "0", "--force", cwd=tmp_path)  # finds the cluster in ./.xshard
+    assert r.returncode == 0 and "s0n1 is the new primary" in r.stdout, r.stdout + r.stderr
+
+    def write_after() -> bool:
+        try:
+            more = _write(router, keys, 3, "after")
+        except redis.RedisError:
+            return False
+        for k in keys:
+            acked[k] += more[k]
+        return True
+
+    wait_until(write_after, 30, interval=0.2, what="writes after the failover")
+    assert u.stop() == 0, u.out
+    u2 = up()  # waits until it says it is ready (this used to give up after 20 s)
+    assert "the primaries did not come up" not in u2.out
+    assert (tmp_path / ".xshard" / "etcd.url").read_text().strip() == url1  # same etcd port
+    assert "using the existing cluster 'uptest' (2 shards" in u2.out, u2.out
+    assert "start 6 nodes" not in u2.out and "already exists" not in u2.out
+    v = read_view(url1, "uptest")
+    assert v.shards["0"].value.primary == "s0n1"  # etcd's roles decided
+    r = redis.Redis(port=router, socket_timeout=10)
+    for k in keys:
+        assert [e[0] for e in r.xrange(k)] == acked[k], k
+    r.close()
+
+
+def _pid_of(port: int) -> int:
+    return int(redis.Redis(port=port, socket_timeout=2).info("server")["process_id"])
+
+
+def test_up_restarts_what_dies_and_says_so(up, tmp_path) -> None:  # noqa: ANN001
+    u = up()
+    node_port, router = u.base + 1, u.base + 4  # s0n1 (a replica) and the router
+    for name, port in (("s0n1", node_port), ("router0", router)):
+        pid = _pid_of(port)
+        os.kill(pid, signal.SIGKILL)
+        u.wait_for(f"{name} exited", 30)
+        wait_until(lambda p=port, old=pid: _serves(p) and _pid_of(p) != old, 60,
+                   interval=0.2, what=f"{name} restarted")
+        assert re.search(rf"xshard up: {name} exited .*restarting", u.out), u.out
+        assert re.search(rf"xshard up: {name} restarted \(pid \d+\)", u.out), u.out
+    ctl = int(re.search(r"controller \(pid (\d+)\)", u.out).group(1))
+    os.kill(ctl, signal.SIGKILL)
+    u.wait_for("controller restarted", 60)
+    url = (tmp_path / ".xshard" / "etcd.url").read_text().strip()
+    wait_until(lambda: read_view(url, "uptest").leader is not None, 30, what="a leader again")
+    assert u.stop() == 0
+
+
+def test_detach_down_logs_and_a_second_up(up, tmp_path) -> None:  # noqa: ANN001
+    base = free_block(6)
+    args = ["--shards", "1", "--replicas", "1", "--port", str(base), "--router-port",
+            str(base + 2), "--cluster", "det"]
+    r = xshard("up", "--detach", *args, cwd=tmp_path, timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "xshard down stops it" in r.stdout and "s0n1" in r.stdout
+    pid = int((tmp_path / ".xshard" / "up.pid").read_text())
+    os.kill(pid, 0)  # the supervisor runs in the background
+    assert _serves(base + 2)
+    # A second `up` here says so at once.
+    again = xshard("up", *args, cwd=tmp_path, timeout=30)
+    assert again.returncode == 1, again.stdout + again.stderr
+    assert again.stderr.strip() == f"xshard up: already running (pid {pid}); " \
+                                   "xshard down stops it", again.stderr
+    # logs: one process, all of them, following.
+    lg = xshard("logs", "s0n0", cwd=tmp_path)
+    assert lg.returncode == 0 and "ready to accept connections" in lg.stdout, lg.stderr
+    lg = xshard("logs", cwd=tmp_path)
+    assert re.search(r"^s0n1 +\| .*ready to accept connections", lg.stdout, re.M), lg.stdout
+    assert re.search(r"^controller +\| ", lg.stdout, re.M), lg.stdout
+    bad = xshard("logs", "nosuch", cwd=tmp_path)
+    assert bad.returncode == 1 and "no log 'nosuch'" in bad.stderr and "s0n0" in bad.stderr
+    # -f follows: the supervisor's own log (up.log) tells of a restart as it happens.
+    follow = subprocess.Popen([sys.executable, "-m", "control.cli", "logs", "up", "-f"],
+                              cwd=tmp_path, stdout=subprocess.PIPE, text=True, env=ENV)
+    lines: list[str] = []
+    t = threading.Thread(target=lambda: lines.extend(iter(follow.stdout.readline, "")),
+                         daemon=True)
+    t.start()
+    try:
+        wait_until(lambda: any("xshard down stops it" in x for x in lines), 30,
+                   what="logs -f prints the log so far")
+        os.kill(_pid_of(base + 1), signal.SIGKILL)
+        wait_until(lambda: any("s0n1 exited" in x for x in lines), 30,
+                   what="logs -f prints what is appended")
+        wait_until(lambda: _serves(base + 1), 60, what="s0n1 back")
+    finally:
+        follow.terminate()
+        follow.wait(10)
+    # down stops everything and the directory is free again.
+    d = xshard("down", cwd=tmp_path, timeout=90)
+    assert d.returncode == 0 and "stopped" in d.stdout, d.stdout + d.stderr
+    for port in range(base, base + 3):
+        with socket.socket() as s:
+            assert s.connect_ex(("127.0.0.1", port)) != 0, f"port {port} still served"
+    d = xshard("down", cwd=tmp_path)
+    assert d.returncode == 1 and "no cluster running" in d.stderr
+
+
+def test_commands_find_the_cluster_from_xshard_etcd(up, tmp_path) -> None:  # noqa: ANN001
+    u = up()
+    url = (tmp_path / ".xshard" / "etcd.url").read_text().strip()
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    st = xshard("status", "--cluster", "uptest", cwd=elsewhere,
+                env={**ENV, "XSHARD_ETCD": url})
+    assert st.returncode == 0 and "s1n1" in st.stdout, st.stdout + st.stderr
+    st = xshard("status", cwd=tmp_path)  # the cluster name and etcd from ./.xshard
+    assert st.returncode == 0 and "cluster uptest" in st.stdout, st.stderr
+    assert u.stop() == 0
