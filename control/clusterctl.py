@@ -16,7 +16,7 @@ import sys
 
 from control import etcdconn
 from control.etcdconn import EtcdConfig
-from control.store import BaseStore
+from control.store import BaseStore, EtcdError
 
 DEFAULT_CLUSTER = "xshard"
 
@@ -244,6 +244,9 @@ def run(cmd: str, argv: list[str]) -> int:
         return int(e.code or 0)
     except CliError as e:
         print(f"xshard {cmd}: {e}", file=sys.stderr)
+        return 1
+    except EtcdError as e:  # after connect() worked: one line, not a traceback
+        print(f"xshard {cmd}: etcd error: {type(e).__name__}: {str(e)[:200]}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         return 130

@@ -101,7 +101,12 @@ class LeaseSession:
             await asyncio.sleep(max(0.0, p.interval - (time.monotonic() - self.ok_at)))
             sent = time.monotonic()
             try:
-                ttl = await asyncio.wait_for(self.store.keepalive(self.id), p.rpc_timeout)
+                try:
+                    ttl = await asyncio.wait_for(self.store.keepalive(self.id), p.rpc_timeout)
+                except asyncio.CancelledError:
+                    if asyncio.current_task().cancelling():
+                        raise  # we are being stopped
+                    raise ConnectionAbortedError("keep-alive call cancelled") from None
             except Exception as e:  # noqa: BLE001 - etcd away or slow: retry until the TTL
                 failures += 1
                 if time.monotonic() - self.ok_at >= p.ttl:

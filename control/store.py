@@ -180,6 +180,7 @@ class Store(BaseStore):
         self.url = self.conn.url
         self._index = 0
         self.client = self.conn.client(0, RPC_TIMEOUT)
+        self._closing: set = set()  # old clients' delayed closes
 
     async def _call(self, op: Callable[[aetcd.Client], Awaitable[T]]) -> T:
         """Run `op` on the current endpoint; on a retryable failure try each other endpoint
@@ -205,12 +206,32 @@ class Store(BaseStore):
         if len(self.conn.endpoints) > 1:
             h, p = self.conn.endpoints[self._index]
             log.warning("etcd: %s; switching to %s:%d", type(why).__name__, h, p)
-        with contextlib.suppress(Exception):
-            await asyncio.wait_for(failed.close(), 1)
+        # Close the old channel only once the calls still in flight on it have ended: gRPC
+        # cancels them on close, and that cancellation would reach their callers as an
+        # asyncio.CancelledError (a lease keep-alive task would end silently).
+        loop = asyncio.get_running_loop()
+        self._closing = {t for t in self._closing
+                         if not (isinstance(t, asyncio.TimerHandle) and t.when() <= loop.time())}
+        self._closing.add(loop.call_later(RPC_TIMEOUT + 1, self._close_later, failed))
+
+    def _close_later(self, client: aetcd.Client) -> None:
+        async def close() -> None:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(client.close(), 1)
+
+        t = asyncio.ensure_future(close())
+        self._closing.add(t)
+        t.add_done_callback(self._closing.discard)
 
     async def connect(self, timeout: float = 3.0) -> None:
+        """Read the cluster prefix once: proves that etcd answers and lets us in (auth)."""
         try:
-            await asyncio.wait_for(self._call(lambda c: c.status()), timeout)
+            await asyncio.wait_for(self.range(), timeout)
+        except (aetcd.exceptions.InvalidArgumentError, aetcd.exceptions.UnauthenticatedError,
+                aetcd.exceptions.PreconditionFailedError) as e:
+            detail = str(e).splitlines()[0][:120] if str(e) else type(e).__name__
+            raise Unreachable(f"etcd at {self.url} refused access ({detail}); check "
+                              "--etcd-user and --etcd-password") from None
         except (TimeoutError, EtcdError, OSError) as e:
             detail = str(e).splitlines()[0][:120] if str(e) else ""
             why = type(e).__name__ + (f": {detail}" if detail and not isinstance(
@@ -218,6 +239,8 @@ class Store(BaseStore):
             raise Unreachable(f"cannot reach etcd at {self.url} ({why})") from None
 
     async def close(self) -> None:
+        for t in list(self._closing):
+            t.cancel()
         with contextlib.suppress(Exception):
             await self.client.close()
 
