@@ -9,7 +9,7 @@ to `server.cluster`, and fences: a write guard refuses writes with -CLUSTERDOWN 
   1. the last keep-alive that etcd accepted was *sent* less than FENCE_AFTER (1.5 s) ago, and
   2. a view read after the current lease was registered names this node the shard's primary.
 
-Why this is enough (DESIGN §2 "Fencing"): the controller fails a primary over only in a
+Why this is enough: the controller fails a primary over only in a
 transaction that requires the primary's `nodes/` key to be absent, i.e. after its lease
 expired, which is at least NODE_TTL (3 s) after the last keep-alive reached etcd, and so at
 least 1.5 s after this node stopped accepting writes. A node that was frozen (SIGSTOP) or cut

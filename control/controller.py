@@ -7,7 +7,7 @@ without noticing cannot change anything (fencing by compare, not belief).
 
 The loop is level-triggered: on every change under the prefix, and at least every TICK, it
 re-reads the whole cluster and, for each shard whose primary's `nodes/` key is gone, runs the
-failover of DESIGN §2:
+failover:
 
 1. ask every live member of the shard for its replication offset (INFO replication);
 2. pick the highest (ties: the order of the shard's replica list);
@@ -20,6 +20,11 @@ failover of DESIGN §2:
 A write that WAIT acknowledged on k replicas is on each of them; the chosen node holds at
 least as much of the primary's stream as any live replica, so the write survives whenever one
 of the k is alive.
+
+The controller holds its leader key on a lease session (control/lease.py) and reaches nodes
+through `NodeOps` (control/nodeclient.py, with AUTH when nodes have requirepass); with the
+in-memory store (control/memstore.py) and scripted nodes, every decision here is unit-tested
+(tests/control/test_controller_unit.py).
 
 Faster detection of a crash: a primary whose port refuses connections for DEAD_PROBES
 consecutive probes is a dead process (a frozen or partitioned one times out instead), so the

@@ -1,6 +1,6 @@
 """The router's link to etcd: watch the slot map and topology, and register on a lease.
 
-A router keeps nothing that a restart would lose (DESIGN §3): everything it routes by is read
+A router keeps nothing that a restart would lose: everything it routes by is read
 from etcd, and its own `routers/<id>` key lives on a lease session (control/lease.py) so that
 CLUSTER SLOTS served by the other routers drops it within the lease TTL when it dies.
 """

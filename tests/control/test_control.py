@@ -20,6 +20,7 @@ from redis.cluster import ClusterNode, RedisCluster
 from redis.exceptions import ClusterDownError, MovedError
 
 from control.etcd import MIN_SAFE, find_etcd, wheel_binary
+from control.ports import free_block
 from control.store import Store, even_slots
 from node.slots import SLOTS, key_slot
 from tests.conftest import REPO
@@ -368,7 +369,7 @@ def test_frozen_primary_refuses_writes_after_its_fence_and_rejoins(xcluster) -> 
 # --- xshard up ---------------------------------------------------------------------------------
 
 def test_up_starts_a_cluster_and_stops_it_cleanly(tmp_path) -> None:  # noqa: ANN001
-    base = _free_block(5)
+    base = free_block(5)
     p = subprocess.Popen([sys.executable, "-m", "control.cli", "up", "--shards", "2",
                           "--replicas", "1", "--port", str(base), "--cluster", "uptest",
                           "--routers", "1", "--router-port", str(base + 4)],
@@ -415,24 +416,6 @@ def _etcd_alive(url: str) -> bool:
     from control.etcd import healthy
 
     return healthy(url)
-
-
-def _free_block(n: int) -> int:
-    for _ in range(50):
-        base = free_port()
-        if base + n > 65535:
-            continue
-        ok = True
-        for port in range(base, base + n):
-            with socket.socket() as s:
-                try:
-                    s.bind(("127.0.0.1", port))
-                except OSError:
-                    ok = False
-                    break
-        if ok:
-            return base
-    raise RuntimeError("no free block of ports")
 
 
 # --- failover under a WAIT load ----------------------------------------------------------------
