@@ -30,7 +30,7 @@ from control.statedir import AlreadyRunning, StateDir
 from control.supervisor import Child, exit_text, say, xshard_argv
 
 READY = "Ctrl-C stops the cluster."
-DETACHED_READY = "xshard down stops it."
+DETACHED_READY = "running in the background (pid"
 PRIMARY_WAIT = 30.0  # seconds to wait for the primaries etcd names before the controller starts
 
 
@@ -215,6 +215,10 @@ class LocalCluster:
                 raise CliError(f"stopped while waiting for {what}")
             if time.monotonic() > deadline:
                 return False
+            for c in self.children:  # a crash loop at start-up: say why now, not later
+                if c.restarts >= 2 and not c.running():
+                    raise CliError(f"{c.name} keeps exiting ({exit_text(c.proc.returncode)}): "
+                                   f"{c.last_line()}")
             self.supervise()
             time.sleep(0.2)
         return True
@@ -343,8 +347,7 @@ class LocalCluster:
                                           f" --etcd {self.url} --cluster {s.cluster}"))
         print(f"logs:    xshard logs{opts} [NAME] [-f]   (data and logs in {self.base})")
         if self.detached:
-            print(f"running in the background (pid {os.getpid()}); {DETACHED_READY[:-1]}"
-                  f"{opts}.", flush=True)
+            print(f"{DETACHED_READY} {os.getpid()}); xshard down{opts} stops it.", flush=True)
         else:
             print(READY, flush=True)
 

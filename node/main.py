@@ -143,8 +143,13 @@ async def _serve(config: Config, config_file: str) -> int:
     agent = None
     if config.etcd:  # cluster membership: lease, role and fencing from etcd
         from control.agent import Agent
+        from control.etcdconn import ConfigError as EtcdConfigError
 
-        agent = Agent.start(server)
+        try:
+            agent = Agent.start(server)
+        except EtcdConfigError as e:
+            log.error("Bad etcd settings: %s", e)
+            return 1
     persistence.start()
     try:
         await server.start()

@@ -81,3 +81,11 @@ def test_check_aof_help_and_usage() -> None:
     assert r.returncode == 0 and "--fix" in r.stdout
     r = cli("check-aof")
     assert r.returncode == 2 and "usage: xshard check-aof" in r.stderr
+
+
+def test_a_node_with_bad_etcd_settings_says_so(tmp_path) -> None:  # noqa: ANN001
+    for args, words in ((["--etcd", "ftp://h:1"], "scheme must be http or https"),
+                        (["--etcd", "h:1", "--etcd-user", "u"], "go together")):
+        r = cli("node", "--port", "0", "--dir", str(tmp_path), *args)
+        assert r.returncode == 1 and "Bad etcd settings" in r.stderr and words in r.stderr, r
+        assert "Traceback" not in r.stderr

@@ -174,14 +174,25 @@ def test_up_restarts_what_dies_and_says_so(up, tmp_path) -> None:  # noqa: ANN00
     assert u.stop() == 0
 
 
-def test_detach_down_logs_and_a_second_up(up, tmp_path) -> None:  # noqa: ANN001
+def test_detach_down_logs_and_a_second_up(tmp_path) -> None:  # noqa: ANN001
+    """In a directory of its own (--dir), which every command is given."""
     base = free_block(6)
+    d = ["--dir", "state"]
     args = ["--shards", "1", "--replicas", "1", "--port", str(base), "--router-port",
-            str(base + 2), "--cluster", "det"]
+            str(base + 2), "--cluster", "det", *d]
     r = xshard("up", "--detach", *args, cwd=tmp_path, timeout=120)
+    try:
+        _detached(tmp_path, base, args, r)
+    finally:
+        xshard("down", *d, cwd=tmp_path, timeout=90)
+
+
+def _detached(tmp_path: Path, base: int, args: list[str],
+              r: subprocess.CompletedProcess) -> None:
+    d = ["--dir", "state"]
     assert r.returncode == 0, r.stdout + r.stderr
-    assert "xshard down stops it" in r.stdout and "s0n1" in r.stdout
-    pid = int((tmp_path / ".xshard" / "up.pid").read_text())
+    assert "xshard down --dir" in r.stdout and "s0n1" in r.stdout, r.stdout
+    pid = int((tmp_path / "state" / "up.pid").read_text())
     os.kill(pid, 0)  # the supervisor runs in the background
     assert _serves(base + 2)
     # A second `up` here says so at once.
@@ -190,22 +201,22 @@ def test_detach_down_logs_and_a_second_up(up, tmp_path) -> None:  # noqa: ANN001
     assert again.stderr.strip() == f"xshard up: already running (pid {pid}); " \
                                    "xshard down stops it", again.stderr
     # logs: one process, all of them, following.
-    lg = xshard("logs", "s0n0", cwd=tmp_path)
+    lg = xshard("logs", "s0n0", *d, cwd=tmp_path)
     assert lg.returncode == 0 and "ready to accept connections" in lg.stdout, lg.stderr
-    lg = xshard("logs", cwd=tmp_path)
+    lg = xshard("logs", *d, cwd=tmp_path)
     assert re.search(r"^s0n1 +\| .*ready to accept connections", lg.stdout, re.M), lg.stdout
     assert re.search(r"^controller +\| ", lg.stdout, re.M), lg.stdout
-    bad = xshard("logs", "nosuch", cwd=tmp_path)
+    bad = xshard("logs", "nosuch", *d, cwd=tmp_path)
     assert bad.returncode == 1 and "no log 'nosuch'" in bad.stderr and "s0n0" in bad.stderr
     # -f follows: the supervisor's own log (up.log) tells of a restart as it happens.
-    follow = subprocess.Popen([sys.executable, "-m", "control.cli", "logs", "up", "-f"],
+    follow = subprocess.Popen([sys.executable, "-m", "control.cli", "logs", "up", "-f", *d],
                               cwd=tmp_path, stdout=subprocess.PIPE, text=True, env=ENV)
     lines: list[str] = []
     t = threading.Thread(target=lambda: lines.extend(iter(follow.stdout.readline, "")),
                          daemon=True)
     t.start()
     try:
-        wait_until(lambda: any("xshard down stops it" in x for x in lines), 30,
+        wait_until(lambda: any("running in the background" in x for x in lines), 30,
                    what="logs -f prints the log so far")
         os.kill(_pid_of(base + 1), signal.SIGKILL)
         wait_until(lambda: any("s0n1 exited" in x for x in lines), 30,
@@ -215,13 +226,13 @@ def test_detach_down_logs_and_a_second_up(up, tmp_path) -> None:  # noqa: ANN001
         follow.terminate()
         follow.wait(10)
     # down stops everything and the directory is free again.
-    d = xshard("down", cwd=tmp_path, timeout=90)
-    assert d.returncode == 0 and "stopped" in d.stdout, d.stdout + d.stderr
+    down = xshard("down", *d, cwd=tmp_path, timeout=90)
+    assert down.returncode == 0 and "stopped" in down.stdout, down.stdout + down.stderr
     for port in range(base, base + 3):
         with socket.socket() as s:
             assert s.connect_ex(("127.0.0.1", port)) != 0, f"port {port} still served"
-    d = xshard("down", cwd=tmp_path)
-    assert d.returncode == 1 and "no cluster running" in d.stderr
+    down = xshard("down", *d, cwd=tmp_path)
+    assert down.returncode == 1 and "no cluster running" in down.stderr
 
 
 def test_commands_find_the_cluster_from_xshard_etcd(up, tmp_path) -> None:  # noqa: ANN001
