@@ -1,8 +1,8 @@
-"""Every error text of the node, once, byte-identical to Redis, plus the parse-or-error helpers.
+"""Every error text of the node, once, byte-identical to Redis, plus the integer parsers.
 
-Texts are the message without the leading '-'; raise them as `ReplyError(TEXT)`. The parse
-helpers follow Redis's own parsing rules (string2ll, string2ull, streamParseID) so that the same
-odd input gets the same reply.
+Texts are the message without the leading '-'; raise them as `ReplyError(TEXT)`. The integer
+helpers follow Redis's own parsing rules (string2ll, string2ull) so that the same odd input gets
+the same reply; stream IDs are parsed in node/streamid.py.
 """
 
 from __future__ import annotations
@@ -124,54 +124,8 @@ def parse_timeout_ms_or_error(b: bytes) -> int:
     return v
 
 
-# --- stream IDs ----------------------------------------------------------------------------
-# An ID is one int, ms << 64 | seq, so that comparisons are single int comparisons.
+# --- stream IDs (parsed in node/streamid.py) ------------------------------------------------
 INVALID_STREAM_ID = b"ERR Invalid stream ID specified as stream command argument"
-SEQ_MAX = ULLONG_MAX
-MAX_ID = (ULLONG_MAX << 64) | ULLONG_MAX
-
-
-def format_id(sid: int) -> bytes:
-    return b"%d-%d" % (sid >> 64, sid & SEQ_MAX)
-
-
-def parse_id(b: bytes, missing_seq: int = 0, strict: bool = False) -> int | None:
-    """Redis streamGenericParseIDOrReply without the '*' sequence form; None if invalid."""
-    if len(b) > 127:
-        return None
-    if not strict:
-        if b == b"-":
-            return 0
-        if b == b"+":
-            return MAX_ID
-    elif b in (b"-", b"+"):
-        return None
-    dash = b.find(b"-")
-    if dash >= 0:
-        ms = string2ull(b[:dash])
-        seq = string2ull(b[dash + 1:])
-        if ms is None or seq is None:
-            return None
-    else:
-        ms = string2ull(b)
-        if ms is None:
-            return None
-        seq = missing_seq
-    return ms << 64 | seq
-
-
-def parse_id_or_error(b: bytes, missing_seq: int = 0, strict: bool = False) -> int:
-    sid = parse_id(b, missing_seq, strict)
-    if sid is None:
-        raise ReplyError(INVALID_STREAM_ID)
-    return sid
-
-
-def parse_range_id_or_error(b: bytes, missing_seq: int) -> tuple[int, bool]:
-    """An XRANGE/XPENDING bound: returns (id, exclusive). '(' makes it exclusive."""
-    if b[:1] == b"(" and len(b) > 1:
-        return parse_id_or_error(b[1:], missing_seq, strict=True), True
-    return parse_id_or_error(b, missing_seq), False
 
 # --- COMMAND GETKEYS / GETKEYSANDFLAGS (db.c getKeysSubcommandImpl) ---------------------------
 GETKEYS_INVALID_COMMAND = b"ERR Invalid command specified"

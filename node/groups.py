@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING
 
 from sortedcontainers import SortedDict, SortedList
 
-from node.errors import MAX_ID
+from node.streamid import MAX_ID
 
 if TYPE_CHECKING:
     from node.stream import Stream

@@ -53,13 +53,13 @@ from collections.abc import Iterator
 from itertools import chain
 from typing import Any
 
+from node.streamid import MAX_ID, SEQ_MAX
+
 __all__ = [
-    "Stream", "Block", "Tail", "IDTooSmall", "ElementsTooLarge", "MAX_ID", "SEQ_MAX",
+    "Stream", "Block", "Tail", "IDTooSmall", "ElementsTooLarge",
     "FLAG_DELETED", "FLAG_SAMEFIELDS", "LP_MAX_SIZE",
 ]
 
-SEQ_MAX = (1 << 64) - 1
-MAX_ID = (SEQ_MAX << 64) | SEQ_MAX
 LP_MAX_SIZE = 1 << 30  # STREAM_LISTPACK_MAX_SIZE
 
 FLAG_DELETED = 1  # STREAM_ITEM_FLAG_DELETED

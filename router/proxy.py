@@ -45,6 +45,7 @@ from node.resp import (
 )
 from node.server import accept_client
 from node.slots import SLOTS, key_slot
+from node.streamid import parse_id
 from router.upstream import Pool, Upstream
 
 log = logging.getLogger("xshard.router")
@@ -790,7 +791,7 @@ def _check_groups(router: Router, c: Client, argv: list[bytes], keys: list[bytes
                 return conn.fill(cell, b"-%s\r\n" % DOLLAR_IN_XREADGROUP)
             if eid == b"+":
                 return conn.fill(cell, b"-%s\r\n" % PLUS_IN_XREADGROUP)
-            if eid != b">" and errors.parse_id(eid) is None:
+            if eid != b">" and parse_id(eid) is None:
                 return conn.fill(cell, b"-%s\r\n" % errors.INVALID_STREAM_ID)
         _xread_fanout(router, c, argv, b"xreadgroup", cell, groups_checked=True)
         return None

@@ -23,11 +23,20 @@ import re
 from node import errors
 from node.client import Client
 from node.commands import command
-from node.commands.streams import entry_reply, parse_strict_id_or_error
-from node.errors import MAX_ID, SEQ_MAX, format_id, parse_range_id_or_error, string2ll
+from node.commands.streams import entry_reply
+from node.errors import string2ll
 from node.groups import Consumer, ConsumerGroup, Nack, create_group
 from node.resp import NULL_ARRAY, OK, ONE, ZERO, ReplyError, Status, encode, integer
 from node.stream import Stream
+from node.streamid import (
+    MAX_ID,
+    SEQ_MAX,
+    format_id,
+    parse_id,
+    parse_id_or_error,
+    parse_range_id_or_error,
+    parse_strict_id_or_error,
+)
 
 # Error texts of this module, as in t_stream.c.
 BUSYGROUP = b"BUSYGROUP Consumer Group name already exists"
@@ -201,7 +210,7 @@ def xgroup(c: Client, argv: list[bytes]) -> bytes:
         return OK
     if sub == b"setid" and argc in (5, 7):
         assert s is not None and g is not None
-        sid = s.last_id if argv[4] == b"$" else errors.parse_id_or_error(argv[4], 0)
+        sid = s.last_id if argv[4] == b"$" else parse_id_or_error(argv[4], 0)
         g.last_id = sid
         g.entries_read = entries_read
         # Redis does not signal the key ready here: a blocked XREADGROUP is served at the
@@ -310,7 +319,7 @@ def xpending(c: Client, argv: list[bytes]) -> bytes:
             if start == MAX_ID:
                 raise ReplyError(INVALID_START_ID)
             start += 1
-        end, endex = parse_range_id_or_error(argv[si + 1], errors.SEQ_MAX)
+        end, endex = parse_range_id_or_error(argv[si + 1], SEQ_MAX)
         if endex:
             if end == 0:
                 raise ReplyError(INVALID_END_ID)
@@ -379,7 +388,7 @@ def xclaim(c: Client, argv: list[bytes]) -> bytes:
     ids: list[int] = []
     j = 5
     while j < argc:
-        sid = errors.parse_id(argv[j], 0, strict=True)
+        sid = parse_id(argv[j], 0, strict=True)
         if sid is None:
             break
         ids.append(sid)

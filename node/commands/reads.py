@@ -26,10 +26,10 @@ from node.commands.groups import (
     propagate_xclaim,
 )
 from node.commands.streams import encode_entries, entry_reply, stream_range_reply
-from node.errors import MAX_ID, format_id
 from node.groups import Consumer, ConsumerGroup
 from node.resp import ReplyError, null_array
 from node.stream import Stream
+from node.streamid import MAX_ID, format_id, parse_id_or_error
 
 GROUP_ONLY_XREADGROUP = (
     b"ERR The GROUP option is only supported by XREADGROUP. You called XREAD instead.")
@@ -160,7 +160,7 @@ def xread(c: Client, argv: list[bytes]) -> bytes:
             else:
                 ids.append(0)
         else:
-            ids.append(errors.parse_id_or_error(arg, 0, strict=True))
+            ids.append(parse_id_or_error(arg, 0, strict=True))
 
     # Serve synchronously what we can.
     proto = c.proto

@@ -20,16 +20,17 @@ from itertools import chain
 from node import errors
 from node.client import Client
 from node.commands import command
-from node.errors import (
+from node.errors import string2ll, string2ull
+from node.resp import OK, ZERO, ReplyError, integer, null, null_array
+from node.stream import ElementsTooLarge, IDTooSmall, Stream
+from node.streamid import (
     MAX_ID,
     SEQ_MAX,
     format_id,
+    parse_id_or_error,
     parse_range_id_or_error,
-    string2ll,
-    string2ull,
+    parse_strict_id_or_error,
 )
-from node.resp import OK, ZERO, ReplyError, integer, null, null_array
-from node.stream import ElementsTooLarge, IDTooSmall, Stream
 
 _WRONG_ARITY_XADD = errors.wrong_arity(b"xadd")
 
@@ -116,11 +117,6 @@ def stream_range_reply(s: Stream, start: int, end: int, count: int | None, rev: 
 
 
 # --- ID parsing ----------------------------------------------------------------------------
-def parse_strict_id_or_error(b: bytes) -> int:
-    """streamParseStrictIDOrReply without the `ms-*` form: '-' and '+' are invalid."""
-    return errors.parse_id_or_error(b, 0, strict=True)
-
-
 def _parse_xadd_id(b: bytes) -> tuple[int, bool]:
     """An explicit XADD ID: (id, seq_given); `ms-*` gives (ms << 64, False)."""
     if len(b) > 2 and b[-2:] == b"-*" and len(b) <= 127 and b.find(b"-") == len(b) - 2:
@@ -128,7 +124,7 @@ def _parse_xadd_id(b: bytes) -> tuple[int, bool]:
         if ms is None:
             raise ReplyError(errors.INVALID_STREAM_ID)
         return ms << 64, False
-    return errors.parse_id_or_error(b, 0, strict=True), True
+    return parse_id_or_error(b, 0, strict=True), True
 
 
 # --- XADD / XTRIM arguments (streamParseAddOrTrimArgsOrReply) -------------------------------

@@ -14,10 +14,10 @@ from node.client import Client
 from node.commands import command
 from node.commands.groups import help_reply, subcommand_syntax_error
 from node.commands.streams import entry_reply
-from node.errors import MAX_ID, format_id
 from node.groups import sorted_groups
 from node.resp import Map, Raw, ReplyError, encode
 from node.stream import Stream
+from node.streamid import MAX_ID, format_id
 
 _XINFO_HELP = [
     b"CONSUMERS <key> <groupname>",

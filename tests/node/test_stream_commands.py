@@ -22,7 +22,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from node.errors import SEQ_MAX
+from node.streamid import SEQ_MAX
 from tests.support.inproc import InprocServer, run
 from tests.support.rawresp import RawClient, show
 
