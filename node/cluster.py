@@ -16,15 +16,12 @@ import hashlib
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from node import command_table
+from node import command_table, errors
 from node.slots import SLOTS, key_slot
 
 if TYPE_CHECKING:
     from node.client import Client
     from node.server import Server
-
-CROSSSLOT = b"CROSSSLOT Keys in request don't hash to the same slot"
-NOT_SERVED = b"CLUSTERDOWN Hash slot not served"
 
 
 def redis_id(node_id: str) -> str:
@@ -125,10 +122,10 @@ class ClusterState(SlotMap):
         slot = key_slot(argv[positions[0]])
         for p in positions[1:]:
             if key_slot(argv[p]) != slot:
-                return CROSSSLOT
+                return errors.CROSSSLOT
         shard = self.owner[slot]
         if shard is None:
-            return NOT_SERVED
+            return errors.SLOT_NOT_SERVED
         if shard == self.myshard:
             sh = self.shards.get(shard)
             if sh is not None and sh.primary == self.myid:
@@ -138,10 +135,10 @@ class ClusterState(SlotMap):
                 return None
         target = self.primary_of(shard)
         if target is None:
-            return b"CLUSTERDOWN The cluster is down"
+            return errors.CLUSTERDOWN
         if target.id == self.myid:
             return None
-        return b"MOVED %d %s:%d" % (slot, target.host.encode(), target.port)
+        return errors.moved(slot, target.host, target.port)
 
     # --- CLUSTER replies ------------------------------------------------------------------------
     def _shard_nodes(self, shard: str) -> list[NodeInfo]:

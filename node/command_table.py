@@ -237,7 +237,7 @@ def check_arity(argv: list[bytes], name: bytes | None = None) -> bytes | None:
             if name == b"exec":
                 # rejectCommandSds: a rejected EXEC aborts the transaction (the dispatcher
                 # must discard it) and says so.
-                return EXEC_ARITY_ABORT
+                return errors.EXEC_ARITY_ABORT
             return errors.wrong_arity(name)
         return None
     if a is None:
@@ -252,10 +252,6 @@ def check_arity(argv: list[bytes], name: bytes | None = None) -> bytes | None:
     if (arity > 0 and arity != n) or n < -arity:
         return errors.wrong_arity(sub[1])
     return None
-
-
-EXEC_ARITY_ABORT = (b"EXECABORT Transaction discarded because of: "
-                    b"wrong number of arguments for 'exec' command")
 
 
 def is_write(name: bytes) -> bool:

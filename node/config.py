@@ -10,6 +10,7 @@ import shlex
 from dataclasses import dataclass
 from typing import Any
 
+from node import errors
 from node.patterns import stringmatch
 
 _UNITS = {b"k": 1000, b"kb": 1024, b"m": 1000**2, b"mb": 1024**2, b"g": 1000**3, b"gb": 1024**3}
@@ -29,14 +30,14 @@ def parse_memory(v: bytes) -> int:
     else:
         num, mul = s, 1
     if not num.isdigit():
-        raise ConfigError("argument must be a memory value")
+        raise ConfigError(errors.CONFIG_NOT_MEMORY)
     return int(num) * mul
 
 
 def _parse_int(v: bytes) -> int:
     s = v.strip()
     if not s.lstrip(b"-").isdigit():
-        raise ConfigError("argument couldn't be parsed into an integer")
+        raise ConfigError(errors.CONFIG_NOT_INTEGER)
     return int(s)
 
 
@@ -46,7 +47,7 @@ def _parse_bool(v: bytes) -> bool:
         return True
     if s == b"no":
         return False
-    raise ConfigError("argument must be 'yes' or 'no'")
+    raise ConfigError(errors.CONFIG_NOT_BOOL)
 
 
 @dataclass(frozen=True)
@@ -75,12 +76,12 @@ class Setting:
         elif self.kind == "enum":
             s = raw.decode(errors="replace").lower()
             if s not in self.choices:
-                raise ConfigError(f"argument(s) must be one of the following: {', '.join(self.choices)}")
+                raise ConfigError(errors.config_not_one_of(self.choices))
             return s
         else:
             return raw.decode(errors="surrogateescape")
         if self.minimum is not None and v < self.minimum or self.maximum is not None and v > self.maximum:
-            raise ConfigError(f"argument must be between {self.minimum} and {self.maximum} inclusive")
+            raise ConfigError(errors.config_out_of_range(self.minimum, self.maximum))
         return v
 
     def render(self, v: Any) -> bytes:
@@ -244,7 +245,7 @@ class Config:
         """Set one value from its text form; raises KeyError (unknown) or ConfigError."""
         s = BY_NAME[name.lower()]
         if not startup and not s.mutable:
-            raise ConfigError("can't set immutable config")
+            raise ConfigError(errors.CONFIG_IMMUTABLE)
         v = s.parse(raw)
         if s.name == "client-output-buffer-limit":
             v = _merge_obuf_limits(getattr(self, s.attr), raw)
@@ -286,7 +287,7 @@ def _merge_obuf_limits(current: str, raw: bytes) -> str:
     """client-output-buffer-limit takes `class hard soft seconds` groups and replaces only those."""
     words = raw.decode(errors="replace").split()
     if not words or len(words) % 4:
-        raise ConfigError("argument(s) must be in the format <class> <hard> <soft> <soft_seconds>")
+        raise ConfigError(errors.CONFIG_OBUF_FORMAT)
     table = {}
     cur = current.split()
     for i in range(0, len(cur) - 3, 4):
@@ -296,10 +297,10 @@ def _merge_obuf_limits(current: str, raw: bytes) -> str:
         if klass == "replica":
             klass = "slave"
         if klass not in ("normal", "slave", "pubsub"):
-            raise ConfigError("Invalid client class specified in buffer limit configuration.")
+            raise ConfigError(errors.CONFIG_OBUF_CLASS)
         vals = [str(parse_memory(w.encode())) for w in words[i + 1:i + 3]]
         if not words[i + 3].isdigit():
-            raise ConfigError("Error in soft_seconds setting in buffer limit configuration.")
+            raise ConfigError(errors.CONFIG_OBUF_SOFT_SECONDS)
         table[klass] = [*vals, words[i + 3]]
     return " ".join(f"{k} {' '.join(v)}" for k, v in table.items())
 

@@ -22,7 +22,6 @@ AUTH_NOT_CONFIGURED = (
     b"Are you sure your configuration is correct?"
 )
 DB_INDEX_OUT_OF_RANGE = b"ERR DB index is out of range"
-SELECT_NOT_ALLOWED = b"ERR SELECT is not allowed in cluster mode"
 NOPROTO = b"NOPROTO unsupported protocol version"
 TIMEOUT_NEGATIVE = b"ERR timeout is negative"
 TIMEOUT_NOT_INTEGER = b"ERR timeout is not an integer or out of range"
@@ -39,6 +38,25 @@ DEBUG_DISABLED = (
     b"configuration file, and then restart the server."
 )
 READONLY = b"READONLY You can't write against a read only replica."
+MAX_CLIENTS = b"ERR max number of clients reached"
+
+
+def protocol_error(reason: bytes) -> bytes:
+    """networking.c setProtocolError: the reply sent just before the connection is closed."""
+    return b"ERR Protocol error: %s" % reason
+
+
+def internal_error(e: Exception) -> bytes:
+    """A handler bug: the client gets this instead of the node going down."""
+    return b"ERR internal error: %s" % str(e).encode(errors="replace")[:200]
+
+
+def execabort_because(err: bytes) -> bytes:
+    """multi.c execCommandAbort: EXEC itself was rejected, quoting why."""
+    return b"EXECABORT Transaction discarded because of: %s" % err
+
+
+EXEC_ARITY_ABORT = execabort_because(b"wrong number of arguments for 'exec' command")
 
 
 def unknown_command(name: bytes, args: list[bytes]) -> bytes:
@@ -158,6 +176,192 @@ XSETID_ENTRIES_ADDED_SMALL = (
     b"ERR The entries_added specified in XSETID is smaller than the target stream length")
 XSETID_SMALLER_THAN_CURRENT_MAXDEL = (
     b"ERR The ID specified in XSETID is smaller than current max_deleted_entry_id")
+
+# --- connection commands (networking.c clientCommand, helloCommand) -------------------------
+PROTO_NOT_INTEGER = b"ERR Protocol version is not an integer or out of range"
+INVALID_CLIENT_NAME = b"ERR Client names cannot contain spaces, newlines or special characters."
+HELLO_NOAUTH = (
+    b"NOAUTH HELLO must be called with the client already authenticated, otherwise the "
+    b"HELLO <proto> AUTH <user> <pass> option can be used to authenticate the client and "
+    b"select the RESP protocol version at the same time")
+INVALID_CLIENT_ID = b"ERR Invalid client ID"
+CLIENT_ID_NOT_POSITIVE = b"ERR client-id should be greater than 0"
+NO_SUCH_CLIENT = b"ERR No such client"
+UNBLOCK_REASON = b"ERR CLIENT UNBLOCK reason should be TIMEOUT or ERROR"
+
+
+def hello_syntax(opt: bytes) -> bytes:
+    return b"ERR Syntax error in HELLO option '%s'" % opt
+
+
+def unrecognized_option(opt: bytes) -> bytes:
+    return b"ERR Unrecognized option '%s'" % opt
+
+
+def invalid_client_info(attr: bytes) -> bytes:
+    """CLIENT SETINFO LIB-NAME/LIB-VER with a space or a control character."""
+    return b"ERR %s cannot contain spaces, newlines or special characters." % attr.upper()
+
+
+def unknown_client_type(kind: bytes) -> bytes:
+    return b"ERR Unknown client type '%s'" % kind
+
+
+def no_such_user(user: bytes) -> bytes:
+    return b"ERR No such user '%s'" % user
+
+
+# --- key space commands (db.c, expire.c) ----------------------------------------------------
+INVALID_CURSOR = b"ERR invalid cursor"
+EXPIRE_NX_AND_OTHERS = b"ERR NX and XX, GT or LT options at the same time are not compatible"
+EXPIRE_GT_AND_LT = b"ERR GT and LT options at the same time are not compatible"
+
+
+def unsupported_option(opt: bytes) -> bytes:
+    return b"ERR Unsupported option %s" % opt
+
+
+# --- server administration (config.c, server.c, debug.c) -------------------------------------
+NO_CONFIG_FILE = b"ERR The server is running without a config file"
+WAITAOF_NUMLOCAL_RANGE = b"ERR value is out of range, value must between 0 and 1"
+WAITAOF_NUMREPLICAS_RANGE = b"ERR value is out of range, must be positive"
+WAITAOF_APPENDONLY_OFF = (
+    b"ERR WAITAOF cannot be used when numlocal is set but appendonly is disabled.")
+
+
+def config_set_unknown(name: bytes) -> bytes:
+    return b"ERR Unknown option or number of arguments for CONFIG SET - '%s'" % name
+
+
+def config_set_failed(name: bytes, reason: bytes) -> bytes:
+    return b"ERR CONFIG SET failed (possibly related to argument '%s') - %s" % (name, reason)
+
+
+def load_failed(reason: str) -> bytes:
+    """DEBUG RELOAD / LOADAOF could not load the data back."""
+    return b"ERR Error trying to load the data set: %s" % reason.encode(errors="replace")
+
+
+# CONFIG SET / config file reasons (config.c), quoted after "argument '...' - ".
+CONFIG_NOT_MEMORY = "argument must be a memory value"
+CONFIG_NOT_INTEGER = "argument couldn't be parsed into an integer"
+CONFIG_NOT_BOOL = "argument must be 'yes' or 'no'"
+CONFIG_IMMUTABLE = "can't set immutable config"
+CONFIG_DUPLICATE = "duplicate parameter"
+CONFIG_OBUF_FORMAT = "argument(s) must be in the format <class> <hard> <soft> <soft_seconds>"
+CONFIG_OBUF_CLASS = "Invalid client class specified in buffer limit configuration."
+CONFIG_OBUF_SOFT_SECONDS = "Error in soft_seconds setting in buffer limit configuration."
+
+
+def config_not_one_of(choices: tuple[str, ...]) -> str:
+    return f"argument(s) must be one of the following: {', '.join(choices)}"
+
+
+def config_out_of_range(lo: int | None, hi: int | None) -> str:
+    return f"argument must be between {lo} and {hi} inclusive"
+
+
+# --- persistence (rdb.c, aof.c, server.c) ---------------------------------------------------
+NO_PERSISTENCE = b"ERR persistence is not configured on this node"
+NO_REPLICATION = b"ERR replication is not configured on this node"
+SAVE_FAILED = b"ERR"  # rdbSave failed: Redis says no more; the reason is in the log
+BGSAVE_IN_PROGRESS = b"ERR Background save already in progress"
+BGSAVE_CHILD_ACTIVE = (
+    b"ERR Another child process is active (AOF?): can't BGSAVE right now. "
+    b"Use BGSAVE SCHEDULE in order to schedule a BGSAVE whenever possible.")
+REWRITE_IN_PROGRESS = b"ERR Background append only file rewriting already in progress"
+# Redis rewrites a file nobody appends to; with nothing to append to we only say so.
+REWRITE_NEEDS_AOF = b"ERR Background append only file rewriting needs appendonly yes"
+NO_SHUTDOWN = b"ERR No shutdown in progress."
+SHUTDOWN_FAILED = b"ERR Errors trying to SHUTDOWN. Check logs."
+MISCONF_RDB = (
+    b"MISCONF Redis is configured to save RDB snapshots, but it's currently "
+    b"unable to persist to disk. Commands that may modify the data set are "
+    b"disabled, because this instance is configured to report errors during "
+    b"writes if RDB snapshotting fails (stop-writes-on-bgsave-error option). "
+    b"Please check the Redis logs for details about the RDB error.")
+
+
+def misconf_aof(reason: str) -> bytes:
+    return b"MISCONF Errors writing to the AOF file: %s" % reason.encode()
+
+
+# --- cluster (cluster.c) --------------------------------------------------------------------
+CLUSTER_DISABLED = b"ERR This instance has cluster support disabled"
+INVALID_SLOT = b"ERR Invalid slot"
+INVALID_SLOT_OR_COUNT = b"ERR Invalid slot or number of keys"
+CROSSSLOT = b"CROSSSLOT Keys in request don't hash to the same slot"
+SLOT_NOT_SERVED = b"CLUSTERDOWN Hash slot not served"
+CLUSTERDOWN = b"CLUSTERDOWN The cluster is down"
+
+
+def moved(slot: int, host: str, port: int) -> bytes:
+    return b"MOVED %d %s:%d" % (slot, host.encode(), port)
+
+
+# --- XREAD / XREADGROUP (t_stream.c xreadCommand) --------------------------------------------
+GROUP_ONLY_XREADGROUP = (
+    b"ERR The GROUP option is only supported by XREADGROUP. You called XREAD instead.")
+NOACK_ONLY_XREADGROUP = (
+    b"ERR The NOACK option is only supported by XREADGROUP. You called XREAD instead.")
+MISSING_GROUP = b"ERR Missing GROUP option for XREADGROUP"
+DOLLAR_IN_XREADGROUP = (
+    b"ERR The $ ID is meaningless in the context of XREADGROUP: you want to read the history "
+    b"of this consumer by specifying a proper ID, or use the > ID to get new messages. The $ "
+    b"ID would just return an empty result set.")
+# 7.4 added `+` (the last entry) to XREAD; its XREADGROUP refusal mirrors the `$` one.
+PLUS_IN_XREADGROUP = (
+    b"ERR The + ID is meaningless in the context of XREADGROUP: you want to read the history "
+    b"of this consumer by specifying a proper ID, or use the > ID to get new messages. The + "
+    b"ID would just return an empty result set.")
+PLUS_ON_ZERO = b"ERR the stream last element ID is 0-0"
+GT_IN_XREAD = (
+    b"ERR The > ID can be specified only when calling XREADGROUP using the GROUP <group> "
+    b"<consumer> option.")
+TIMEOUT_OUT_OF_RANGE = b"ERR timeout is out of range"
+
+
+def unbalanced_streams(xreadgroup: bool) -> bytes:
+    return (b"ERR Unbalanced '%s' list of streams: for each stream key an ID or '%s' must be "
+            b"specified." % ((b"xreadgroup", b">") if xreadgroup else (b"xread", b"$")))
+
+
+def nogroup_xreadgroup(key: bytes, group: bytes) -> bytes:
+    return (b"NOGROUP No such key '%s' or consumer group '%s' in XREADGROUP with GROUP option"
+            % (key, group))
+
+
+# --- consumer groups (t_stream.c xgroupCommand, xclaimCommand, xautoclaimCommand) ------------
+BUSYGROUP = b"BUSYGROUP Consumer Group name already exists"
+XGROUP_NO_KEY = (
+    b"ERR The XGROUP subcommand requires the key to exist. Note that for CREATE you may want "
+    b"to use the MKSTREAM option to create an empty stream automatically.")
+ENTRIESREAD_NEGATIVE = b"ERR value for ENTRIESREAD must be positive or -1"
+XCLAIM_MIN_IDLE = b"ERR Invalid min-idle-time argument for XCLAIM"
+XCLAIM_IDLE = b"ERR Invalid IDLE option argument for XCLAIM"
+XCLAIM_TIME = b"ERR Invalid TIME option argument for XCLAIM"
+XCLAIM_RETRYCOUNT = b"ERR Invalid RETRYCOUNT option argument for XCLAIM"
+XAUTOCLAIM_MIN_IDLE = b"ERR Invalid min-idle-time argument for XAUTOCLAIM"
+XAUTOCLAIM_COUNT = b"ERR COUNT must be > 0"
+
+
+def xclaim_unknown_option(opt: bytes) -> bytes:
+    return b"ERR Unrecognized XCLAIM option '%s'" % opt
+
+
+def subcommand_syntax(sub: bytes, cmd: bytes) -> bytes:
+    """server.c addReplySubcommandSyntaxError."""
+    return (b"ERR unknown subcommand or wrong number of arguments for '%s'. Try %s HELP."
+            % (sub[:128], cmd.upper()))
+
+
+def nogroup_key_or_group(key: bytes, group: bytes) -> bytes:
+    return b"NOGROUP No such key '%s' or consumer group '%s'" % (key, group)
+
+
+def nogroup_for_key(group: bytes, key: bytes) -> bytes:
+    return b"NOGROUP No such consumer group '%s' for key name '%s'" % (group, key)
+
 
 # Replication (node/replication.py)
 NOREPLICAS = b"NOREPLICAS Not enough good replicas to write."

@@ -27,7 +27,7 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
-from node import command_table, snapshot
+from node import command_table, errors, snapshot
 from node.effects import EffectApplier, EffectStreamError, _command_len
 
 if TYPE_CHECKING:
@@ -521,13 +521,9 @@ class Persistence:
     def _guard(self, c: Any, name: bytes) -> bytes | None:
         err = self.write_error or self.fsync_error or self.manifest_error
         if err is not None:
-            return b"MISCONF Errors writing to the AOF file: %s" % err.encode()
+            return errors.misconf_aof(err)
         if self.last_bgsave_status == "err" and self.config.save and not self.config.appendonly:
-            return (b"MISCONF Redis is configured to save RDB snapshots, but it's currently "
-                    b"unable to persist to disk. Commands that may modify the data set are "
-                    b"disabled, because this instance is configured to report errors during "
-                    b"writes if RDB snapshotting fails (stop-writes-on-bgsave-error option). "
-                    b"Please check the Redis logs for details about the RDB error.")
+            return errors.MISCONF_RDB
         return None
 
     # --- the once-a-second tick ----------------------------------------------------------------

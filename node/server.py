@@ -179,8 +179,7 @@ class Server:
                         c.multi_queue = []
                         c.multi_failed = False
                         self.db.unwatch_all(c)
-                        return self._reject(
-                            name, b"EXECABORT Transaction discarded because of: %s" % err)
+                        return self._reject(name, errors.execabort_because(err))
                     if c.in_multi:
                         c.multi_failed = True
                     return self._reject(name, err)
@@ -214,7 +213,7 @@ class Server:
         except Exception as e:  # a bug must never take the node down
             log.exception("command %r failed", argv[:3])
             failed = 1
-            msg = b"ERR internal error: %s" % str(e).encode(errors="replace")[:200]
+            msg = errors.internal_error(e)
             self.stats.error(msg)
             reply = b"-%s\r\n" % msg
         st = self.stats.calls.get(name)
@@ -304,7 +303,7 @@ def accept_client(owner: Any, conn: Any, transport: asyncio.BaseTransport) -> Cl
         # Replies are one write per batch; Nagle would only add latency.
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     if len(owner.clients) >= owner.config.maxclients:
-        transport.write(b"-ERR max number of clients reached\r\n")  # type: ignore[attr-defined]
+        transport.write(b"-%s\r\n" % errors.MAX_CLIENTS)  # type: ignore[attr-defined]
         transport.close()
         return None
     peer = transport.get_extra_info("peername") or ("", 0)
@@ -526,7 +525,7 @@ class Connection(asyncio.Protocol):
 
     def _protocol_error_reply(self, err: bytes) -> bytes:
         """Redis replies to a protocol error and then closes the connection."""
-        msg = b"ERR Protocol error: %s" % err
+        msg = errors.protocol_error(err)
         self.server.stats.error(msg)
         if self.client is not None:
             self.client.close_after_reply = True

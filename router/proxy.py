@@ -28,7 +28,6 @@ from node import command_table, errors
 from node.client import Client
 from node.cluster import SlotMap, redis_id
 from node.commands import COMMANDS, load_all
-from node.commands.reads import DOLLAR_IN_XREADGROUP, PLUS_IN_XREADGROUP
 from node.config import Config
 from node.resp import (
     OK,
@@ -788,9 +787,9 @@ def _check_groups(router: Router, c: Client, argv: list[bytes], keys: list[bytes
                 return conn.fill(cell, b"-NOGROUP No such key '%s' or consumer group '%s' in "
                                        b"XREADGROUP with GROUP option\r\n" % (k, group))
             if eid == b"$":
-                return conn.fill(cell, b"-%s\r\n" % DOLLAR_IN_XREADGROUP)
+                return conn.fill(cell, b"-%s\r\n" % errors.DOLLAR_IN_XREADGROUP)
             if eid == b"+":
-                return conn.fill(cell, b"-%s\r\n" % PLUS_IN_XREADGROUP)
+                return conn.fill(cell, b"-%s\r\n" % errors.PLUS_IN_XREADGROUP)
             if eid != b">" and parse_id(eid) is None:
                 return conn.fill(cell, b"-%s\r\n" % errors.INVALID_STREAM_ID)
         _xread_fanout(router, c, argv, b"xreadgroup", cell, groups_checked=True)

@@ -51,23 +51,20 @@ def config(c: Client, argv: list[bytes]) -> bytes:
             name = argv[i].decode(errors="replace").lower()
             s = BY_NAME.get(name)
             if s is None:
-                raise ReplyError(b"ERR Unknown option or number of arguments for CONFIG SET - '%s'"
-                                 % argv[i])
+                raise ReplyError(errors.config_set_unknown(argv[i]))
             if any(t[0] is s for t in todo):
-                raise ReplyError(b"ERR CONFIG SET failed (possibly related to argument '%s') - "
-                                 b"duplicate parameter" % argv[i])
+                raise ReplyError(errors.config_set_failed(argv[i], errors.CONFIG_DUPLICATE.encode()))
             todo.append((s, argv[i], argv[i + 1]))
         old = {s.name: getattr(cfg, s.attr) for s, _, _ in todo}
         try:
             for s, raw_name, value in todo:  # noqa: B007 - raw_name names the failing one
                 if not s.mutable:
-                    raise ConfigError("can't set immutable config")
+                    raise ConfigError(errors.CONFIG_IMMUTABLE)
                 cfg.apply(s.name, value)
         except ConfigError as e:
             for name, v in old.items():  # CONFIG SET of several values is all or nothing
                 setattr(cfg, BY_NAME[name].attr, v)
-            raise ReplyError(b"ERR CONFIG SET failed (possibly related to argument '%s') - %s"
-                             % (raw_name, str(e).encode())) from None
+            raise ReplyError(errors.config_set_failed(raw_name, str(e).encode())) from None
         for s, _, _ in todo:
             for fn in c.server.config_listeners:
                 fn(s.name)
@@ -84,7 +81,7 @@ def config(c: Client, argv: list[bytes]) -> bytes:
     if sub == b"rewrite":
         path = getattr(c.server, "config_file", "")
         if not path:
-            raise ReplyError(b"ERR The server is running without a config file")
+            raise ReplyError(errors.NO_CONFIG_FILE)
         lines = []
         for name, value in cfg.get(b"*"):
             lines.append(f"{name.decode()} \"{value.decode(errors='replace')}\"")
@@ -141,13 +138,13 @@ def wait(c: Client, argv: list[bytes]) -> bytes:
 def waitaof(c: Client, argv: list[bytes]) -> bytes:
     numlocal = errors.parse_int_or_error(argv[1])
     if not 0 <= numlocal <= 1:
-        raise ReplyError(b"ERR value is out of range, value must between 0 and 1")
+        raise ReplyError(errors.WAITAOF_NUMLOCAL_RANGE)
     numreplicas = errors.parse_int_or_error(argv[2])
     if numreplicas < 0:
-        raise ReplyError(b"ERR value is out of range, must be positive")
+        raise ReplyError(errors.WAITAOF_NUMREPLICAS_RANGE)
     timeout = errors.parse_timeout_ms_or_error(argv[3])
     if numlocal and not c.server.config.appendonly:
-        raise ReplyError(b"ERR WAITAOF cannot be used when numlocal is set but appendonly is disabled.")
+        raise ReplyError(errors.WAITAOF_APPENDONLY_OFF)
 
     def counts() -> tuple[int, int]:
         p = c.server.persistence
@@ -192,12 +189,11 @@ def debug(c: Client, argv: list[bytes]) -> bytes:
     if sub in (b"reload", b"loadaof"):
         p = c.server.persistence
         if p is None:
-            raise ReplyError(b"ERR persistence is not configured on this node")
+            raise ReplyError(errors.NO_PERSISTENCE)
         try:
             p.reload(from_aof=sub == b"loadaof")
         except Exception as e:  # noqa: BLE001 - the node stays up; the reason goes back
-            raise ReplyError(b"ERR Error trying to load the data set: %s"
-                             % str(e).encode(errors="replace")) from None
+            raise ReplyError(errors.load_failed(str(e))) from None
         return OK
     if sub == b"set-active-expire" and len(argv) == 3:
         c.server.active_expire_enabled = argv[2] != b"0"

@@ -8,8 +8,6 @@ from node.commands import command
 from node.resp import ReplyError, Status, Verbatim, encode, integer
 from node.slots import SLOTS, key_slot
 
-DISABLED = b"ERR This instance has cluster support disabled"
-
 CLUSTER_HELP = [
     b"CLUSTER <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
     b"COUNTKEYSINSLOT <slot>", b"    Return the number of keys in <slot>.",
@@ -31,7 +29,7 @@ CLUSTER_HELP = [
 def _slot_arg(arg: bytes) -> int:
     slot = errors.parse_int_or_error(arg)
     if not 0 <= slot < SLOTS:
-        raise ReplyError(b"ERR Invalid slot")
+        raise ReplyError(errors.INVALID_SLOT)
     return slot
 
 
@@ -42,7 +40,7 @@ def cluster(c: Client, argv: list[bytes]) -> bytes:
         return encode([Status(x) for x in CLUSTER_HELP], c.proto)
     state = c.server.cluster
     if state is None:
-        raise ReplyError(DISABLED)
+        raise ReplyError(errors.CLUSTER_DISABLED)
     if sub == b"keyslot":
         return integer(key_slot(argv[2]))
     if sub == b"myid":
@@ -61,6 +59,6 @@ def cluster(c: Client, argv: list[bytes]) -> bytes:
         slot = errors.parse_int_or_error(argv[2])
         count = errors.parse_int_or_error(argv[3])
         if not 0 <= slot < SLOTS or count < 0:
-            raise ReplyError(b"ERR Invalid slot or number of keys")
+            raise ReplyError(errors.INVALID_SLOT_OR_COUNT)
         return encode(state.keys_in_slot(slot)[:count], c.proto)
     raise ReplyError(errors.unknown_subcommand(argv[1], b"CLUSTER"))

@@ -55,7 +55,7 @@ def hello(c: Client, argv: list[bytes]) -> bytes:
     if len(argv) >= 2:
         v = errors.string2ll(argv[1])
         if v is None:
-            raise ReplyError(b"ERR Protocol version is not an integer or out of range")
+            raise ReplyError(errors.PROTO_NOT_INTEGER)
         if v < 2 or v > 3:
             raise ReplyError(errors.NOPROTO)
         proto = v
@@ -70,15 +70,12 @@ def hello(c: Client, argv: list[bytes]) -> bytes:
         elif opt == b"setname" and more >= 1:
             setname = argv[i + 1]
             if not _valid_client_name(setname):
-                raise ReplyError(b"ERR Client names cannot contain spaces, newlines or special characters.")
+                raise ReplyError(errors.INVALID_CLIENT_NAME)
             i += 2
         else:
-            raise ReplyError(b"ERR Syntax error in HELLO option '%s'" % argv[i])
+            raise ReplyError(errors.hello_syntax(argv[i]))
     if not c.authenticated:
-        raise ReplyError(
-            b"NOAUTH HELLO must be called with the client already authenticated, otherwise the "
-            b"HELLO <proto> AUTH <user> <pass> option can be used to authenticate the client and "
-            b"select the RESP protocol version at the same time")
+        raise ReplyError(errors.HELLO_NOAUTH)
     if setname is not None:
         c.name = setname or None
     c.proto = proto
@@ -203,7 +200,7 @@ def client(c: Client, argv: list[bytes]) -> bytes:
     if sub == b"setname":
         _client_arity(argv, n == 3)
         if not _valid_client_name(argv[2]):
-            raise ReplyError(b"ERR Client names cannot contain spaces, newlines or special characters.")
+            raise ReplyError(errors.INVALID_CLIENT_NAME)
         c.name = argv[2] or None
         return OK
     if sub == b"getname":
@@ -213,10 +210,9 @@ def client(c: Client, argv: list[bytes]) -> bytes:
         _client_arity(argv, n == 4)
         attr = argv[2].lower()
         if attr not in (b"lib-name", b"lib-ver"):
-            raise ReplyError(b"ERR Unrecognized option '%s'" % argv[2])
+            raise ReplyError(errors.unrecognized_option(argv[2]))
         if not all(33 <= ch <= 126 for ch in argv[3]):
-            raise ReplyError(b"ERR %s cannot contain spaces, newlines or special characters."
-                             % attr.upper())
+            raise ReplyError(errors.invalid_client_info(attr))
         if attr == b"lib-name":
             c.lib_name = argv[3]
         else:
@@ -233,7 +229,7 @@ def client(c: Client, argv: list[bytes]) -> bytes:
             if opt == b"type" and i + 1 < n:
                 t = argv[i + 1].lower()
                 if t not in (b"normal", b"master", b"replica", b"slave", b"pubsub"):
-                    raise ReplyError(b"ERR Unknown client type '%s'" % argv[i + 1])
+                    raise ReplyError(errors.unknown_client_type(argv[i + 1]))
                 if t != b"normal":
                     ids = set()
                 i += 2
@@ -242,7 +238,7 @@ def client(c: Client, argv: list[bytes]) -> bytes:
                 for a in argv[i + 1:]:
                     v = errors.string2ll(a)
                     if v is None or v <= 0:
-                        raise ReplyError(b"ERR Invalid client ID")
+                        raise ReplyError(errors.INVALID_CLIENT_ID)
                     ids.add(v)
                 i = n
             else:
@@ -259,7 +255,7 @@ def client(c: Client, argv: list[bytes]) -> bytes:
         if n == 4:
             how = argv[3].lower()
             if how not in (b"timeout", b"error"):
-                raise ReplyError(b"ERR CLIENT UNBLOCK reason should be TIMEOUT or ERROR")
+                raise ReplyError(errors.UNBLOCK_REASON)
             reply_error = how == b"error"
         target = server.clients.get(cid)
         if target is None or target.blocked is None:
@@ -295,7 +291,7 @@ def _client_kill(c: Client, argv: list[bytes]) -> bytes:
             if x.addr.encode() == argv[2]:
                 _kill(c, x)
                 return OK
-        raise ReplyError(b"ERR No such client")
+        raise ReplyError(errors.NO_SUCH_CLIENT)
     if n % 2 != 0:
         raise ReplyError(errors.SYNTAX)
     cid = addr = laddr = ctype = user = None
@@ -306,7 +302,7 @@ def _client_kill(c: Client, argv: list[bytes]) -> bytes:
         if opt == b"id":
             cid = errors.string2ll(val)
             if cid is None or cid <= 0:
-                raise ReplyError(b"ERR client-id should be greater than 0")
+                raise ReplyError(errors.CLIENT_ID_NOT_POSITIVE)
         elif opt == b"addr":
             addr = val
         elif opt == b"laddr":
@@ -314,11 +310,11 @@ def _client_kill(c: Client, argv: list[bytes]) -> bytes:
         elif opt == b"type":
             ctype = val.lower()
             if ctype not in (b"normal", b"master", b"replica", b"slave", b"pubsub"):
-                raise ReplyError(b"ERR Unknown client type '%s'" % val)
+                raise ReplyError(errors.unknown_client_type(val))
         elif opt == b"user":
             user = val
             if user != b"default":
-                raise ReplyError(b"ERR No such user '%s'" % val)
+                raise ReplyError(errors.no_such_user(val))
         elif opt == b"skipme":
             if val.lower() not in (b"yes", b"no"):
                 raise ReplyError(errors.SYNTAX)

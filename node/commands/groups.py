@@ -38,21 +38,6 @@ from node.streamid import (
     parse_strict_id_or_error,
 )
 
-# Error texts of this module, as in t_stream.c.
-BUSYGROUP = b"BUSYGROUP Consumer Group name already exists"
-XGROUP_NO_KEY = (
-    b"ERR The XGROUP subcommand requires the key to exist. Note that for CREATE you may want "
-    b"to use the MKSTREAM option to create an empty stream automatically.")
-ENTRIESREAD_NEGATIVE = b"ERR value for ENTRIESREAD must be positive or -1"
-XCLAIM_MIN_IDLE = b"ERR Invalid min-idle-time argument for XCLAIM"
-XCLAIM_IDLE = b"ERR Invalid IDLE option argument for XCLAIM"
-XCLAIM_TIME = b"ERR Invalid TIME option argument for XCLAIM"
-XCLAIM_RETRYCOUNT = b"ERR Invalid RETRYCOUNT option argument for XCLAIM"
-XAUTOCLAIM_MIN_IDLE = b"ERR Invalid min-idle-time argument for XAUTOCLAIM"
-XAUTOCLAIM_COUNT = b"ERR COUNT must be > 0"
-INVALID_START_ID = b"ERR invalid start ID for the interval"
-INVALID_END_ID = b"ERR invalid end ID for the interval"
-
 _LLONG_MAX = errors.LLONG_MAX
 # XAUTOCLAIM: COUNT is at most LONG_MAX / max(sizeof(streamID), attempts_factor).
 _XAUTOCLAIM_MAX_COUNT = _LLONG_MAX // 16
@@ -61,8 +46,7 @@ _ATTEMPTS_FACTOR = 10
 
 def subcommand_syntax_error(argv: list[bytes]) -> ReplyError:
     """addReplySubcommandSyntaxError."""
-    return ReplyError(b"ERR unknown subcommand or wrong number of arguments for '%s'. Try %s HELP."
-                      % (argv[1][:128], argv[0].upper()))
+    return ReplyError(errors.subcommand_syntax(argv[1], argv[0]))
 
 
 def help_reply(argv: list[bytes], lines: list[bytes]) -> bytes:
@@ -72,14 +56,6 @@ def help_reply(argv: list[bytes], lines: list[bytes]) -> bytes:
     out += [Status(x) for x in lines]
     out += [Status(b"HELP"), Status(b"    Print this help.")]
     return encode(out)
-
-
-def nogroup_key_or_group(key: bytes, group: bytes) -> ReplyError:
-    return ReplyError(b"NOGROUP No such key '%s' or consumer group '%s'" % (key, group))
-
-
-def nogroup_for_key(group: bytes, key: bytes) -> ReplyError:
-    return ReplyError(b"NOGROUP No such consumer group '%s' for key name '%s'" % (group, key))
 
 
 def _group_changed(c: Client, key: bytes) -> None:
@@ -179,7 +155,7 @@ def xgroup(c: Client, argv: list[bytes]) -> bytes:
                 if v is None:
                     raise ReplyError(errors.NOT_INTEGER)
                 if v < 0 and v != -1:
-                    raise ReplyError(ENTRIESREAD_NEGATIVE)
+                    raise ReplyError(errors.ENTRIESREAD_NEGATIVE)
                 entries_read = None if v == -1 else v
                 i += 2
             else:
@@ -188,10 +164,10 @@ def xgroup(c: Client, argv: list[bytes]) -> bytes:
 
     if argc >= 4 and not mkstream:
         if s is None:
-            raise ReplyError(XGROUP_NO_KEY)
+            raise ReplyError(errors.XGROUP_NO_KEY)
         g = s.groups.get(groupname)
         if g is None and sub in (b"setid", b"createconsumer", b"delconsumer"):
-            raise nogroup_for_key(groupname, key)
+            raise ReplyError(errors.nogroup_for_key(groupname, key))
 
     if argc == 2 and sub == b"help":
         return help_reply(argv, _XGROUP_HELP)
@@ -204,7 +180,7 @@ def xgroup(c: Client, argv: list[bytes]) -> bytes:
             s = Stream()
             c.db.set(key, s)  # a new key: signals it ready and breaks WATCH, as dbAdd does
         if create_group(s, groupname, sid, entries_read) is None:
-            raise ReplyError(BUSYGROUP)
+            raise ReplyError(errors.BUSYGROUP)
         _group_changed(c, key)
         c.server.propagate(argv)
         return OK
@@ -317,12 +293,12 @@ def xpending(c: Client, argv: list[bytes]) -> bytes:
         start, startex = parse_range_id_or_error(argv[si], 0)
         if startex:
             if start == MAX_ID:
-                raise ReplyError(INVALID_START_ID)
+                raise ReplyError(errors.INVALID_START_ID)
             start += 1
         end, endex = parse_range_id_or_error(argv[si + 1], SEQ_MAX)
         if endex:
             if end == 0:
-                raise ReplyError(INVALID_END_ID)
+                raise ReplyError(errors.INVALID_END_ID)
             end -= 1
         if si + 3 < argc:
             consumername = argv[si + 3]
@@ -331,7 +307,7 @@ def xpending(c: Client, argv: list[bytes]) -> bytes:
     s = c.db.get_stream(key)
     g = s.groups.get(groupname) if s is not None else None
     if g is None:
-        raise nogroup_key_or_group(key, groupname)
+        raise ReplyError(errors.nogroup_key_or_group(key, groupname))
 
     if justinfo:
         pel = g.pel
@@ -378,8 +354,8 @@ def xclaim(c: Client, argv: list[bytes]) -> bytes:
     s = c.db.get_stream(key)
     g = s.groups.get(groupname) if s is not None else None
     if s is None or g is None:
-        raise nogroup_key_or_group(key, groupname)
-    minidle = errors.parse_int_or_error(argv[4], XCLAIM_MIN_IDLE)
+        raise ReplyError(errors.nogroup_key_or_group(key, groupname))
+    minidle = errors.parse_int_or_error(argv[4], errors.XCLAIM_MIN_IDLE)
     if minidle < 0:
         minidle = 0
 
@@ -408,18 +384,18 @@ def xclaim(c: Client, argv: list[bytes]) -> bytes:
             justid = True
         elif opt == b"idle" and moreargs:
             j += 1
-            deliverytime = now - errors.parse_int_or_error(argv[j], XCLAIM_IDLE)
+            deliverytime = now - errors.parse_int_or_error(argv[j], errors.XCLAIM_IDLE)
         elif opt == b"time" and moreargs:
             j += 1
-            deliverytime = errors.parse_int_or_error(argv[j], XCLAIM_TIME)
+            deliverytime = errors.parse_int_or_error(argv[j], errors.XCLAIM_TIME)
         elif opt == b"retrycount" and moreargs:
             j += 1
-            retrycount = errors.parse_int_or_error(argv[j], XCLAIM_RETRYCOUNT)
+            retrycount = errors.parse_int_or_error(argv[j], errors.XCLAIM_RETRYCOUNT)
         elif opt == b"lastid" and moreargs:
             j += 1
             last_id = parse_strict_id_or_error(argv[j])
         else:
-            raise ReplyError(b"ERR Unrecognized XCLAIM option '%s'" % argv[j])
+            raise ReplyError(errors.xclaim_unknown_option(argv[j]))
         j += 1
 
     propagate_last_id = False
@@ -481,13 +457,13 @@ def xautoclaim(c: Client, argv: list[bytes]) -> bytes:
 
     Reply: [next-start-id, [claimed...], [IDs that were pending but no longer exist]].
     """
-    minidle = errors.parse_int_or_error(argv[4], XAUTOCLAIM_MIN_IDLE)
+    minidle = errors.parse_int_or_error(argv[4], errors.XAUTOCLAIM_MIN_IDLE)
     if minidle < 0:
         minidle = 0
     start, startex = parse_range_id_or_error(argv[5], 0)
     if startex:
         if start == MAX_ID:
-            raise ReplyError(INVALID_START_ID)
+            raise ReplyError(errors.INVALID_START_ID)
         start += 1
     count = 100
     justid = False
@@ -499,7 +475,7 @@ def xautoclaim(c: Client, argv: list[bytes]) -> bytes:
         if opt == b"count" and moreargs:
             v = string2ll(argv[j + 1])
             if v is None or v < 1 or v > _XAUTOCLAIM_MAX_COUNT:
-                raise ReplyError(XAUTOCLAIM_COUNT)
+                raise ReplyError(errors.XAUTOCLAIM_COUNT)
             count = v
             j += 1
         elif opt == b"justid":
@@ -512,7 +488,7 @@ def xautoclaim(c: Client, argv: list[bytes]) -> bytes:
     s = c.db.get_stream(key)
     g = s.groups.get(groupname) if s is not None else None
     if s is None or g is None:
-        raise nogroup_key_or_group(key, groupname)
+        raise ReplyError(errors.nogroup_key_or_group(key, groupname))
 
     cons = lookup_or_create_consumer(c, key, groupname, g, name)
     now = c.server.now_ms()

@@ -80,7 +80,7 @@ def _scan_hash(key: bytes) -> int:
 def scan(c: Client, argv: list[bytes]) -> bytes:
     cursor = errors.string2ull(argv[1])
     if cursor is None:
-        raise ReplyError(b"ERR invalid cursor")
+        raise ReplyError(errors.INVALID_CURSOR)
     count, pattern, want_type = 10, None, None
     i = 2
     while i < len(argv):
@@ -133,11 +133,11 @@ def _expire_generic(c: Client, argv: list[bytes], unit_ms: int, absolute: bool) 
         elif o == b"lt":
             lt = True
         else:
-            raise ReplyError(b"ERR Unsupported option %s" % opt)
+            raise ReplyError(errors.unsupported_option(opt))
     if nx and (xx or gt or lt):
-        raise ReplyError(b"ERR NX and XX, GT or LT options at the same time are not compatible")
+        raise ReplyError(errors.EXPIRE_NX_AND_OTHERS)
     if gt and lt:
-        raise ReplyError(b"ERR GT and LT options at the same time are not compatible")
+        raise ReplyError(errors.EXPIRE_GT_AND_LT)
     if v > _LL_MAX // unit_ms or v < -_LL_MAX // unit_ms:
         raise ReplyError(errors.INVALID_EXPIRE % name)
     when = v * unit_ms

@@ -15,7 +15,7 @@ log = logging.getLogger("xshard.node")
 def _persistence(c: Client):  # noqa: ANN202 - node.persistence.Persistence
     p = c.server.persistence
     if p is None:
-        raise ReplyError(b"ERR persistence is not configured on this node")
+        raise ReplyError(errors.NO_PERSISTENCE)
     return p
 
 
@@ -23,14 +23,14 @@ def _persistence(c: Client):  # noqa: ANN202 - node.persistence.Persistence
 def save(c: Client, argv: list[bytes]) -> bytes:
     p = _persistence(c)
     if p.bgsave_in_progress:
-        raise ReplyError(b"ERR Background save already in progress")
+        raise ReplyError(errors.BGSAVE_IN_PROGRESS)
     try:
         p.save()
     except OSError as e:
         p._saved(False)
         log.warning("Failed opening the snapshot file %s for saving: %s",
                     c.server.config.dbfilename, e.strerror)
-        raise ReplyError(b"ERR") from None
+        raise ReplyError(errors.SAVE_FAILED) from None
     return OK
 
 
@@ -43,10 +43,9 @@ def bgsave(c: Client, argv: list[bytes]) -> bytes:
     if len(argv) == 2:
         schedule = True
     if p.bgsave_in_progress:
-        raise ReplyError(b"ERR Background save already in progress")
+        raise ReplyError(errors.BGSAVE_IN_PROGRESS)
     if p.saver.busy and not schedule:
-        raise ReplyError(b"ERR Another child process is active (AOF?): can't BGSAVE right now. "
-                         b"Use BGSAVE SCHEDULE in order to schedule a BGSAVE whenever possible.")
+        raise ReplyError(errors.BGSAVE_CHILD_ACTIVE)
     busy = p.saver.busy
     p.bgsave()
     return encode(Status(b"Background saving scheduled" if busy else
@@ -57,10 +56,9 @@ def bgsave(c: Client, argv: list[bytes]) -> bytes:
 def bgrewriteaof(c: Client, argv: list[bytes]) -> bytes:
     p = _persistence(c)
     if p.rewrite_in_progress:
-        raise ReplyError(b"ERR Background append only file rewriting already in progress")
+        raise ReplyError(errors.REWRITE_IN_PROGRESS)
     if not c.server.config.appendonly:
-        # Redis rewrites a file nobody appends to; with nothing to append to we only say so.
-        raise ReplyError(b"ERR Background append only file rewriting needs appendonly yes")
+        raise ReplyError(errors.REWRITE_NEEDS_AOF)
     busy = p.saver.busy
     p.rewrite()
     return encode(Status(b"Background append only file rewriting scheduled" if busy else
@@ -79,7 +77,7 @@ def shutdown(c: Client, argv: list[bytes]) -> bytes:
         elif w in (b"now", b"force"):
             pass
         elif w == b"abort":
-            raise ReplyError(b"ERR No shutdown in progress.")
+            raise ReplyError(errors.NO_SHUTDOWN)
         else:
             raise ReplyError(errors.SYNTAX)
     p = c.server.persistence
@@ -88,7 +86,7 @@ def shutdown(c: Client, argv: list[bytes]) -> bytes:
             p.shutdown(save)
         except OSError as e:
             log.warning("Error trying to save the DB, can't exit: %s", e.strerror)
-            raise ReplyError(b"ERR Errors trying to SHUTDOWN. Check logs.") from None
+            raise ReplyError(errors.SHUTDOWN_FAILED) from None
         p.shut_down = True
     log.warning("User requested shutdown...")
     if c.server.shutdown_hook is not None:

@@ -31,39 +31,8 @@ from node.resp import ReplyError, null_array
 from node.stream import Stream
 from node.streamid import MAX_ID, format_id, parse_id_or_error
 
-GROUP_ONLY_XREADGROUP = (
-    b"ERR The GROUP option is only supported by XREADGROUP. You called XREAD instead.")
-NOACK_ONLY_XREADGROUP = (
-    b"ERR The NOACK option is only supported by XREADGROUP. You called XREAD instead.")
-MISSING_GROUP = b"ERR Missing GROUP option for XREADGROUP"
-DOLLAR_IN_XREADGROUP = (
-    b"ERR The $ ID is meaningless in the context of XREADGROUP: you want to read the history "
-    b"of this consumer by specifying a proper ID, or use the > ID to get new messages. The $ "
-    b"ID would just return an empty result set.")
-# 7.4 added `+` (the last entry) to XREAD; its XREADGROUP refusal mirrors the `$` one.
-PLUS_IN_XREADGROUP = (
-    b"ERR The + ID is meaningless in the context of XREADGROUP: you want to read the history "
-    b"of this consumer by specifying a proper ID, or use the > ID to get new messages. The + "
-    b"ID would just return an empty result set.")
-PLUS_ON_ZERO = b"ERR the stream last element ID is 0-0"
-GT_IN_XREAD = (
-    b"ERR The > ID can be specified only when calling XREADGROUP using the GROUP <group> "
-    b"<consumer> option.")
-TIMEOUT_OUT_OF_RANGE = b"ERR timeout is out of range"
-
 # ">" is stored as the maximal ID, as Redis does (an explicit max ID therefore acts as ">").
 _NEW = MAX_ID
-
-
-def _unbalanced(xreadgroup: bool) -> ReplyError:
-    return ReplyError(b"ERR Unbalanced '%s' list of streams: for each stream key an ID or '%s' "
-                      b"must be specified." % ((b"xreadgroup", b">") if xreadgroup
-                                               else (b"xread", b"$")))
-
-
-def _nogroup(key: bytes, group: bytes) -> ReplyError:
-    return ReplyError(b"NOGROUP No such key '%s' or consumer group '%s' in XREADGROUP with "
-                      b"GROUP option" % (key, group))
 
 
 @command(b"xread", b"xreadgroup")
@@ -88,7 +57,7 @@ def xread(c: Client, argv: list[bytes]) -> bytes:
             i += 1
             timeout = errors.parse_timeout_ms_or_error(argv[i])
             if timeout > errors.LLONG_MAX - c.server.now_ms():
-                raise ReplyError(TIMEOUT_OUT_OF_RANGE)
+                raise ReplyError(errors.TIMEOUT_OUT_OF_RANGE)
         elif o == b"count" and moreargs:
             i += 1
             count = errors.parse_int_or_error(argv[i])
@@ -98,18 +67,18 @@ def xread(c: Client, argv: list[bytes]) -> bytes:
             streams_arg = i + 1
             n = argc - streams_arg
             if n % 2:
-                raise _unbalanced(xreadgroup)
+                raise ReplyError(errors.unbalanced_streams(xreadgroup))
             nkeys = n // 2
             break
         elif o == b"group" and moreargs >= 2:
             if not xreadgroup:
-                raise ReplyError(GROUP_ONLY_XREADGROUP)
+                raise ReplyError(errors.GROUP_ONLY_XREADGROUP)
             groupname = argv[i + 1]
             consumername = argv[i + 2]
             i += 2
         elif o == b"noack":
             if not xreadgroup:
-                raise ReplyError(NOACK_ONLY_XREADGROUP)
+                raise ReplyError(errors.NOACK_ONLY_XREADGROUP)
             noack = True
         else:
             raise ReplyError(errors.SYNTAX)
@@ -117,7 +86,7 @@ def xread(c: Client, argv: list[bytes]) -> bytes:
     if streams_arg == 0:
         raise ReplyError(errors.SYNTAX)
     if xreadgroup and groupname is None:
-        raise ReplyError(MISSING_GROUP)
+        raise ReplyError(errors.MISSING_GROUP)
 
     keys = argv[streams_arg:streams_arg + nkeys]
     streams: list[Stream | None] = []
@@ -138,24 +107,24 @@ def xread(c: Client, argv: list[bytes]) -> bytes:
         if groupname is not None:
             g = s.groups.get(groupname) if s is not None else None
             if g is None:
-                raise _nogroup(key, groupname)
+                raise ReplyError(errors.nogroup_xreadgroup(key, groupname))
             groups.append(g)
         if arg == b"$":
             if xreadgroup:
-                raise ReplyError(DOLLAR_IN_XREADGROUP)
+                raise ReplyError(errors.DOLLAR_IN_XREADGROUP)
             ids.append(s.last_id if s is not None else 0)
             dollars.append(streams_arg + nkeys + idx)
         elif arg == b">":
             if not xreadgroup:
-                raise ReplyError(GT_IN_XREAD)
+                raise ReplyError(errors.GT_IN_XREAD)
             ids.append(_NEW)
         elif arg == b"+":
             # 7.4: the last entry. Resolved to "after last_id - 1", as Redis does.
             if xreadgroup:
-                raise ReplyError(PLUS_IN_XREADGROUP)
+                raise ReplyError(errors.PLUS_IN_XREADGROUP)
             if s is not None:
                 if s.last_id == 0:
-                    raise ReplyError(PLUS_ON_ZERO)
+                    raise ReplyError(errors.PLUS_ON_ZERO)
                 ids.append(s.last_id - 1)
             else:
                 ids.append(0)

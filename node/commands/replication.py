@@ -19,7 +19,7 @@ log = logging.getLogger("xshard.node")
 def _replication(c: Client):  # noqa: ANN202 - node.replication.Replication
     r = c.server.replication
     if r is None:
-        raise ReplyError(b"ERR replication is not configured on this node")
+        raise ReplyError(errors.NO_REPLICATION)
     return r
 
 

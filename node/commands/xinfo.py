@@ -69,8 +69,7 @@ def xinfo(c: Client, argv: list[bytes]) -> bytes:
 def _consumers(c: Client, s: Stream, key: bytes, groupname: bytes) -> bytes:
     g = s.groups.get(groupname)
     if g is None:
-        raise ReplyError(b"NOGROUP No such consumer group '%s' for key name '%s'"
-                         % (groupname, key))
+        raise ReplyError(errors.nogroup_for_key(groupname, key))
     now = c.server.now_ms()
     out = []
     for cons in g.sorted_consumers():
