@@ -4,7 +4,8 @@ It keeps the node's `nodes/<id>` key on a lease session (control/lease.py: TTL 3
 keep-alive every second),
 joins the node to its shard, gives the node the role that etcd names (primary, or replica of
 the named primary, through the node's own REPLICAOF command), feeds the slot map and topology
-to `server.cluster`, and fences: a write guard refuses writes with -CLUSTERDOWN unless
+to `server.cluster`, and fences: `fence()` (Server.check_fence) refuses writes with
+-CLUSTERDOWN unless
 
   1. the last keep-alive that etcd accepted was *sent* less than FENCE_AFTER (1.5 s) ago, and
   2. a view read after the current lease was registered names this node the shard's primary.
@@ -32,15 +33,14 @@ from control.etcdconn import EtcdConfig
 from control.lease import POLICY, LeaseSession
 from control.records import NodeRecord, ShardRecord, View
 from control.store import Store
+from node import errors
 
 if TYPE_CHECKING:
-    from node.client import Client
     from node.server import Server
 
 log = logging.getLogger("xshard.agent")
 
 FENCE_AFTER = POLICY.ttl / 2  # seconds since the last accepted keep-alive was sent
-CLUSTERDOWN = b"CLUSTERDOWN The cluster is down"
 
 
 def default_host(bind: str) -> str:
@@ -74,7 +74,6 @@ class Agent:
         self._last_target: tuple[str, int] | None = None
         # Until etcd has spoken, serve no keys at all: the node is not a standalone server.
         server.cluster = ClusterState(server, self._node_id or "?", self.shard)
-        server.write_guards.append(self.guard)
 
     @property
     def node_id(self) -> str:
@@ -121,13 +120,13 @@ class Agent:
     def fresh(self) -> bool:
         return self.session is not None and self.session.age() < FENCE_AFTER
 
-    def guard(self, c: Client, name: bytes) -> bytes | None:
-        """server.write_guards entry: refuse writes unless fresh and named primary."""
+    def fence(self) -> bytes | None:
+        """Server.check_fence: refuse writes unless fresh and named primary."""
         if self.named_primary and self.fresh():
             return None
         if self.server.role != "master":
             return None  # a replica: its own READONLY guard answers
-        return CLUSTERDOWN
+        return errors.CLUSTERDOWN
 
     # --- lease -----------------------------------------------------------------------------------
     async def _lease_loop(self) -> None:

@@ -1,3 +1,6 @@
 """The xshard storage node: a Redis-compatible stream engine behind a RESP server."""
 
 __version__ = "0.1.0"
+# The Redis release whose behaviour the node matches: INFO's redis_version and HELLO's version
+# (clients such as redis-py decide what to send from it).
+REDIS_VERSION = "7.4.0"

@@ -14,9 +14,9 @@ if TYPE_CHECKING:
 class Client:
     __slots__ = (
         "id", "server", "conn", "proto", "name", "authenticated", "addr", "laddr", "ctime",
-        "last_interaction", "last_cmd", "in_multi", "multi_queue", "multi_failed", "in_exec",
-        "watched", "dirty_cas", "blocked", "rerunning", "readonly", "asking", "lib_name",
-        "lib_ver", "close_after_reply", "obuf_soft_since", "no_evict", "is_master", "woff",
+        "last_interaction_ms", "last_cmd", "in_multi", "multi_queue", "multi_failed", "in_exec",
+        "watched", "dirty_cas", "blocked", "rerunning", "readonly", "lib_name", "lib_ver",
+        "close_after_reply", "obuf_soft_since", "no_evict", "is_master", "woff",
     )
 
     def __init__(self, server: Server, conn: Connection | None, client_id: int,
@@ -30,7 +30,7 @@ class Client:
         self.addr = addr
         self.laddr = laddr
         self.ctime = time.time()
-        self.last_interaction = self.ctime
+        self.last_interaction_ms = int(self.ctime * 1000)  # the last command's time (idle=)
         self.last_cmd = b"NULL"
         self.in_multi = False
         self.multi_queue: list[list[bytes]] = []
@@ -40,12 +40,13 @@ class Client:
         self.dirty_cas = False
         self.blocked: Blocked | None = None
         self.rerunning = False  # True while a blocked command is re-run after its key was ready
-        self.readonly = False
-        self.asking = False
+        self.readonly = False  # READONLY: a cluster replica may serve this client's reads
         self.lib_name = b""
         self.lib_ver = b""
         self.close_after_reply = False
         self.obuf_soft_since = 0.0
+        # CLIENT NO-EVICT: nothing is evicted here, but the flag is the client's own state and
+        # CLIENT INFO shows it ('e'), as Redis does.
         self.no_evict = False
         self.is_master = False  # the client that applies a primary's effects (or the AOF)
         self.woff = 0  # effect-log offset after this client's last write (WAIT, WAITAOF)
@@ -59,16 +60,19 @@ class Client:
         if self.conn is not None:
             self.conn.on_unblocked(reply)
 
+    def discard_multi(self) -> None:
+        """multi.c discardTransaction: leave MULTI, drop the queue, forget every WATCH."""
+        self.in_multi = False
+        self.multi_queue = []
+        self.multi_failed = False
+        self.server.db.unwatch_all(self)
+
     def reset(self) -> None:
         """RESET: back to a fresh connection's state, keeping the id and the socket."""
-        self.server.db.unwatch_all(self)
+        self.discard_multi()
         self.server.blocking.unblock(self, None)
         self.proto = 2
         self.name = None
         self.authenticated = not self.server.config.requirepass
-        self.in_multi = False
-        self.multi_queue = []
-        self.multi_failed = False
         self.readonly = False
-        self.asking = False
         self.no_evict = False

@@ -112,11 +112,8 @@ class EffectApplier:
         self.reader = Reader()
         self.buffered = 0
         self.pending = []
-        c = self.client
-        if c.in_multi:
-            c.in_multi = False
-            c.multi_queue = []
-            c.multi_failed = False
+        if self.client.in_multi:
+            self.client.discard_multi()
 
     def feed(self, data: bytes | memoryview, track: bool = True) -> int:
         """Apply every complete command in `data` (plus what was buffered); returns how many.

@@ -10,12 +10,12 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from node import REDIS_VERSION
 from node import __version__ as xshard_version
 
 if TYPE_CHECKING:
     from node.server import Server
 
-REDIS_VERSION = "7.4.0"
 DEFAULT_SECTIONS = ("server", "clients", "memory", "persistence", "stats", "replication", "cpu",
                     "modules", "errorstats", "cluster", "keyspace")
 ALL_SECTIONS = DEFAULT_SECTIONS + ("commandstats", "latencystats")
@@ -46,7 +46,7 @@ def _server(s: Server) -> list[tuple[str, object]]:
         ("process_id", os.getpid()), ("run_id", s.run_id), ("tcp_port", s.config.port),
         ("server_time_usec", int(time.time() * 1e6)), ("uptime_in_seconds", up),
         ("uptime_in_days", up // 86400), ("hz", s.config.hz), ("executable", sys.argv[0]),
-        ("config_file", getattr(s, "config_file", "") or ""),
+        ("config_file", s.config_file),
     ]
 
 
@@ -61,7 +61,7 @@ def _clients(s: Server) -> list[tuple[str, object]]:
 
 def _memory(s: Server) -> list[tuple[str, object]]:
     rss = rss_bytes()
-    s.peak_memory = max(getattr(s, "peak_memory", 0), rss)
+    s.peak_memory = max(s.peak_memory, rss)
     return [
         ("used_memory", rss), ("used_memory_human", _human(rss)), ("used_memory_rss", rss),
         ("used_memory_rss_human", _human(rss)), ("used_memory_peak", s.peak_memory),
@@ -72,7 +72,7 @@ def _memory(s: Server) -> list[tuple[str, object]]:
 
 
 def _persistence(s: Server) -> list[tuple[str, object]]:
-    p = getattr(s, "persistence", None)
+    p = s.persistence
     if p is not None:
         return p.info_fields()
     return [
@@ -96,11 +96,11 @@ def _stats(s: Server) -> list[tuple[str, object]]:
         ("expired_keys", s.db.expired_keys), ("evicted_keys", 0),
         ("total_error_replies", st.total_error_replies),
         ("total_blocking_keys", len(s.blocking.waiting)),
-    ] + (s.replication.stats_fields() if getattr(s, "replication", None) is not None else [])
+    ] + (s.replication.stats_fields() if s.replication is not None else [])
 
 
 def _replication(s: Server) -> list[tuple[str, object]]:
-    r = getattr(s, "replication", None)
+    r = s.replication
     if r is not None:
         return r.info_fields()
     return [

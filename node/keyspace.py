@@ -121,10 +121,6 @@ class Keyspace:
         self.expires[key] = when_ms
         self.changed(key)
 
-    def ttl_ms(self, key: bytes) -> int | None:
-        when = self.expires.get(key)
-        return None if when is None else when - self.server.now_ms()
-
     def _expire(self, key: bytes) -> None:
         del self.data[key]
         del self.expires[key]

@@ -9,6 +9,7 @@ import os
 import signal
 import sys
 
+from node import __version__
 from node.config import BY_NAME, Config, ConfigError, parse_config_file
 
 # Snapshots fork (node.snapshot.ChildSaver). gRPC (etcd's client) installs fork handlers that
@@ -126,8 +127,7 @@ async def _serve(config: Config, config_file: str) -> int:
     from node.persistence import LoadError, Persistence
     from node.server import Server
 
-    server = Server(config)
-    server.config_file = config_file
+    server = Server(config, config_file)
     persistence = server.persistence = Persistence(server)
     try:
         persistence.load()
@@ -167,7 +167,7 @@ async def _serve(config: Config, config_file: str) -> int:
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     server.shutdown_hook = stop.set
-    log.info("xshard node %s ready to accept connections tcp on %s:%d", "0.1.0", config.bind,
+    log.info("xshard node %s ready to accept connections tcp on %s:%d", __version__, config.bind,
              config.port)
     await stop.wait()
     log.info("Received shutdown signal, closing")

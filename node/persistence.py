@@ -199,7 +199,6 @@ class Persistence:
         self.loading = 0
         self.shut_down = False
         self.last_fsync_seconds = 0.0
-        server.write_guards.append(self._guard)
         server.config_listeners.append(self.config_changed)
 
     # --- start-up -----------------------------------------------------------------------------
@@ -274,8 +273,7 @@ class Persistence:
                     raise LoadError(f"Bad file format reading the append only file {path}: "
                                     f"{e.reason} at offset {e.offset}") from None
         if applier.client.in_multi:  # cannot happen after scan's MULTI rewind, but be exact
-            applier.client.in_multi = False
-            applier.client.multi_queue = []
+            applier.client.discard_multi()
         if applier.errors:
             log.warning("%d commands in %s returned errors while loading", applier.errors, path)
         self.aof_size += good
@@ -518,7 +516,8 @@ class Persistence:
             self._release_held(everything=True)
 
     # --- refusing writes ----------------------------------------------------------------------
-    def _guard(self, c: Any, name: bytes) -> bytes | None:
+    def misconf(self) -> bytes | None:
+        """The MISCONF error while writes cannot be persisted (Server.check_misconf)."""
         err = self.write_error or self.fsync_error or self.manifest_error
         if err is not None:
             return errors.misconf_aof(err)

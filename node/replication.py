@@ -579,7 +579,6 @@ class Replication:
         self.sync_partial_ok = 0
         self.sync_partial_err = 0
         server.effects.listen(self._on_effect)
-        server.write_guards.append(self._guard)
         server.config_listeners.append(self._config_changed)
         server.role = "master"
 
@@ -828,17 +827,6 @@ class Replication:
         lag = self.server.config.min_replicas_max_lag
         now = time.monotonic()
         return sum(1 for lk in self.replicas if lk.state == "online" and now - lk.ack_time <= lag)
-
-    def _guard(self, c: Client, name: bytes) -> bytes | None:
-        cfg = self.server.config
-        if self.master_host is not None:
-            if cfg.replica_read_only:
-                return errors.READONLY
-            return None
-        if cfg.min_replicas_to_write and cfg.min_replicas_max_lag and \
-                self.good_replicas() < cfg.min_replicas_to_write:
-            return errors.NOREPLICAS
-        return None
 
     # --- replica side ---------------------------------------------------------------------------
     def set_master(self, host: str, port: int) -> None:

@@ -36,7 +36,11 @@ from node.resp import (
 )
 
 if TYPE_CHECKING:
+    from control.agent import Agent
     from node.cluster import ClusterState
+    from node.persistence import Persistence
+    from node.replication import Replication
+    from node.snapshot import ChildSaver
 
 log = logging.getLogger("xshard.node")
 
@@ -86,8 +90,9 @@ class CommandStats:
 class Server:
     """Process-wide node state: key space, clients, blocking, effects and dispatch."""
 
-    def __init__(self, config: Config) -> None:
+    def __init__(self, config: Config, config_file: str = "") -> None:
         self.config = config
+        self.config_file = config_file  # absolute path of --config, for CONFIG REWRITE
         self.loop: asyncio.AbstractEventLoop = asyncio.get_event_loop()
         self.db = Keyspace(self)
         self.blocking = BlockingManager(self)
@@ -97,19 +102,19 @@ class Server:
         self.next_client_id = 1
         self.start_time = time.time()
         self.run_id = os.urandom(20).hex()
-        self.dirty = 0
+        self.dirty = 0  # changes since start (rdb_changes_since_last_save counts from a save)
         self.role = "master"
+        self.peak_memory = 0  # the highest RSS INFO has seen (used_memory_peak)
         self.active_expire_enabled = True  # DEBUG SET-ACTIVE-EXPIRE 0 turns the cycle off
         self.cmd_time_ms = int(time.time() * 1000)
         self.tcp_server: asyncio.AbstractServer | None = None
-        # Checks that may refuse a write command before it runs (MISCONF, READONLY,
-        # NOREPLICAS, CLUSTERDOWN): each returns an error text or None.
-        self.write_guards: list[Callable[[Client, bytes], bytes | None]] = []
         # Set by persistence while `appendfsync always` holds replies until their fsync.
         self.reply_gate: ReplyGate | None = None
-        self.persistence = None
-        self.replication = None
-        self.child_saver = None
+        # The parts node/main.py wires in; a bare Server (in-process tests) has none of them.
+        self.persistence: Persistence | None = None
+        self.replication: Replication | None = None
+        self.child_saver: ChildSaver | None = None  # the one forked saver (snapshot, sync)
+        self.agent: Agent | None = None  # etcd membership and the write fence (control/agent.py)
         self.cluster: ClusterState | None = None  # set when the node is part of a cluster
         self.config_listeners: list[Callable[[str], None]] = []  # CONFIG SET, per setting
         self.shutdown_hook: Callable[[], None] | None = None  # SHUTDOWN stops the process
@@ -133,65 +138,99 @@ class Server:
             self.effects.emit(argv)
 
     def execute(self, c: Client, argv: list[bytes]) -> bytes | None:
-        """Run one client command; None means the client is now blocked."""
+        """Run one client command; None means the client is now blocked.
+
+        The checks come in Redis processCommand's order: unknown command, arity, AUTH, cluster
+        redirection, then for writes the fence, MISCONF, NOREPLICAS and READONLY; inside MULTI
+        the command is queued only once it passed them all."""
         name = argv[0].lower()
         entry = self._dispatch.get(name)
         if entry is None:
-            if c.in_multi:
-                c.multi_failed = True
-            return self._reject(None, errors.unknown_command(argv[0], argv[1:]))
+            return self.reject(c, None, errors.unknown_command(argv[0], argv[1:]))
         handler, arity = entry
         n = len(argv)
         if arity is None or (n != arity if arity > 0 else n < -arity):
             err = command_table.check_arity(argv, name)
-        else:
-            err = None
-        if err is not None:
-            if c.in_multi:
-                c.multi_failed = True
-                if name == b"exec":  # a rejected EXEC aborts the transaction
-                    c.in_multi = False
-                    c.multi_queue = []
-                    c.multi_failed = False
-                    self.db.unwatch_all(c)
-            return self._reject(name, err)
-        if not c.authenticated and name not in _NOAUTH_OK:
-            if c.in_multi:
-                c.multi_failed = True
-            return self._reject(name, errors.NOAUTH)
-        if self.cluster is not None and not c.is_master:
-            err = self.cluster.check(c, argv, name)
             if err is not None:
-                if c.in_multi:
-                    c.multi_failed = True
-                return self._reject(name, err)
-        if self.write_guards and not c.is_master and (
-                command_table.is_write_argv(argv, name)
-                or (name == b"exec" and c.in_multi and any(
-                    command_table.is_write_argv(a, a[0].lower()) for a in c.multi_queue))):
-            # EXEC counts as a write when it would run one: a transaction queued before a
-            # fence (or a disk error) must not commit after it (Redis rejectCommand).
-            for guard in self.write_guards:
-                err = guard(c, name)
+                return self.reject(c, name, err)
+        if not c.authenticated and name not in _NOAUTH_OK:
+            return self.reject(c, name, errors.NOAUTH)
+        if not c.is_master:  # what a primary sent us (or the AOF holds) is never refused
+            if self.cluster is not None:
+                err = self.cluster.check(c, argv, name)
                 if err is not None:
-                    if name == b"exec" and c.in_multi:
-                        c.in_multi = False
-                        c.multi_queue = []
-                        c.multi_failed = False
-                        self.db.unwatch_all(c)
-                        return self._reject(name, errors.execabort_because(err))
-                    if c.in_multi:
+                    # A redirect is no rejectCommand: EXEC drops its transaction, and the
+                    # reply is the redirect itself.
+                    if name == b"exec":
+                        c.discard_multi()
+                    elif c.in_multi:
                         c.multi_failed = True
-                    return self._reject(name, err)
+                    return self._refuse(name, err)
+            # EXEC counts as a write when it would run one: a transaction queued before a
+            # fence (or a disk error) must not commit after it.
+            if command_table.is_write_argv(argv, name) or (
+                    name == b"exec" and c.in_multi and any(
+                        command_table.is_write_argv(a, a[0].lower()) for a in c.multi_queue)):
+                err = self.write_refusal()
+                if err is not None:
+                    return self.reject(c, name, err)
         if c.in_multi and name not in _MULTI_IMMEDIATE:
             c.multi_queue.append(argv)
             return QUEUED
         return self.call(c, argv, name, handler)
 
+    def reject(self, c: Client, name: bytes | None, message: bytes) -> bytes:
+        """server.c rejectCommand: the command does not run; inside MULTI the transaction is
+        flagged so that EXEC fails, and a rejected EXEC aborts it, quoting the reason
+        (execCommandAbort). `name` is None for an unknown command."""
+        if c.in_multi:
+            c.multi_failed = True
+        if name == b"exec":
+            c.discard_multi()
+            if not message.startswith(b"EXECABORT "):  # check_arity phrases EXEC's own
+                message = errors.execabort_because(message)
+        return self._refuse(name, message)
+
+    def _refuse(self, name: bytes | None, message: bytes) -> bytes:
+        """Count a refused command (rejected_calls, errorstats) and encode its error."""
+        self.stats.error(message)
+        if name is not None:
+            self.stats.entry(name)[2] += 1
+        return b"-%s\r\n" % message
+
+    # --- write checks (processCommand, in Redis's order) ----------------------------------------
+    def write_refusal(self) -> bytes | None:
+        """Why a write may not run now, or None: cluster fence, MISCONF, NOREPLICAS, READONLY."""
+        return (self.check_fence() or self.check_misconf() or self.check_noreplicas()
+                or self.check_readonly())
+
+    def check_fence(self) -> bytes | None:
+        """CLUSTERDOWN on a primary whose etcd lease or role is not fresh (control/agent.py)."""
+        return self.agent.fence() if self.agent is not None else None
+
+    def check_misconf(self) -> bytes | None:
+        """MISCONF while the AOF cannot be written or the last snapshot failed."""
+        return self.persistence.misconf() if self.persistence is not None else None
+
+    def check_noreplicas(self) -> bytes | None:
+        """NOREPLICAS on a primary with fewer good replicas than min-replicas-to-write."""
+        r, cfg = self.replication, self.config
+        if (r is not None and not r.is_replica and cfg.min_replicas_to_write
+                and cfg.min_replicas_max_lag and r.good_replicas() < cfg.min_replicas_to_write):
+            return errors.NOREPLICAS
+        return None
+
+    def check_readonly(self) -> bytes | None:
+        """READONLY on a replica (replica-read-only yes): its data comes from its primary."""
+        r = self.replication
+        if r is not None and r.is_replica and self.config.replica_read_only:
+            return errors.READONLY
+        return None
+
     def call(self, c: Client, argv: list[bytes], name: bytes, handler: Handler) -> bytes | None:
         """Redis call(): run the handler, count it, and serve keys it made ready."""
         t0 = perf_counter_ns()
-        self.cmd_time_ms = time_ns() // 1000000
+        c.last_interaction_ms = self.cmd_time_ms = time_ns() // 1000000
         c.last_cmd = name
         failed = 0
         effects = self.effects
@@ -240,12 +279,6 @@ class Server:
             return self.call(c, argv, argv[0].lower(), entry[0])
         finally:
             c.rerunning = False
-
-    def _reject(self, name: bytes | None, message: bytes) -> bytes:
-        self.stats.error(message)
-        if name is not None:
-            self.stats.entry(name)[2] += 1
-        return b"-%s\r\n" % message
 
     # --- clients --------------------------------------------------------------------------------
     def add_client(self, conn: Connection | None, addr: str, laddr: str) -> Client:

@@ -24,7 +24,7 @@ from typing import Any
 
 import hiredis
 
-from node import command_table, errors
+from node import REDIS_VERSION, command_table, errors
 from node.client import Client
 from node.cluster import SlotMap, redis_id
 from node.commands import COMMANDS, load_all
@@ -1102,7 +1102,7 @@ def _role(router: Router, c: Client, argv: list[bytes], cell: list) -> None:
 def _info(router: Router, c: Client, argv: list[bytes], cell: list) -> None:
     up = int(time.time() - router.start_time)
     fields = [
-        "# Server", "redis_version:7.4.0", "redis_mode:standalone", "xshard_role:router",
+        "# Server", f"redis_version:{REDIS_VERSION}", "redis_mode:standalone", "xshard_role:router",
         f"process_id:{os.getpid()}", f"run_id:{redis_id(router.router_id)}",
         f"tcp_port:{router.config.port}", f"uptime_in_seconds:{up}", "",
         "# Clients", f"connected_clients:{len(router.clients)}",

@@ -17,6 +17,9 @@ Fixtures
   needs its own process (restarts, kills, special options).
 - `protocol`: 2 and 3 (both by default; `--protocol 2|3` selects one). `r` follows it when a
   test also asks for `protocol`, else it speaks RESP2.
+- `loop`: a fresh event loop set as the current one, for tests that run a node in-process;
+  such tests run once on asyncio and once on uvloop (`--loop asyncio|uvloop` selects one), as
+  aiohttp's pytest plugin does with its loop factories. Spawned nodes always run on uvloop.
 
 Options
 - `--redis-url redis://host:port`: run the node tests against an external server instead of
@@ -35,6 +38,7 @@ report ("xshard node log" sections).
 
 from __future__ import annotations
 
+import asyncio
 import importlib.util
 import os
 import shutil
@@ -63,6 +67,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="run node tests against this external server instead of spawning one")
     group.addoption("--protocol", choices=("2", "3", "both"), default="both",
                     help="RESP protocol(s) for tests that take the `protocol` fixture")
+    group.addoption("--loop", choices=("asyncio", "uvloop", "both"), default="both",
+                    help="event loop(s) for tests that run a node in-process (`loop` fixture)")
     group.addoption("--node-impl", choices=("xshard", "redis"), default="xshard",
                     help="what the node fixtures spawn: xshard (default) or redis-server "
                          "(to validate the tests against the real thing)")
@@ -90,12 +96,34 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         opt = metafunc.config.getoption("--protocol")
         protos = [2, 3] if opt == "both" else [int(opt)]
         metafunc.parametrize("protocol", protos, ids=[f"resp{p}" for p in protos])
+    if "loop" in metafunc.fixturenames:
+        opt = metafunc.config.getoption("--loop")
+        kinds = ["asyncio", "uvloop"] if opt == "both" else [opt]
+        metafunc.parametrize("loop", kinds, indirect=True)
 
 
 def _already_parametrized(metafunc: pytest.Metafunc, name: str) -> bool:
     return any(name in m.args[0] if isinstance(m.args[0], (list, tuple)) else
                name in [a.strip() for a in str(m.args[0]).split(",")]
                for m in metafunc.definition.iter_markers("parametrize"))
+
+
+@pytest.fixture
+def loop(request: pytest.FixtureRequest) -> Iterator[asyncio.AbstractEventLoop]:
+    """A new asyncio or uvloop event loop (the `--loop` parameter), current for the test."""
+    if request.param == "uvloop":
+        import uvloop
+
+        lp = uvloop.new_event_loop()
+    else:
+        lp = asyncio.new_event_loop()
+    asyncio.set_event_loop(lp)
+    try:
+        yield lp
+    finally:
+        lp.run_until_complete(lp.shutdown_asyncgens())
+        lp.close()
+        asyncio.set_event_loop(None)
 
 
 # -- handles --------------------------------------------------------------------------------

@@ -79,7 +79,7 @@ def config(c: Client, argv: list[bytes]) -> bytes:
         st.rejected_connections = st.net_input_bytes = st.net_output_bytes = 0
         return OK
     if sub == b"rewrite":
-        path = getattr(c.server, "config_file", "")
+        path = c.server.config_file
         if not path:
             raise ReplyError(errors.NO_CONFIG_FILE)
         lines = []
@@ -101,26 +101,26 @@ def time_(c: Client, argv: list[bytes]) -> bytes:
 
 @command(b"lastsave")
 def lastsave(c: Client, argv: list[bytes]) -> bytes:
-    p = getattr(c.server, "persistence", None)
+    p = c.server.persistence
     return integer(int(p.last_save if p is not None else c.server.start_time))
 
 
 @command(b"role")
 def role(c: Client, argv: list[bytes]) -> bytes:
-    r = getattr(c.server, "replication", None)
+    r = c.server.replication
     if r is not None:
         return encode(r.role_reply(), c.proto)
     return encode([b"master", c.server.effects.offset, []], c.proto)
 
 
 def _replicas_acked(c: Client) -> int:
-    r = getattr(c.server, "replication", None)
+    r = c.server.replication
     return r.acked_replicas(c) if r is not None else 0
 
 
 @command(b"wait")
 def wait(c: Client, argv: list[bytes]) -> bytes:
-    r = getattr(c.server, "replication", None)
+    r = c.server.replication
     if r is not None and r.is_replica:
         raise ReplyError(errors.WAIT_ON_REPLICA)
     numreplicas = errors.parse_int_or_error(argv[1])

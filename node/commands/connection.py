@@ -5,12 +5,10 @@ from __future__ import annotations
 import hmac
 import time
 
-from node import errors
+from node import REDIS_VERSION, errors
 from node.client import Client
 from node.commands import command
 from node.resp import OK, PONG, Map, ReplyError, Status, Verbatim, bulk, encode, integer, null
-
-SERVER_VERSION = b"7.4.0"
 
 
 @command(b"ping")
@@ -80,7 +78,7 @@ def hello(c: Client, argv: list[bytes]) -> bytes:
         c.name = setname or None
     c.proto = proto
     return encode(Map.of(
-        b"server", b"redis", b"version", SERVER_VERSION, b"proto", proto, b"id", c.id,
+        b"server", b"redis", b"version", REDIS_VERSION.encode(), b"proto", proto, b"id", c.id,
         b"mode", b"standalone", b"role", c.server.role.encode(), b"modules", [],
     ), proto)
 
@@ -119,7 +117,7 @@ def readwrite(c: Client, argv: list[bytes]) -> bytes:
 
 @command(b"asking")
 def asking(c: Client, argv: list[bytes]) -> bytes:
-    c.asking = True
+    # Only a slot being imported honours ASKING; nothing is imported here (no slot migration).
     return OK
 
 
@@ -127,18 +125,15 @@ def asking(c: Client, argv: list[bytes]) -> bytes:
 def client_info_line(c: Client) -> bytes:
     """One line of CLIENT LIST / CLIENT INFO, in Redis 7.4's field order."""
     now = time.time()
-    flags = "N"
-    if c.blocked is not None:
-        flags = "b"
-    if c.in_multi:
-        flags = "x" if flags == "N" else flags + "x"
-    if c.readonly:
-        flags = "r" if flags == "N" else flags + "r"
+    flags = "".join(f for f, on in (
+        ("x", c.in_multi), ("b", c.blocked is not None), ("d", c.dirty_cas),
+        ("c", c.close_after_reply), ("r", c.readonly), ("e", c.no_evict),
+    ) if on) or "N"
     obl = c.conn.transport.get_write_buffer_size() if c.conn and c.conn.transport else 0
     name = (c.name or b"").decode(errors="replace")
     return (
         f"id={c.id} addr={c.addr} laddr={c.laddr} fd=8 name={name} age={int(now - c.ctime)} "
-        f"idle={int(now - c.last_interaction)} flags={flags} db=0 sub=0 psub=0 ssub=0 "
+        f"idle={int(now - c.last_interaction_ms / 1000)} flags={flags} db=0 sub=0 psub=0 ssub=0 "
         f"multi={len(c.multi_queue) if c.in_multi else -1} watch={len(c.watched)} qbuf=0 "
         f"qbuf-free=0 argv-mem=0 multi-mem=0 rbs=1024 rbp=0 obl={obl} oll=0 omem={obl} "
         f"tot-mem={1024 + obl} events=r cmd={c.last_cmd.decode(errors='replace')} user=default "

@@ -12,13 +12,6 @@ from node.commands import command
 from node.resp import OK, ReplyError, array_header, null_array
 
 
-def _discard(c: Client) -> None:
-    c.in_multi = False
-    c.multi_queue = []
-    c.multi_failed = False
-    c.db.unwatch_all(c)
-
-
 @command(b"multi")
 def multi(c: Client, argv: list[bytes]) -> bytes:
     if c.in_multi:
@@ -33,7 +26,7 @@ def multi(c: Client, argv: list[bytes]) -> bytes:
 def discard(c: Client, argv: list[bytes]) -> bytes:
     if not c.in_multi:
         raise ReplyError(errors.DISCARD_WITHOUT_MULTI)
-    _discard(c)
+    c.discard_multi()
     return OK
 
 
@@ -42,14 +35,13 @@ def exec_(c: Client, argv: list[bytes]) -> bytes:
     if not c.in_multi:
         raise ReplyError(errors.EXEC_WITHOUT_MULTI)
     if c.multi_failed:
-        _discard(c)
+        c.discard_multi()
         raise ReplyError(errors.EXECABORT)
     if c.dirty_cas:
-        _discard(c)
+        c.discard_multi()
         return null_array(c.proto)
     queue = c.multi_queue
-    c.in_multi = False
-    c.multi_queue = []
+    c.db.unwatch_all(c)  # WATCH has done its job (Redis unwatches before running the queue)
     server = c.server
     replies = []
     c.in_exec = True
@@ -62,7 +54,7 @@ def exec_(c: Client, argv: list[bytes]) -> bytes:
     finally:
         server.effects.end_transaction()
         c.in_exec = False
-        c.db.unwatch_all(c)
+        c.discard_multi()  # still "in MULTI" while the queue ran, as CLIENT INFO shows
     return array_header(len(replies)) + b"".join(replies)
 
 

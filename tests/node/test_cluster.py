@@ -56,9 +56,7 @@ def test_key_slot_matches_redis(cluster_oracle: NodeHandle) -> None:
 
 
 @pytest.fixture
-def state() -> Iterator[tuple[Server, Client, ClusterState]]:
-    loop = asyncio.new_event_loop()
-    asyncio.set_event_loop(loop)
+def state(loop: asyncio.AbstractEventLoop) -> Iterator[tuple[Server, Client, ClusterState]]:
     s = Server(Config())
     c = Client(s, None, 1)
     st = s.cluster = ClusterState(s, "n1", "0")
@@ -70,8 +68,6 @@ def state() -> Iterator[tuple[Server, Client, ClusterState]]:
                 "1": {"primary": "n2", "replicas": [], "epoch": 1}},
         slots=[[0, 8191, "0"], [8192, 16383, "1"]], version=9)
     yield s, c, st
-    loop.close()
-    asyncio.set_event_loop(None)
 
 
 def _reply(data: bytes):  # noqa: ANN202

@@ -16,13 +16,8 @@ from node.server import Server
 
 
 @pytest.fixture
-def server() -> Iterator[Server]:
-    loop = asyncio.new_event_loop()
-    asyncio.set_event_loop(loop)
-    s = Server(Config())
-    yield s
-    loop.close()
-    asyncio.set_event_loop(None)
+def server(loop: asyncio.AbstractEventLoop) -> Iterator[Server]:
+    yield Server(Config())
 
 
 def _cmds(*argvs: list[bytes]) -> bytes:

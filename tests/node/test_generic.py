@@ -249,3 +249,64 @@ def test_active_expiry_removes_keys_nobody_reads(r):
         time.sleep(0.2)
     assert r.dbsize() == 1  # DBSIZE does not expire lazily: the cron did it
     assert r.info("stats")["expired_keys"] >= 1500
+
+
+def test_unauthenticated_transaction_commands_match_redis(xnode, oracle):
+    """rejectCommand: a refused EXEC aborts and quotes why, even for NOAUTH."""
+    script = [["EXEC"], ["EXEC", "extra"], ["MULTI"], ["DISCARD"], ["XLEN", "x"],
+              ["AUTH", "pw"], ["MULTI"], ["XLEN", "x"], ["EXEC", "extra"], ["EXEC"]]
+    n = xnode("--requirepass", "pw")
+    admin = RawClient("127.0.0.1", oracle.port)
+    assert admin.call("CONFIG", "SET", "requirepass", "pw") == ("+", b"OK")
+    try:
+        replies = []
+        for port in (n.port, oracle.port):
+            raw = RawClient("127.0.0.1", port)
+            replies.append([raw.call(*cmd) for cmd in script])
+            raw.close()
+    finally:
+        assert admin.call("CONFIG", "SET", "requirepass", "") == ("+", b"OK")
+        admin.close()
+    mine, theirs = replies
+    for cmd, a, b in zip(script, mine, theirs, strict=True):
+        assert a == b, f"{cmd}: node {a} redis {b}"
+
+
+def _client_flags(port: int, setup: list[list[str]]) -> list[str]:
+    raw = RawClient("127.0.0.1", port)
+    out = []
+    for cmd in setup:
+        reply = raw.call(*cmd)
+        if cmd == ["EXEC"]:
+            reply = reply[1][0]
+        elif cmd != ["CLIENT", "INFO"] or reply == ("+", b"QUEUED"):
+            continue
+        out.append(next(f for f in reply[1].decode().split() if f.startswith("flags=")))
+    raw.close()
+    return out
+
+
+def test_client_info_flags_match_redis(node, oracle):
+    """NO-EVICT is kept and shown ('e'), after MULTI's 'x', as Redis does."""
+    setup = [["CLIENT", "INFO"], ["CLIENT", "NO-EVICT", "on"], ["CLIENT", "INFO"],
+             ["MULTI"], ["CLIENT", "INFO"],
+             ["EXEC"], ["CLIENT", "NO-EVICT", "off"], ["CLIENT", "INFO"], ["RESET"],
+             ["CLIENT", "INFO"]]
+    assert _client_flags(node.port, setup) == _client_flags(oracle.port, setup)
+
+
+def test_client_idle_counts_from_the_last_command(node):
+    """idle= is the time since the client's last command, not since it connected."""
+    from tests.support.procs import wait_until
+
+    raw = RawClient("127.0.0.1", node.port)
+    fields: dict[str, str] = {}
+
+    def aged() -> bool:
+        info = raw.call("CLIENT", "INFO")[1].decode()
+        fields.update(f.split("=", 1) for f in info.split() if "=" in f)
+        return int(fields["age"]) >= 2
+
+    wait_until(aged, 10, interval=0.2, what="a connection two seconds old")
+    raw.close()
+    assert int(fields["idle"]) == 0, fields
