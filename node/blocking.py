@@ -36,6 +36,7 @@ class Blocked(Exception):  # noqa: N818 - it is a control-flow signal, not an er
         self.argv = argv
         self.on_timeout = on_timeout  # the reply at timeout for this protocol; default null array
         self.timer: asyncio.TimerHandle | None = None
+        self.usec = 0  # time spent running it so far (commandstats count it once, when released)
 
     def timeout_reply(self, proto: int) -> bytes:
         return self.on_timeout(proto) if self.on_timeout is not None else null_array(proto)
@@ -92,7 +93,7 @@ class BlockingManager:
                         continue
                     reply = self.server.rerun_blocked(c, b.argv)
                     if reply is not None and c.blocked is b:
-                        self.unblock(c, reply)
+                        self.unblock(c, reply, ran=True)
         finally:
             self._serving = False
 
@@ -100,8 +101,9 @@ class BlockingManager:
         if c.blocked is not None:
             self.unblock(c, c.blocked.timeout_reply(c.proto))
 
-    def unblock(self, c: Client, reply: bytes | None) -> None:
-        """Release a client; `reply` None means it went away and gets nothing."""
+    def unblock(self, c: Client, reply: bytes | None, ran: bool = False) -> None:
+        """Release a client; `reply` None means it went away and gets nothing. `ran` says the
+        reply comes from running the command again (Server.call counted it)."""
         b = c.blocked
         if b is None:
             return
@@ -119,4 +121,6 @@ class BlockingManager:
                     del self.waiting[key]
                     self.ready.pop(key, None)
         if reply is not None:
+            if not ran:
+                self.server.count_released(b, reply)
             c.unblocked(reply)

@@ -343,6 +343,8 @@ XCLAIM_TIME = b"ERR Invalid TIME option argument for XCLAIM"
 XCLAIM_RETRYCOUNT = b"ERR Invalid RETRYCOUNT option argument for XCLAIM"
 XAUTOCLAIM_MIN_IDLE = b"ERR Invalid min-idle-time argument for XAUTOCLAIM"
 XAUTOCLAIM_COUNT = b"ERR COUNT must be > 0"
+XAUTOCLAIM_COUNT_TOO_HIGH = (
+    b"ERR Insufficient memory, failed allocating transient memory, COUNT too high.")
 
 
 def xclaim_unknown_option(opt: bytes) -> bytes:

@@ -320,11 +320,12 @@ def _remove_members(sl: SortedList, ordered: list[int]) -> None:
         sl.remove(sid)
 
 
-# -- logical read counters (t_stream.c, Redis 7.2+) --------------------------------------------
-# These are the 7.2+ versions, checked against a 7.2-based server (valkey 8.1) by fuzzing
-# entries-read/lag after random XADD/XDEL/XTRIM/XSETID/XGROUP SETID/XREADGROUP. They differ
-# from 7.0's: a tombstone before the first entry still counts, and an ID before the last
-# tombstone has no estimate (except 0-0).
+# -- logical read counters (t_stream.c) --------------------------------------------------------
+# These follow Redis 8.0's corrected rules (valkey 8.1 has them too, and the tests fuzz
+# entries-read/lag against it after random XADD/XDEL/XTRIM/XSETID/XGROUP SETID/XREADGROUP).
+# Redis 7.0 to 7.4.1 differ: there a tombstone before the first entry is ignored, and an ID
+# before the last tombstone still gets an estimate, which can make the lag wrong, even
+# negative. The difference is listed in docs/compatibility.md.
 def range_has_tombstones(s: Stream, start: int | None, end: int | None) -> bool:
     """streamRangeHasTombstones: could an XDEL'd entry lie in [start, end]?"""
     mdel = s.max_deleted_entry_id

@@ -133,7 +133,9 @@ class Server:
         return self.cmd_time_ms
 
     def propagate(self, argv: list[bytes]) -> None:
-        self.dirty += 1
+        """Emit one effect. It does not count as a change: handlers add to `dirty` what Redis
+        adds (one per XADD, one per deleted entry, ...), and some effects (a lazy expiry's DEL,
+        an XCLAIM per delivered entry) are no change in Redis's count."""
         if self.effects.listeners:  # with none, emitting is a no-op: skip the call
             self.effects.emit(argv)
 
@@ -255,18 +257,38 @@ class Server:
             msg = errors.internal_error(e)
             self.stats.error(msg)
             reply = b"-%s\r\n" % msg
-        st = self.stats.calls.get(name)
-        if st is None:
-            st = self.stats.entry(name)
-        st[0] += 1
-        st[1] += (perf_counter_ns() - t0) // 1000
-        st[3] += failed
-        self.stats.total_commands += 1
+        usec = (perf_counter_ns() - t0) // 1000
+        b = c.blocked
+        if b is not None:
+            # A blocked command is one call, counted when it is released (Redis
+            # updateStatsOnUnblock): here if this re-run served it, else by the blocking
+            # manager on a timeout or CLIENT UNBLOCK. Its time adds up until then.
+            b.usec += usec
+            usec = b.usec
+        if b is None or reply is not None:
+            st = self.stats.calls.get(name)
+            if st is None:
+                st = self.stats.entry(name)
+            st[0] += 1
+            st[1] += usec
+            st[3] += failed
+            self.stats.total_commands += 1
         if effects.offset != offset:
             c.woff = effects.offset
         if self.blocking.ready and not c.in_exec:
             self.blocking.serve_ready()
         return reply
+
+    def count_released(self, b: Blocked, reply: bytes) -> None:
+        """A blocked command released without running again (timeout, CLIENT UNBLOCK, a role
+        change): one call, and an error reply counts as rejected, as in Redis 7.2+."""
+        st = self.stats.entry(b.argv[0].lower())
+        st[0] += 1
+        st[1] += b.usec
+        self.stats.total_commands += 1
+        if reply[:1] == b"-":
+            self.stats.error(reply[1:].rstrip(b"\r\n"))
+            st[2] += 1
 
     def handler(self, name: bytes) -> Handler:
         return self._dispatch[name][0]

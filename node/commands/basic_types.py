@@ -51,6 +51,7 @@ def set_(c: Client, argv: list[bytes]) -> bytes:
         effect += [b"PXAT", b"%d" % when]
     elif keepttl:
         effect.append(b"KEEPTTL")
+    c.server.dirty += 1
     c.server.propagate(effect)
     return reply_old if get else OK
 
@@ -73,6 +74,7 @@ def _push(c: Client, argv: list[bytes], left: bool) -> bytes:
         else:
             lst.append(v)
     c.db.changed(key, ready=True)
+    c.server.dirty += len(argv) - 2
     c.server.propagate(argv)
     return integer(len(lst))
 
@@ -121,6 +123,7 @@ def sadd(c: Client, argv: list[bytes]) -> bytes:
     before = len(s)
     s.update(argv[2:])
     c.db.changed(key)
+    c.server.dirty += len(s) - before
     c.server.propagate(argv)
     return integer(len(s) - before)
 

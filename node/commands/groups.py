@@ -42,6 +42,11 @@ _LLONG_MAX = errors.LLONG_MAX
 # XAUTOCLAIM: COUNT is at most LONG_MAX / max(sizeof(streamID), attempts_factor).
 _XAUTOCLAIM_MAX_COUNT = _LLONG_MAX // 16
 _ATTEMPTS_FACTOR = 10
+# Redis allocates COUNT x 16 bytes for the deleted IDs before claiming anything and refuses
+# the command when that allocation fails, so its limit depends on the machine (on 24 GiB:
+# 10^9 works, 10^10 fails with glibc malloc; jemalloc's virtual reservations go further). We
+# allocate nothing per COUNT, and use a fixed cut-off instead: 2^30 entries, 16 GiB in Redis.
+_XAUTOCLAIM_ALLOC_COUNT = 1 << 30
 
 
 def subcommand_syntax_error(argv: list[bytes]) -> ReplyError:
@@ -100,6 +105,7 @@ def lookup_or_create_consumer(c: Client, key: bytes, groupname: bytes, g: Consum
     if cons is None:
         cons = g.create_consumer(name, now)
         assert cons is not None
+        c.server.dirty += 1
         propagate_consumer_creation(c, key, groupname, name)
     cons.seen_time = now
     return cons
@@ -182,6 +188,7 @@ def xgroup(c: Client, argv: list[bytes]) -> bytes:
         if create_group(s, groupname, sid, entries_read) is None:
             raise ReplyError(errors.BUSYGROUP)
         _group_changed(c, key)
+        c.server.dirty += 1
         c.server.propagate(argv)
         return OK
     if sub == b"setid" and argc in (5, 7):
@@ -192,6 +199,7 @@ def xgroup(c: Client, argv: list[bytes]) -> bytes:
         # Redis does not signal the key ready here: a blocked XREADGROUP is served at the
         # next write to the stream, not because its group moved back.
         _group_changed(c, key)
+        c.server.dirty += 1
         c.server.propagate(argv)
         return OK
     if sub == b"destroy" and argc == 4:
@@ -202,6 +210,7 @@ def xgroup(c: Client, argv: list[bytes]) -> bytes:
         _group_changed(c, key)
         # Wake blocked XREADGROUP clients of this group: re-run, they get -NOGROUP.
         c.server.blocking.signal_ready(key)
+        c.server.dirty += 1
         c.server.propagate(argv)
         return ONE
     if sub == b"createconsumer" and argc == 5:
@@ -209,6 +218,7 @@ def xgroup(c: Client, argv: list[bytes]) -> bytes:
         if g.create_consumer(argv[4], c.server.now_ms()) is None:
             return ZERO
         _group_changed(c, key)
+        c.server.dirty += 1
         c.server.propagate(argv)
         return ONE
     if sub == b"delconsumer" and argc == 5:
@@ -217,6 +227,7 @@ def xgroup(c: Client, argv: list[bytes]) -> bytes:
         if pending is None:
             return ZERO
         _group_changed(c, key)
+        c.server.dirty += 1
         c.server.propagate(argv)
         return integer(pending)
     raise subcommand_syntax_error(argv)
@@ -264,6 +275,7 @@ def xack(c: Client, argv: list[bytes]) -> bytes:
     acked = g.ack_many(ids)
     if acked:
         _group_changed(c, key)
+        c.server.dirty += acked
         c.server.propagate(argv)
     return integer(acked)
 
@@ -418,6 +430,7 @@ def xclaim(c: Client, argv: list[bytes]) -> bytes:
         if fields is None:
             # The entry is gone: drop its NACK (and say so to replicas).
             if nack is not None:
+                c.server.dirty += 1
                 propagate_xclaim(c, key, groupname, g, sid, nack)
                 propagate_last_id = False
                 g.ack(sid)
@@ -437,9 +450,11 @@ def xclaim(c: Client, argv: list[bytes]) -> bytes:
         nack = g.set_nack(sid, cons, deliverytime, dcount)
         out.append(bulk_id(sid) if justid else entry_reply(sid, fields))
         cons.active_time = now
+        c.server.dirty += 1
         propagate_xclaim(c, key, groupname, g, sid, nack)
         propagate_last_id = False
     if propagate_last_id:
+        c.server.dirty += 1
         propagate_group_id(c, key, groupname, g)
     _group_changed(c, key)
     return b"*%d\r\n%s" % (len(out), b"".join(out))
@@ -489,6 +504,8 @@ def xautoclaim(c: Client, argv: list[bytes]) -> bytes:
     g = s.groups.get(groupname) if s is not None else None
     if s is None or g is None:
         raise ReplyError(errors.nogroup_key_or_group(key, groupname))
+    if count > _XAUTOCLAIM_ALLOC_COUNT:  # before the consumer exists, as in Redis
+        raise ReplyError(errors.XAUTOCLAIM_COUNT_TOO_HIGH)
 
     cons = lookup_or_create_consumer(c, key, groupname, g, name)
     now = c.server.now_ms()
@@ -505,6 +522,7 @@ def xautoclaim(c: Client, argv: list[bytes]) -> bytes:
         fields = s.get(sid)
         if fields is None:
             # Gone from the stream: drop the NACK, report the ID; it counts toward COUNT.
+            c.server.dirty += 1
             propagate_xclaim(c, key, groupname, g, sid, nack)
             g.ack(sid)  # the next ID slides into position i
             deleted.append(sid)
@@ -517,6 +535,7 @@ def xautoclaim(c: Client, argv: list[bytes]) -> bytes:
         out.append(bulk_id(sid) if justid else entry_reply(sid, fields))
         count -= 1
         cons.active_time = now
+        c.server.dirty += 1
         propagate_xclaim(c, key, groupname, g, sid, nack)
     cursor = keys[i] if i < len(keys) else 0
     _group_changed(c, key)

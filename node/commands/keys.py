@@ -26,6 +26,7 @@ def delete(c: Client, argv: list[bytes]) -> bytes:
         if c.db.delete(key):
             c.server.propagate([b"DEL", key])
             n += 1
+    c.server.dirty += n
     return integer(n)
 
 
@@ -57,7 +58,7 @@ def _flush_args(argv: list[bytes]) -> None:
 @command(b"flushall", b"flushdb")
 def flushall(c: Client, argv: list[bytes]) -> bytes:
     _flush_args(argv)
-    c.db.flush()
+    c.server.dirty += c.db.flush()
     c.server.propagate([argv[0].upper()])
     return OK
 
@@ -155,6 +156,7 @@ def _expire_generic(c: Client, argv: list[bytes], unit_ms: int, absolute: bool) 
         return ZERO
     if lt and current is not None and when >= current:
         return ZERO
+    c.server.dirty += 1
     if when <= c.server.now_ms():
         db.delete(key)
         c.server.propagate([b"DEL", key])
@@ -222,6 +224,7 @@ def persist(c: Client, argv: list[bytes]) -> bytes:
     if c.db.get(key) is None or c.db.expires.pop(key, None) is None:
         return ZERO
     c.db.changed(key)
+    c.server.dirty += 1
     c.server.propagate(argv)
     return ONE
 
@@ -242,6 +245,7 @@ def _rename(c: Client, argv: list[bytes], nx: bool) -> bytes:
     db.set(dst, value)
     if when is not None:
         db.expires[dst] = when
+    c.server.dirty += 1
     c.server.propagate(argv)
     return ONE if nx else OK
 

@@ -185,8 +185,8 @@ def _serve_new(c: Client, s: Stream, g: ConsumerGroup, cons: Consumer, key: byte
     parts: list[bytes] = []
     moved = False
     server = c.server
-    # Without effect listeners an effect is only a dirty count (Server.propagate), so the
-    # entries of a node are delivered as one run; with listeners, one XCLAIM each as before.
+    # Without effect listeners an effect goes nowhere (Server.propagate), so the entries of a
+    # node are delivered as one run; with listeners, one XCLAIM each.
     # (A stand-in server without an EffectLog, as in the in-process tests, always records.)
     listening = bool(getattr(server.effects, "listeners", True))
     for sids, ents in s.range_chunks(start, MAX_ID, count or None):
@@ -202,13 +202,14 @@ def _serve_new(c: Client, s: Stream, g: ConsumerGroup, cons: Consumer, key: byte
             moved |= g.advance_run(s, sids)
             if not noack:
                 g.deliver_run(sids, cons, now)
-                server.dirty += len(sids)
         if not noack:
             cons.active_time = now
     if moved:
         # Redis sends this for NOACK only, and replicas of its XCLAIM ... LASTID effects lose
         # the group's entries_read. One SETID per read keeps them exact.
         propagate_group_id(c, key, groupname, g)
+    if n:
+        server.dirty += 1  # one change per stream served, however many entries (Redis 7.4)
     return n, b"".join(parts)
 
 
@@ -217,7 +218,8 @@ def _serve_history(c: Client, s: Stream, g: ConsumerGroup, cons: Consumer, key: 
     """streamReplyWithRangeFromConsumerPEL: the consumer's own pending entries from `start`.
 
     An entry deleted from the stream is reported as [id, nil]. A served one is delivered
-    again (count + 1, time now); Redis does not propagate this, we do, as XCLAIM.
+    again (count + 1, time now); Redis does not propagate this, we do, as XCLAIM. It is no
+    change in Redis 7.4's count either (rdb_changes_since_last_save): `dirty` stays.
     """
     now = c.server.now_ms()
     sids = list(islice(cons.pel.irange(start, None), count or None))

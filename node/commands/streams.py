@@ -283,6 +283,7 @@ def xadd(c: Client, argv: list[bytes]) -> bytes:
     else:
         eff = [argv[0], key, b"MAXLEN", b"%d" % maxlen, ids]
         eff += argv[i + 1:]
+    srv.dirty += 1
     srv.propagate(eff)
     return _BULK_HDR[len(ids)] + ids + b"\r\n"
 
@@ -344,6 +345,7 @@ def _xadd_general(c: Client, argv: list[bytes]) -> bytes:
         eff += _trim_effect_args(s, a)
     eff.append(ids)
     eff += argv[idpos + 1:]
+    c.server.dirty += 1
     c.server.propagate(eff)
     return b"$%d\r\n%s\r\n" % (len(ids), ids)
 
@@ -360,6 +362,7 @@ def xtrim(c: Client, argv: list[bytes]) -> bytes:
     deleted = s.trim(a.strategy, a.threshold, a.approx, a.limit)
     if deleted:
         c.db.changed(key)
+        c.server.dirty += deleted
         c.server.propagate([argv[0], key] + _trim_effect_args(s, a))
     return integer(deleted)
 
@@ -379,6 +382,7 @@ def xdel(c: Client, argv: list[bytes]) -> bytes:
             deleted += 1
     if deleted:
         c.db.changed(key)
+        c.server.dirty += deleted
         c.server.propagate(argv)
     return integer(deleted)
 
@@ -485,5 +489,6 @@ def xsetid(c: Client, argv: list[bytes]) -> bytes:
     if max_xdel:
         s.max_deleted_entry_id = max_xdel
     c.db.changed(key)
+    c.server.dirty += 1
     c.server.propagate(argv)
     return OK

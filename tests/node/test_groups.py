@@ -611,6 +611,25 @@ def test_72_error_texts(pair72: Pair) -> None:
     ])
 
 
+def test_72_xautoclaim_count_too_high_creates_no_consumer(pair72: Pair, node) -> None:
+    """Redis refuses a COUNT whose transient allocation fails, before creating the consumer;
+    we refuse above a fixed 2^30 (docs/compatibility.md)."""
+    pair72.run(_stream(2) + [
+        ("XGROUP", "CREATE", "s", "g", "0"),
+        ("XAUTOCLAIM", "s", "g", "huge", "0", "0", "COUNT", "1000000000000000"),
+        ("XAUTOCLAIM", "s", "nog", "huge", "0", "0", "COUNT", "1000000000000000"),
+        ("XAUTOCLAIM", "s", "g", "fine", "0", "0", "COUNT", "1000000"),
+        ("XINFO", "CONSUMERS", "s", "g"),
+    ])
+    c = RawClient(node.host, node.port)
+    assert c.call("XAUTOCLAIM", "s", "g", "edge", "0", "0", "COUNT", 1 << 30)[0] == "*"
+    assert c.call("XAUTOCLAIM", "s", "g", "over", "0", "0", "COUNT", (1 << 30) + 1) == (
+        "-", b"ERR Insufficient memory, failed allocating transient memory, COUNT too high.")
+    names = [x[1][1][1] for x in c.call("XINFO", "CONSUMERS", "s", "g")[1]]
+    c.close()
+    assert names == [b"edge", b"fine"]
+
+
 def test_74_xread_plus(pair72: Pair) -> None:
     """`+` reads the last entry (Redis 7.4, also in valkey 8)."""
     pair72.run([

@@ -29,6 +29,7 @@ class InprocServer:
         self.config = _Config()
         self.blocking = _Blocking()
         self.effects: list[list[bytes]] = []
+        self.dirty = 0
         self.clock = 1_700_000_000_000
         self.db = Keyspace(self)  # type: ignore[arg-type]
 
