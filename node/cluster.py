@@ -108,6 +108,29 @@ class ClusterState(SlotMap):
         self.server = server
         self.myid = myid
         self.myshard = shard
+        # Every node seen alive, by id: a node whose lease is gone is no longer in `nodes`,
+        # but CLUSTER NODES/SHARDS still list it, failed, with its last address (as Redis lists
+        # a node it marked `fail`). Kept only while a shard names the node.
+        self.last_seen: dict[str, NodeInfo] = {}
+
+    def update(self, nodes: dict[str, dict[str, Any]] | None = None,
+               shards: dict[str, dict[str, Any]] | None = None,
+               slots: list[list[Any]] | None = None, version: int | None = None) -> None:
+        super().update(nodes, shards, slots, version)
+        self.last_seen.update(self.nodes)
+        named = {m for sh in self.shards.values() for m in (sh.primary, *sh.replicas) if m}
+        for nid in [n for n in self.last_seen if n not in named and n not in self.nodes]:
+            del self.last_seen[nid]
+
+    def members(self) -> list[tuple[NodeInfo, bool]]:
+        """(node, failed) for every node a shard names or etcd lists as alive, by Redis id."""
+        out = {nid: (n, False) for nid, n in self.nodes.items()}
+        for sh in self.shards.values():
+            for nid in (sh.primary, *sh.replicas):
+                if nid and nid not in out:
+                    # Never seen alive by this node: Redis shows such an address as ":0".
+                    out[nid] = (self.last_seen.get(nid) or NodeInfo(nid, "", 0, sh.id), True)
+        return sorted(out.values(), key=lambda x: x[0].rid)
 
     @property
     def myid_redis(self) -> str:
@@ -156,7 +179,35 @@ class ClusterState(SlotMap):
                                        for n in nodes])
         return out
 
-    def shards_reply(self, offsets: dict[str, int]) -> list:
+    def replication_offsets(self) -> dict[str, int]:
+        """What this node knows of each node's replication offset: its own; on a primary, the
+        offsets its replicas acknowledged; on a replica, its primary's as far as received.
+        (Redis learns the others' offsets by gossip; we have no gossip.)"""
+        s = self.server
+        out = {self.myid: s.effects.offset}
+        r = s.replication
+        if r is None:
+            return out
+        role = r.role_reply()
+        if role[0] == b"master":
+            shard = self.shards.get(self.myshard)
+            mine = [self.nodes[m] for m in (shard.replicas if shard else []) if m in self.nodes]
+            for ip, port, off in role[2]:
+                # A replica is known by the address it connected from and the port it
+                # listens on; with an announced host name only the port may match.
+                at = [n for n in mine if n.port == int(port)]
+                exact = [n for n in at if n.host == ip.decode()]
+                if exact or len(at) == 1:
+                    out[(exact or at)[0].id] = int(off)
+        elif role[4] >= 0:
+            primary = self.primary_of(self.myshard)
+            if primary is not None:
+                out[primary.id] = role[4]
+        return out
+
+    def shards_reply(self) -> list:
+        offsets = self.replication_offsets()
+        members = self.members()
         out = []
         for shard in sorted(self.shards):
             flat: list[int] = []
@@ -165,28 +216,36 @@ class ClusterState(SlotMap):
                     flat += [start, end]
             nodes = []
             sh = self.shards[shard]
-            for n in self._shard_nodes(shard):
+            in_shard = [(n, failed) for n, failed in members
+                        if n.id == sh.primary or n.id in sh.replicas]
+            in_shard.sort(key=lambda x: x[0].id != sh.primary)  # the primary first
+            for n, failed in in_shard:
+                offset = offsets.get(n.id, 0)
                 nodes.append({
                     b"id": n.rid.encode(), b"port": n.port, b"ip": n.host.encode(),
                     b"endpoint": n.host.encode(),
                     b"role": b"master" if n.id == sh.primary else b"replica",
-                    b"replication-offset": offsets.get(n.id, 0), b"health": b"online",
+                    b"replication-offset": offset,
+                    b"health": b"fail" if failed else b"online",
                 })
             out.append({b"slots": flat, b"nodes": nodes})
         return out
 
     def nodes_text(self) -> bytes:
         lines = []
-        for n in sorted(self.nodes.values(), key=lambda n: n.rid):
+        for n, failed in self.members():
             sh = self.shards.get(n.shard)
             primary = sh is not None and sh.primary == n.id
             flags = ("myself," if n.id == self.myid else "") + ("master" if primary else "slave")
+            if failed:
+                flags += ",fail"
             master = "-"
-            if not primary and sh is not None and sh.primary in self.nodes:
-                master = self.nodes[sh.primary].rid
+            if not primary and sh is not None and sh.primary in self.last_seen:
+                master = self.last_seen[sh.primary].rid
             epoch = sh.epoch if sh is not None else 0
-            line = (f"{n.rid} {n.host}:{n.port}@{n.port + 10000} {flags} {master} 0 0 {epoch} "
-                    "connected")
+            bus = n.port + 10000 if n.port else 0
+            line = (f"{n.rid} {n.host}:{n.port}@{bus} {flags} {master} 0 0 {epoch} "
+                    f"{'disconnected' if failed else 'connected'}")
             if primary:
                 for start, end, sid in self.ranges:
                     if sid == n.shard:
@@ -203,7 +262,7 @@ class ClusterState(SlotMap):
         fields = [
             ("cluster_state", state), ("cluster_slots_assigned", assigned),
             ("cluster_slots_ok", ok), ("cluster_slots_pfail", 0),
-            ("cluster_slots_fail", assigned - ok), ("cluster_known_nodes", len(self.nodes)),
+            ("cluster_slots_fail", assigned - ok), ("cluster_known_nodes", len(self.members())),
             ("cluster_size", len({sid for _, _, sid in self.ranges})),
             ("cluster_current_epoch", max(epochs)),
             ("cluster_my_epoch", mine.epoch if mine is not None else 0),

@@ -48,7 +48,7 @@ def cluster(c: Client, argv: list[bytes]) -> bytes:
     if sub == b"slots":
         return encode(state.slots_reply(), c.proto)
     if sub == b"shards":
-        return encode(state.shards_reply({state.myid: c.server.effects.offset}), c.proto)
+        return encode(state.shards_reply(), c.proto)
     if sub == b"nodes":
         return encode(Verbatim(state.nodes_text()), c.proto)
     if sub == b"info":

@@ -144,6 +144,56 @@ def test_nodes_join_take_roles_and_status_shows_them(xcluster) -> None:  # noqa:
         wait_until(lambda: r.execute_command("ROLE")[0] == b"slave", 10, what="replica role")
 
 
+def _shard_nodes(c: redis.Redis) -> dict[str, dict]:
+    """CLUSTER SHARDS of a one-shard cluster: node id -> its fields."""
+    shard = c.execute_command("CLUSTER", "SHARDS")[0]
+    nodes = dict(zip(shard[::2], shard[1::2], strict=True))[b"nodes"]
+    out = {}
+    for n in nodes:
+        f = dict(zip(n[::2], n[1::2], strict=True))
+        out[f[b"id"].decode()] = f
+    return out
+
+
+def test_cluster_shards_offsets_and_a_dead_node_in_cluster_nodes(xcluster) -> None:  # noqa: ANN001
+    """CLUSTER SHARDS shows a synced replica's real offset (not 0); CLUSTER NODES and SHARDS
+    keep listing a dead replica, flagged `fail`, as Redis does."""
+    from node.cluster import redis_id
+
+    c = xcluster(shards=1, replicas=2, controller=False)
+    p = c.nodes["s0n0"].client()
+    r1 = c.nodes["s0n1"].client()
+    if not has_replication(p):
+        pytest.skip("needs node/replication.py")
+    for i in range(20):
+        p.xadd("k", {"f": str(i)})
+    ids = {n: redis_id(n) for n in ("s0n0", "s0n1", "s0n2")}
+
+    def synced() -> bool:
+        shards = _shard_nodes(p)
+        offs = {nid: shards[rid][b"replication-offset"] for nid, rid in ids.items()}
+        return offs["s0n0"] > 0 and offs["s0n1"] == offs["s0n0"] == offs["s0n2"]
+
+    wait_until(synced, 10, what="replica offsets in CLUSTER SHARDS")
+    seen_by_replica = _shard_nodes(r1)
+    assert seen_by_replica[ids["s0n0"]][b"replication-offset"] == \
+        seen_by_replica[ids["s0n1"]][b"replication-offset"] > 0
+    c.nodes["s0n2"].kill()
+
+    def dead_listed() -> bool:
+        line = next((x for x in p.execute_command("CLUSTER", "NODES").decode().splitlines()
+                     if x.startswith(ids["s0n2"])), "")
+        return "slave,fail" in line.split() and line.endswith("disconnected")
+
+    wait_until(dead_listed, 15, what="the killed replica listed as failed")
+    shards = _shard_nodes(p)
+    assert shards[ids["s0n2"]][b"health"] == b"fail"
+    assert shards[ids["s0n2"]][b"port"] == c.nodes["s0n2"].port
+    assert shards[ids["s0n1"]][b"health"] == b"online"
+    info = p.execute_command("CLUSTER", "INFO").decode()
+    assert "cluster_known_nodes:3\r\n" in info
+
+
 def test_cluster_clients_across_three_shards(xcluster) -> None:  # noqa: ANN001
     c = xcluster(shards=3, replicas=0, controller=False)
     first = c.nodes["s0n0"]

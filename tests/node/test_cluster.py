@@ -138,6 +138,34 @@ def test_cluster_replies(state: tuple[Server, Client, ClusterState]) -> None:
     assert _reply(s.execute(c, [b"CLUSTER", b"GETKEYSINSLOT", slot, b"5"])) == [key]
 
 
+def test_a_dead_node_stays_listed_as_failed(state: tuple[Server, Client, ClusterState]) -> None:
+    """n3's lease is gone (it is no longer in `nodes`) but shard 0 still names it; n9 was never
+    seen alive here. Both are listed, flagged `fail`, as Redis lists a node it marked failed."""
+    s, c, st = state
+    st.update(nodes={"n1": {"host": "127.0.0.1", "port": 7001, "shard": "0", "role": "primary"},
+                     "n2": {"host": "127.0.0.1", "port": 7002, "shard": "1", "role": "primary"}},
+              shards={"0": {"primary": "n1", "replicas": ["n3", "n9"], "epoch": 3},
+                      "1": {"primary": "n2", "replicas": [], "epoch": 1}})
+    lines = {line.split()[0]: line.split()
+             for line in _reply(s.execute(c, [b"CLUSTER", b"NODES"])).decode().splitlines()}
+    n1, n3, n9 = (redis_id(n) for n in ("n1", "n3", "n9"))
+    assert lines[n3][1:] == ["127.0.0.1:7003@17003", "slave,fail", n1, "0", "0", "3",
+                             "disconnected"]
+    assert lines[n9][1:3] == [":0@0", "slave,fail"]
+    assert len(lines) == 4
+    def pairs(flat: list) -> dict:
+        return dict(zip(flat[::2], flat[1::2], strict=True))
+
+    shard0 = pairs(_reply(s.execute(c, [b"CLUSTER", b"SHARDS"]))[0])
+    health = {pairs(n)[b"id"]: pairs(n)[b"health"] for n in shard0[b"nodes"]}
+    assert health == {n1.encode(): b"online", n3.encode(): b"fail", n9.encode(): b"fail"}
+    assert b"cluster_known_nodes:4\r\n" in _reply(s.execute(c, [b"CLUSTER", b"INFO"]))
+    # A replica etcd no longer names is forgotten.
+    st.update(shards={"0": {"primary": "n1", "replicas": [], "epoch": 4},
+                      "1": {"primary": "n2", "replicas": [], "epoch": 1}})
+    assert len(_reply(s.execute(c, [b"CLUSTER", b"NODES"])).decode().splitlines()) == 2
+
+
 def test_cluster_argument_errors_match_redis(cluster_oracle: NodeHandle,
                                              state: tuple[Server, Client, ClusterState]) -> None:
     s, c, _ = state
