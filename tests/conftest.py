@@ -15,6 +15,12 @@ Fixtures
 - `node` (session): one shared default node; `r` (function): a redis-py client to it,
   FLUSHALL in teardown. Use these for cheap per-test state; use `xnode` for anything that
   needs its own process (restarts, kills, special options).
+- `etcd` / `etcd_url` (session): one real etcd (control/etcd.py: the wheel's or PATH's) with
+  `--unsafe-no-fsync`, stopped at the end; skipped where etcd cannot start.
+- `xcluster` (function): factory `xcluster(shards=1, replicas=1, controller=True, etcd=True,
+  routers=0, node_args=(), router_args=()) -> Cluster` (tests/support/cluster.py): real nodes,
+  in etcd (a uniquely named cluster) or behind a static topology, controllers and routers;
+  everything it started is stopped at teardown and the logs join a failing test's report.
 - `protocol`: 2 and 3 (both by default; `--protocol 2|3` selects one). `r` follows it when a
   test also asks for `protocol`, else it speaks RESP2.
 - `loop`: a fresh event loop set as the current one, for tests that run a node in-process;
@@ -46,12 +52,17 @@ import sys
 import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 from urllib.parse import urlparse
 
 import pytest
 import redis
 
 from tests.support.procs import LOCALHOST, ServerProcess
+
+if TYPE_CHECKING:
+    from control.etcd import EtcdProcess
+    from tests.support.cluster import Cluster
 
 REPO = Path(__file__).resolve().parent.parent
 REDIS_SERVER = shutil.which("redis-server")
@@ -436,6 +447,59 @@ def r(request: pytest.FixtureRequest, node: NodeHandle) -> Iterator[redis.Redis]
         pass
     finally:
         c.close()
+
+
+# -- clusters ---------------------------------------------------------------------------------
+
+@pytest.fixture(scope="session")
+def etcd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EtcdProcess]:
+    from control.etcd import EtcdError, EtcdProcess
+
+    base = tmp_path_factory.mktemp("etcd")
+    try:
+        proc = EtcdProcess(base / "data", fast=True)
+        proc.start()
+    except EtcdError as e:
+        pytest.skip(f"no etcd: {e}")
+    try:
+        yield proc
+    finally:
+        proc.stop()
+
+
+@pytest.fixture(scope="session")
+def etcd_url(etcd: EtcdProcess) -> str:
+    return etcd.url
+
+
+@pytest.fixture
+def xcluster(request: pytest.FixtureRequest,
+             tmp_path: Path) -> Iterator[Callable[..., Cluster]]:
+    """Factory: `xcluster(shards, replicas, controller, etcd, routers, node_args, router_args)`.
+
+    With `etcd` (the default) the nodes join the session's etcd and a controller starts unless
+    `controller=False`; without it the routers read a static topology. Stopped at teardown."""
+    from tests.support.cluster import start_cluster
+
+    if request.config.getoption("--redis-url"):
+        pytest.skip("xcluster starts processes; not available with --redis-url")
+    made: list[Cluster] = []
+
+    def factory(shards: int = 1, replicas: int = 1, controller: bool = True, etcd: bool = True,
+                routers: int = 0, node_args: tuple[str, ...] = (),
+                router_args: tuple[str, ...] = ()) -> Cluster:
+        url = request.getfixturevalue("etcd_url") if etcd else None
+        c = start_cluster(tmp_path / f"cluster{len(made)}", shards, replicas, etcd_url=url,
+                          controller=controller and etcd, routers=routers,
+                          node_args=node_args, router_args=router_args)
+        made.append(c)
+        for h in c.handles():
+            _attach(request, h)
+        return c
+
+    yield factory
+    for c in made:
+        c.stop()
 
 
 @pytest.fixture(scope="session")

@@ -19,7 +19,7 @@ from control.lease import POLICY, LeaseSession
 from control.records import NodeRecord
 from control.store import Store, read_view
 from tests.conftest import REPO
-from tests.control.conftest import run_cli
+from tests.support.cluster import run_cli
 from tests.support.etcdmembers import EtcdMembers, make_tls
 from tests.support.procs import ServerProcess, free_port, wait_until
 
@@ -48,7 +48,7 @@ def _controller(c, *extra: str) -> ServerProcess:  # noqa: ANN001
 
 def test_controller_and_status_authenticate_to_nodes(xcluster) -> None:  # noqa: ANN001
     c = xcluster(shards=1, replicas=1, controller=False,
-                 extra=("--requirepass", "s3cret", "--masterauth", "s3cret"))
+                 node_args=("--requirepass", "s3cret", "--masterauth", "s3cret"))
     r = c.nodes["s0n1"].client(password="s3cret")
     wait_until(lambda: r.info("replication").get("master_link_status") == "up", 20,
                what="the replica in sync")

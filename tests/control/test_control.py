@@ -21,10 +21,10 @@ from redis.exceptions import ClusterDownError, MovedError
 
 from control.etcd import MIN_SAFE, find_etcd, wheel_binary
 from control.ports import free_block
-from control.store import Store, even_slots
+from control.store import Store, even_slots, read_view
 from node.slots import SLOTS, key_slot
 from tests.conftest import REPO
-from tests.control.conftest import Cluster, read_view, run_cli
+from tests.support.cluster import Cluster, run_cli
 from tests.support.procs import free_port, wait_until
 
 pytestmark = pytest.mark.etcd

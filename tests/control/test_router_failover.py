@@ -3,26 +3,19 @@ latency, no errors, and every write that WAIT acknowledged is on the new primary
 
 from __future__ import annotations
 
-import sys
 import threading
 import time
 
 import pytest
 import redis
 
-from tests.conftest import REPO, _node_env
-from tests.support.procs import ServerProcess
-
 pytestmark = [pytest.mark.etcd, pytest.mark.failover]
 
 
-def test_sigkill_of_a_primary_under_load_through_a_router(xcluster, tmp_path) -> None:  # noqa: ANN001
-    c = xcluster(shards=2, replicas=1)
-    router = ServerProcess(
-        "router", lambda port: [sys.executable, "-m", "control.cli", "router", "--port",
-                                str(port), "--etcd", c.url, "--cluster", c.name,
-                                "--cluster-down-timeout-ms", "8000"],
-        tmp_path / "router.log", cwd=REPO, env=_node_env()).start()
+def test_sigkill_of_a_primary_under_load_through_a_router(xcluster) -> None:  # noqa: ANN001
+    c = xcluster(shards=2, replicas=1, routers=1,
+                 router_args=("--cluster-down-timeout-ms", "8000"))
+    router = c.router
     acked: list[tuple[str, bytes]] = []
     errors: list[str] = []
     latencies: list[float] = []
@@ -66,15 +59,12 @@ def test_sigkill_of_a_primary_under_load_through_a_router(xcluster, tmp_path) ->
         stop.set()
         for t in threads:
             t.join(30)
-    try:
-        assert not errors, errors[:5]
-        assert len(acked) > before + 10, "writes did not resume after the failover"
-        r = redis.Redis(port=router.port)
-        present: dict[str, set[bytes]] = {}
-        for key in {k for k, _ in acked}:
-            present[key] = {eid for eid, _ in r.xrange(key)}
-        lost = [(k, e) for k, e in acked if e not in present[k]]
-        assert not lost, f"{len(lost)} acknowledged writes lost, e.g. {lost[:3]}"
-        print(f"acked {len(acked)} writes, longest XADD+WAIT {max(latencies):.2f} s")
-    finally:
-        router.stop()
+    assert not errors, errors[:5]
+    assert len(acked) > before + 10, "writes did not resume after the failover"
+    r = router.client()
+    present: dict[str, set[bytes]] = {}
+    for key in {k for k, _ in acked}:
+        present[key] = {eid for eid, _ in r.xrange(key)}
+    lost = [(k, e) for k, e in acked if e not in present[k]]
+    assert not lost, f"{len(lost)} acknowledged writes lost, e.g. {lost[:3]}"
+    print(f"acked {len(acked)} writes, longest XADD+WAIT {max(latencies):.2f} s")

@@ -1,97 +1,31 @@
 """The router in front of 3 real nodes (a static --topology map, no etcd): what a plain client
-sees. Cluster-wide behaviour with etcd and failovers is tested in tests/control/ and the
-other files here."""
+sees. Cluster-wide behaviour with etcd and failovers is tested in tests/control/; multi-key
+and fan-out commands in test_router_multikey.py."""
 
 from __future__ import annotations
 
 import json
 import socket
-import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 import redis
 
-from node.slots import key_slot
-from tests.conftest import REPO, _node_env, spawn_node
-from tests.support.procs import ServerProcess
-
-SHARDS = [(0, 5460), (5461, 10922), (10923, 16383)]
-
-
-class Cluster:
-    def __init__(self, base: Path, router_args: tuple[str, ...] = (),
-                 node_args: tuple[str, ...] = ()) -> None:
-        self.nodes = [spawn_node(base / f"n{i}", *node_args, name=f"node {i}") for i in range(3)]
-        topo = {
-            "nodes": {f"n{i}": {"id": f"n{i}", "host": "127.0.0.1", "port": n.port,
-                                "shard": str(i), "role": "primary"}
-                      for i, n in enumerate(self.nodes)},
-            "shards": {str(i): {"primary": f"n{i}", "replicas": [], "epoch": 1}
-                       for i in range(3)},
-            "slots": [[s, e, str(i)] for i, (s, e) in enumerate(SHARDS)],
-        }
-        path = base / "topology.json"
-        path.write_text(json.dumps(topo))
-
-        def argv(port: int) -> list[str]:
-            return [sys.executable, "-m", "control.cli", "router", "--port", str(port),
-                    "--topology", str(path), "--cluster-down-timeout-ms", "300",
-                    *router_args]
-        self.router = ServerProcess("router", argv, base / "router.log", cwd=REPO,
-                                    env=_node_env()).start()
-
-    def client(self, **kw: object) -> redis.Redis:
-        return redis.Redis(host="127.0.0.1", port=self.router.port, **kw)
-
-    def shard_of(self, key: bytes | str) -> int:
-        k = key.encode() if isinstance(key, str) else key
-        s = key_slot(k)
-        return next(i for i, (a, b) in enumerate(SHARDS) if a <= s <= b)
-
-    def close(self) -> None:
-        self.router.stop()
-        for n in self.nodes:
-            n.close()
-
-
-def keys_on_each_shard(c: Cluster, prefix: str = "k") -> list[str]:
-    """One key per shard, in shard order."""
-    out: dict[int, str] = {}
-    i = 0
-    while len(out) < 3:
-        k = f"{prefix}{i}"
-        out.setdefault(c.shard_of(k), k)
-        i += 1
-    return [out[s] for s in range(3)]
-
-
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    c = Cluster(tmp_path_factory.mktemp("router-core"))
-    yield c
-    c.close()
-
-
-@pytest.fixture
-def r(cluster: Cluster) -> Iterator[redis.Redis]:
-    client = cluster.client()
-    client.flushall()
-    yield client
-    client.close()
+from tests.router.conftest import ROUTER_ARGS
+from tests.support.cluster import Cluster
 
 
 def test_commands_land_on_the_owning_shard(cluster: Cluster, r: redis.Redis) -> None:
-    keys = keys_on_each_shard(cluster)
+    keys = cluster.keys_on_each_shard()
     for k in keys:
         r.xadd(k, {"f": "v"})
     for i, k in enumerate(keys):
-        direct = cluster.nodes[i].client()
+        direct = cluster.primary(i).client()
         assert direct.xlen(k) == 1
-        assert all(cluster.nodes[j].client().exists(k) == 0 for j in range(3) if j != i)
+        assert all(cluster.primary(j).client().exists(k) == 0 for j in range(3) if j != i)
     assert r.dbsize() == 3
     assert sorted(r.keys("*")) == sorted(k.encode() for k in keys)
     assert sorted(r.scan_iter(count=1)) == sorted(k.encode() for k in keys)
@@ -111,7 +45,7 @@ def test_pipeline_replies_keep_their_order_across_shards(r: redis.Redis) -> None
 
 
 def test_multi_shard_xread_merges_in_key_order(cluster: Cluster, r: redis.Redis) -> None:
-    keys = keys_on_each_shard(cluster, "x")
+    keys = cluster.keys_on_each_shard("x")
     for n, k in enumerate(reversed(keys)):
         r.xadd(k, {"n": n}, id=f"{n + 1}-0")
     got = r.xread({k: 0 for k in keys})
@@ -123,7 +57,7 @@ def test_multi_shard_xread_merges_in_key_order(cluster: Cluster, r: redis.Redis)
 
 def test_blocking_xread_across_shards_is_woken_by_any_shard(cluster: Cluster,
                                                             r: redis.Redis) -> None:
-    keys = keys_on_each_shard(cluster, "b")
+    keys = cluster.keys_on_each_shard("b")
 
     def later() -> None:
         time.sleep(0.3)
@@ -136,15 +70,15 @@ def test_blocking_xread_across_shards_is_woken_by_any_shard(cluster: Cluster,
     assert got == [[keys[1].encode(), [(b"5-1", {b"x": b"1"})]]]
     # The waits on the other shards were cancelled: nothing stays blocked on the nodes.
     time.sleep(0.2)
-    assert all(n.client().info("clients")["blocked_clients"] == 0 for n in cluster.nodes)
+    assert all(n.client().info("clients")["blocked_clients"] == 0 for n in cluster.primaries())
 
 
 def test_blocked_client_that_disconnects_frees_the_node(cluster: Cluster) -> None:
-    key = keys_on_each_shard(cluster, "d")[0]
+    key = cluster.keys_on_each_shard("d")[0]
     s = socket.create_connection(("127.0.0.1", cluster.router.port))
     s.sendall(b"*6\r\n$5\r\nXREAD\r\n$5\r\nBLOCK\r\n$1\r\n0\r\n$7\r\nSTREAMS\r\n$%d\r\n%s\r\n"
               b"$1\r\n$\r\n" % (len(key), key.encode()))
-    node = cluster.nodes[0].client()
+    node = cluster.primary(0).client()
     deadline = time.monotonic() + 5
     while node.info("clients")["blocked_clients"] != 1 and time.monotonic() < deadline:
         time.sleep(0.05)
@@ -158,7 +92,7 @@ def test_blocked_client_that_disconnects_frees_the_node(cluster: Cluster) -> Non
 
 def test_xreadgroup_block_on_one_shard_and_across_shards(cluster: Cluster,
                                                          r: redis.Redis) -> None:
-    keys = keys_on_each_shard(cluster, "g")
+    keys = cluster.keys_on_each_shard("g")
     for k in keys:
         r.xgroup_create(k, "grp", "$", mkstream=True)
 
@@ -206,7 +140,7 @@ def test_cross_slot_command_is_refused(r: redis.Redis) -> None:
 
 
 def test_wait_goes_to_the_written_shards(cluster: Cluster, r: redis.Redis) -> None:
-    keys = keys_on_each_shard(cluster, "w")
+    keys = cluster.keys_on_each_shard("w")
     r.xadd(keys[0], {"a": 1})
     r.xadd(keys[2], {"a": 1})
     assert r.execute_command("WAIT", 0, 100) == 0  # no replicas in this set-up
@@ -226,42 +160,37 @@ def test_connection_commands_are_answered_by_the_router(cluster: Cluster,
     assert slots[0][:2] == [0, 16383] and slots[0][2][1] == cluster.router.port
 
 
-def test_a_shard_that_is_down_gets_clusterdown(tmp_path: Path) -> None:
-    c = Cluster(tmp_path)
-    try:
-        key = keys_on_each_shard(c, "z")[1]
-        c.nodes[1].kill()
-        t0 = time.monotonic()
-        with pytest.raises(redis.exceptions.ClusterDownError):
-            c.client().xadd(key, {"a": 1})
-        assert time.monotonic() - t0 >= 0.25  # waited out --cluster-down-timeout-ms first
-        other = keys_on_each_shard(c, "z")[0]
-        assert c.client().xadd(other, {"a": 1})  # the other shards are unaffected
-    finally:
-        c.close()
+def test_a_shard_that_is_down_gets_clusterdown(xcluster: Callable[..., Cluster]) -> None:
+    c = xcluster(shards=3, replicas=0, etcd=False, routers=1, router_args=ROUTER_ARGS)
+    key = c.keys_on_each_shard("z")[1]
+    c.primary(1).kill()
+    t0 = time.monotonic()
+    with pytest.raises(redis.exceptions.ClusterDownError):
+        c.client().xadd(key, {"a": 1})
+    assert time.monotonic() - t0 >= 0.25  # waited out --cluster-down-timeout-ms first
+    other = c.keys_on_each_shard("z")[0]
+    assert c.client().xadd(other, {"a": 1})  # the other shards are unaffected
 
 
-def test_auth_at_the_router_and_to_the_nodes(tmp_path: Path) -> None:
-    c = Cluster(tmp_path, router_args=("--requirepass", "rpw", "--node-password", "npw"),
-                node_args=("--requirepass", "npw"))
-    try:
-        anon = c.client(protocol=2)
-        with pytest.raises(redis.AuthenticationError):
-            anon.xlen("k")
-        s = socket.create_connection(("127.0.0.1", c.router.port))
-        s.sendall(b"DBSIZE\r\nPING\r\n")
-        time.sleep(0.2)
-        assert s.recv(200) == b"-NOAUTH Authentication required.\r\n" * 2
-        s.close()
-        authed = c.client(password="rpw")
-        assert authed.xadd("k", {"a": 1})
-        assert authed.xlen("k") == 1
-        with pytest.raises(redis.AuthenticationError):
-            c.client(password="wrong").ping()
-        r3 = redis.Redis(host="127.0.0.1", port=c.router.port, protocol=3, password="rpw")
-        assert r3.xlen("k") == 1
-    finally:
-        c.close()
+def test_auth_at_the_router_and_to_the_nodes(xcluster: Callable[..., Cluster]) -> None:
+    c = xcluster(shards=3, replicas=0, etcd=False, routers=1,
+                 router_args=(*ROUTER_ARGS, "--requirepass", "rpw", "--node-password", "npw"),
+                 node_args=("--requirepass", "npw"))
+    anon = c.client(protocol=2)
+    with pytest.raises(redis.AuthenticationError):
+        anon.xlen("k")
+    s = socket.create_connection(("127.0.0.1", c.router.port))
+    s.sendall(b"DBSIZE\r\nPING\r\n")
+    time.sleep(0.2)
+    assert s.recv(200) == b"-NOAUTH Authentication required.\r\n" * 2
+    s.close()
+    authed = c.client(password="rpw")
+    assert authed.xadd("k", {"a": 1})
+    assert authed.xlen("k") == 1
+    with pytest.raises(redis.AuthenticationError):
+        c.client(password="wrong").ping()
+    r3 = redis.Redis(host="127.0.0.1", port=c.router.port, protocol=3, password="rpw")
+    assert r3.xlen("k") == 1
 
 
 def test_malformed_request_gets_protocol_error_and_close(cluster: Cluster) -> None:
@@ -277,59 +206,26 @@ def test_malformed_request_gets_protocol_error_and_close(cluster: Cluster) -> No
 
 # --- routers that find each other in etcd: cluster-aware clients spread over them ------------------
 @pytest.mark.etcd
-def test_redis_cluster_client_through_two_routers(tmp_path: Path) -> None:
-    import asyncio
-
-    from control.etcd import EtcdError, EtcdProcess
-    from control.store import NodeRecord, ShardRecord, Store
-
+def test_redis_cluster_client_through_two_routers(xcluster: Callable[..., Cluster]) -> None:
+    c = xcluster(shards=3, replicas=0, controller=False, routers=2)
+    probe = c.client(0)
+    deadline = time.monotonic() + 10
+    while len(probe.execute_command("CLUSTER", "SLOTS")) < 2:
+        assert time.monotonic() < deadline, "routers did not see each other"
+        time.sleep(0.1)
+    ranges = probe.execute_command("CLUSTER", "SLOTS")
+    assert sorted(r[2][1] for r in ranges) == sorted(r.port for r in c.routers)
+    assert ranges[0][0] == 0 and ranges[-1][1] == 16383
+    rc = redis.RedisCluster(host="127.0.0.1", port=c.router.port)
     try:
-        etcd = EtcdProcess(tmp_path / "etcd", fast=True)
-        url = etcd.start()
-    except EtcdError as e:
-        pytest.skip(f"etcd cannot start here: {e}")
-    nodes = [spawn_node(tmp_path / f"n{i}", name=f"node {i}") for i in range(3)]
-    routers: list[ServerProcess] = []
-    try:
-        async def setup() -> None:
-            s = Store(url, "rt")
-            await s.connect()
-            await s.create_cluster(["0", "1", "2"])
-            v = await s.view()
-            lease = await s.grant(60)
-            for i, n in enumerate(nodes):
-                await s.put_shard(str(i), ShardRecord(f"n{i}", [], 1), v.shards[str(i)].mod)
-                await s.put_node(NodeRecord(f"n{i}", "127.0.0.1", n.port, str(i), "primary"),
-                                 lease, 0)
-            await s.close()
-        asyncio.run(setup())
-        for j in range(2):
-            def argv(port: int, j: int = j) -> list[str]:
-                return [sys.executable, "-m", "control.cli", "router", "--port", str(port),
-                        "--etcd", url, "--cluster", "rt", "--router-id", f"r{j}"]
-            routers.append(ServerProcess(f"router {j}", argv, tmp_path / f"r{j}.log", cwd=REPO,
-                                         env=_node_env()).start())
-        probe = redis.Redis(port=routers[0].port)
-        deadline = time.monotonic() + 10
-        while len(probe.execute_command("CLUSTER", "SLOTS")) < 2:
-            assert time.monotonic() < deadline, "routers did not see each other"
-            time.sleep(0.1)
-        ranges = probe.execute_command("CLUSTER", "SLOTS")
-        assert sorted(r[2][1] for r in ranges) == sorted(r.port for r in routers)
-        assert ranges[0][0] == 0 and ranges[-1][1] == 16383
-        rc = redis.RedisCluster(host="127.0.0.1", port=routers[0].port)
         for i in range(60):
             rc.xadd(f"rc{i}", {"i": i})
         assert all(rc.xlen(f"rc{i}") == 1 for i in range(60))
-        assert sum(n.client().dbsize() for n in nodes) == 60  # spread over the real shards
-        assert {len([k for k in n.client().keys("*")]) > 0 for n in nodes} == {True}
-        rc.close()
     finally:
-        for r in routers:
-            r.stop()
-        for n in nodes:
-            n.close()
-        etcd.stop()
+        rc.close()
+    nodes = c.primaries()
+    assert sum(n.client().dbsize() for n in nodes) == 60  # spread over the real shards
+    assert all(n.client().dbsize() > 0 for n in nodes)
 
 
 # --- the node's differential workload, through the router, against redis-server ----------------
@@ -365,10 +261,10 @@ def test_differential_workload_through_the_router(cluster: Cluster, oracle, seed
             c.close()
 
 
-def test_router_restarted_mid_load(tmp_path: Path) -> None:
+def test_router_restarted_mid_load(xcluster: Callable[..., Cluster]) -> None:
     """A router holds no state: restarted under a write load, clients reconnect and carry on,
     and every acknowledged write is on the shards."""
-    c = Cluster(tmp_path)
+    c = xcluster(shards=3, replicas=0, etcd=False, routers=1, router_args=ROUTER_ARGS)
     acked: list[tuple[str, bytes]] = []
     failures = 0
     stop = threading.Event()
@@ -396,13 +292,10 @@ def test_router_restarted_mid_load(tmp_path: Path) -> None:
     finally:
         stop.set()
         t.join(15)
-    try:
-        assert before > 0 and len(acked) > before + 10, "writes did not resume"
-        r = c.client()
-        present = {k: {e for e, _ in r.xrange(k)} for k in {k for k, _ in acked}}
-        assert all(e in present[k] for k, e in acked)
-    finally:
-        c.close()
+    assert before > 0 and len(acked) > before + 10, "writes did not resume"
+    r = c.client()
+    present = {k: {e for e, _ in r.xrange(k)} for k in {k for k, _ in acked}}
+    assert all(e in present[k] for k, e in acked)
 
 
 IOREDIS_SCRIPT = r"""
@@ -451,7 +344,7 @@ def test_ioredis_cluster_client_through_a_router(cluster: Cluster, r: redis.Redi
     assert out["ids"] == 30 and out["lens"] == [1] * 30
     assert out["read"] is None
     assert out["read2"] == [["{io}a", [["1-1", ["f", "v"]]]]]
-    assert sum(n.client().dbsize() for n in cluster.nodes) == 31
+    assert sum(n.client().dbsize() for n in cluster.primaries()) == 31
 
 
 def test_many_blocked_consumers_through_the_router(cluster: Cluster, r: redis.Redis) -> None:
