@@ -28,6 +28,7 @@ from node import REDIS_VERSION, command_table, errors
 from node.client import Client
 from node.cluster import SlotMap, redis_id
 from node.commands import COMMANDS, load_all
+from node.commands.reads import parse_xread_options
 from node.config import Config
 from node.resp import (
     OK,
@@ -607,17 +608,18 @@ def _bulk_value(r: bytes) -> bytes:
     return r[e + 2:e + 2 + int(r[1:e])]
 
 
-def _slot_groups(router: Router, keys: list[bytes]) -> dict[tuple[str | None, int], list[int]]:
-    """Key indexes grouped by owning shard (None for unowned slots), in first-seen order. A key
-    given twice goes to a second request for the same shard, so that every request names each
-    key once and replies can be matched to positions by name."""
-    groups: dict[tuple[str | None, int], list[int]] = {}
+def _slot_groups(keys: list[bytes]) -> dict[tuple[int, int], list[int]]:
+    """Key indexes grouped by slot, in first-seen order: a node refuses keys of two slots
+    (-CROSSSLOT) even when it owns both. A key given twice goes to a second request for the
+    same slot, so that every request names each key once and replies can be matched to
+    positions by name."""
+    groups: dict[tuple[int, int], list[int]] = {}
     for i, k in enumerate(keys):
-        shard = router.map.owner[key_slot(k)]
+        slot = key_slot(k)
         n = 0
-        while any(keys[j] == k for j in groups.get((shard, n), ())):
+        while any(keys[j] == k for j in groups.get((slot, n), ())):
             n += 1
-        groups.setdefault((shard, n), []).append(i)
+        groups.setdefault((slot, n), []).append(i)
     return groups
 
 
@@ -627,7 +629,7 @@ def _multi_slot(router: Router, c: Client, argv: list[bytes], name: bytes,
     if name in _SUMMED:
         keys = argv[1:]
         reqs = []
-        for idx in _slot_groups(router, keys).values():
+        for idx in _slot_groups(keys).values():
             reqs.append((None, key_slot(keys[idx[0]]),
                          encode_command([argv[0]] + [keys[i] for i in idx])))
         return gather(router, c, reqs, name != b"exists",
@@ -637,14 +639,6 @@ def _multi_slot(router: Router, c: Client, argv: list[bytes], name: bytes,
     return conn.fill(cell, b"-CROSSSLOT Keys in request don't hash to the same slot\r\n")
 
 
-
-
-def _split_streams(argv: list[bytes]) -> tuple[list[bytes], list[bytes], list[bytes]]:
-    """(arguments before the keys incl. STREAMS, keys, ids) of XREAD/XREADGROUP."""
-    i = next(j for j in range(1, len(argv)) if argv[j].lower() == b"streams")
-    rest = argv[i + 1:]
-    half = len(rest) // 2
-    return argv[:i + 1], rest[:half], rest[half:]
 
 
 def _stream_reply_items(r: bytes) -> list[tuple[bytes, bytes]]:
@@ -705,15 +699,14 @@ def _xread_fanout(router: Router, c: Client, argv: list[bytes], name: bytes,
     first non-empty answer wins and the other waits are cancelled. XREADGROUP BLOCK across
     shards is served only when a non-blocking pass finds entries (no delivery can be lost)."""
     conn: ClientConn = c.conn  # type: ignore[assignment]
-    head, keys, ids = _split_streams(argv)
-    if len(keys) != len(ids):  # a syntax error: let a node phrase it
-        prim = router.primaries()
-        if not prim:
-            return conn.fill(cell, b"-CLUSTERDOWN The cluster is down\r\n")
-        return router.forward(c, encode_command(argv), None, False, conn.filler(cell),
-                              addr=prim[0])
-    groups = _slot_groups(router, keys)
-    if any(shard is None for shard, _ in groups):
+    try:  # argument errors come before any key's (NOGROUP, WRONGTYPE), as in Redis
+        options = parse_xread_options(argv, int(time.time() * 1000))
+    except ReplyError as e:
+        return conn.fill(cell, b"-%s\r\n" % e.message)
+    _timeout, _count, _noack, first, nkeys, group, _consumer = options
+    head, keys, ids = argv[:first], argv[first:first + nkeys], argv[first + nkeys:]
+    groups = _slot_groups(keys)
+    if any(router.map.owner[slot] is None for slot, _ in groups):
         return conn.fill(cell, b"-CLUSTERDOWN Hash slot not served\r\n")
     block = _block_ms(argv)
     write = name == b"xreadgroup"
@@ -726,7 +719,7 @@ def _xread_fanout(router: Router, c: Client, argv: list[bytes], name: bytes,
     if write and not groups_checked:
         # One node checks every key's group before it delivers anything; across shards a
         # missing group on one shard must not leave deliveries made on another unreturned.
-        return _check_groups(router, c, argv, keys, cell)
+        return _check_groups(router, c, argv, keys, group or b"", cell)
     if block is not None and write:
         head = _without_block(head)
 
@@ -765,12 +758,10 @@ def _xread_fanout(router: Router, c: Client, argv: list[bytes], name: bytes,
 
 
 def _check_groups(router: Router, c: Client, argv: list[bytes], keys: list[bytes],
-                  cell: list) -> None:
+                  group: bytes, cell: list) -> None:
     """XINFO GROUPS for every key, in key order; the first key whose group is missing (or
     whose value is not a stream) gets Redis's error, else the XREADGROUP goes ahead."""
     conn: ClientConn = c.conn  # type: ignore[assignment]
-    gi = next(i for i in range(1, len(argv)) if argv[i].lower() == b"group")
-    group = argv[gi + 1]
     reqs = [(None, key_slot(k), encode_command([b"XINFO", b"GROUPS", k])) for k in keys]
 
     ids = argv[len(argv) - len(keys):]

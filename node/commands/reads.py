@@ -35,11 +35,13 @@ from node.streamid import MAX_ID, format_id, parse_id_or_error
 _NEW = MAX_ID
 
 
-@command(b"xread", b"xreadgroup")
-def xread(c: Client, argv: list[bytes]) -> bytes:
-    """XREAD [COUNT count] [BLOCK ms] STREAMS key [key ...] id [id ...]
-    XREADGROUP GROUP group consumer [COUNT count] [BLOCK ms] [NOACK]
-               STREAMS key [key ...] id [id ...]"""
+XReadOptions = tuple[int, int, bool, int, int, bytes | None, bytes]
+
+
+def parse_xread_options(argv: list[bytes], now_ms: int) -> XReadOptions:
+    """xreadCommand's option loop: (timeout ms or -1, count, noack, index of the first key,
+    number of keys, group or None, consumer). Raises Redis's error for the first bad option,
+    in Redis's order; the router checks a multi-shard read with it before any shard sees it."""
     argc = len(argv)
     xreadgroup = len(argv[0]) == 10
     timeout = -1
@@ -56,7 +58,7 @@ def xread(c: Client, argv: list[bytes]) -> bytes:
         if o == b"block" and moreargs:
             i += 1
             timeout = errors.parse_timeout_ms_or_error(argv[i])
-            if timeout > errors.LLONG_MAX - c.server.now_ms():
+            if timeout > errors.LLONG_MAX - now_ms:
                 raise ReplyError(errors.TIMEOUT_OUT_OF_RANGE)
         elif o == b"count" and moreargs:
             i += 1
@@ -87,6 +89,17 @@ def xread(c: Client, argv: list[bytes]) -> bytes:
         raise ReplyError(errors.SYNTAX)
     if xreadgroup and groupname is None:
         raise ReplyError(errors.MISSING_GROUP)
+    return timeout, count, noack, streams_arg, nkeys, groupname, consumername
+
+
+@command(b"xread", b"xreadgroup")
+def xread(c: Client, argv: list[bytes]) -> bytes:
+    """XREAD [COUNT count] [BLOCK ms] STREAMS key [key ...] id [id ...]
+    XREADGROUP GROUP group consumer [COUNT count] [BLOCK ms] [NOACK]
+               STREAMS key [key ...] id [id ...]"""
+    xreadgroup = len(argv[0]) == 10
+    timeout, count, noack, streams_arg, nkeys, groupname, consumername = \
+        parse_xread_options(argv, c.server.now_ms())
 
     keys = argv[streams_arg:streams_arg + nkeys]
     streams: list[Stream | None] = []
