@@ -3,8 +3,10 @@
 Redis builds its table from src/commands/*.json; ours is node/commands.json, dumped from a real
 redis-server by tools/gen_command_table.py. This module reads it once at import and is the one
 source for: the dispatcher's arity check (`check_arity`), write detection (`is_write`), key
-extraction (`get_keys`, also used by router/keys.py and COMMAND GETKEYS), and the COMMAND
-replies (INFO, DOCS, COUNT, LIST, GETKEYS, GETKEYSANDFLAGS, HELP) in RESP2 and RESP3.
+extraction (`get_keys`, also used by the router and COMMAND GETKEYS), the routing tips
+(`CommandSpec.request_policy` / `response_policy`, from Redis's command tips, which the router
+routes keyless and multi-key commands by), and the COMMAND replies (INFO, DOCS, COUNT, LIST,
+GETKEYS, GETKEYSANDFLAGS, HELP) in RESP2 and RESP3.
 
 It is a leaf: it imports only the codec and the error texts, never a client or the server.
 
@@ -64,9 +66,10 @@ class KeySpec:
 class CommandSpec:
     """One command or subcommand. `name` is Redis's fullname: b"xadd", b"xgroup|create"."""
 
-    __slots__ = ("name", "arity", "flags", "flag_list", "first_key", "last_key", "step", "acl_categories",
-                 "tips", "key_specs", "subcommands", "docs", "origin", "parent", "has_keys",
-                 "getkeys_proc", "fixed_key", "_info", "_docs")
+    __slots__ = ("name", "arity", "flags", "flag_list", "first_key", "last_key", "step",
+                 "acl_categories", "tips", "request_policy", "response_policy", "key_specs",
+                 "subcommands", "docs", "origin", "parent", "has_keys", "getkeys_proc",
+                 "fixed_key", "_info", "_docs")
 
     def __init__(self, raw: dict[str, Any], parent: CommandSpec | None = None) -> None:
         self.name: bytes = raw["name"].encode()
@@ -79,6 +82,12 @@ class CommandSpec:
         self.step: int = raw["step"]
         self.acl_categories: tuple[str, ...] = tuple(raw["acl_categories"])
         self.tips: tuple[str, ...] = tuple(raw["tips"])
+        # Redis's routing tips for cluster clients (and our router): where a keyless or
+        # multi-key command goes (multi_shard, all_shards, all_nodes, special) and how the
+        # replies merge (agg_sum, agg_min, all_succeeded, one_succeeded, special, ...).
+        # None when the command has no such tip.
+        self.request_policy: str | None = _tip(self.tips, "request_policy:")
+        self.response_policy: str | None = _tip(self.tips, "response_policy:")
         self.key_specs: tuple[KeySpec, ...] = tuple(KeySpec(k) for k in raw["key_specs"])
         self.docs: dict[str, Any] = raw["docs"]
         self.origin: str = raw.get("origin", "")
@@ -110,6 +119,13 @@ class CommandSpec:
 
     def __repr__(self) -> str:
         return f"CommandSpec({self.name.decode()!r}, arity={self.arity})"
+
+
+def _tip(tips: tuple[str, ...], prefix: str) -> str | None:
+    for t in tips:
+        if t.startswith(prefix):
+            return t[len(prefix):]
+    return None
 
 
 # --- getkeys procedures (Redis db.c), for commands whose key specs are not the whole story ---
@@ -202,6 +218,12 @@ for _n, _c in TABLE.items():
         _ARITY[_n] = _c.arity
 _WRITE: frozenset[bytes] = frozenset(n for n, c in _ALL.items() if "write" in c.flags)
 del _n, _c, _s
+
+NO_AUTH: frozenset[bytes] = frozenset(n for n, c in TABLE.items() if "no_auth" in c.flags)
+"""Commands a client may send before it authenticated (AUTH, HELLO, QUIT, RESET)."""
+
+RUN_IN_MULTI = frozenset((b"exec", b"discard", b"multi", b"watch", b"quit", b"reset"))
+"""Commands that run at once inside MULTI instead of being queued (Redis processCommand)."""
 
 
 def lookup(name_lower: bytes) -> CommandSpec | None:

@@ -331,6 +331,16 @@ def nogroup_xreadgroup(key: bytes, group: bytes) -> bytes:
             % (key, group))
 
 
+def nogroup_key(reply: bytes) -> bytes | None:
+    """The key an XREADGROUP NOGROUP error reply names (the router orders shards' errors by
+    it); None for any other reply."""
+    head = b"-NOGROUP No such key '"
+    if not reply.startswith(head):
+        return None
+    end = reply.rfind(b"' or consumer group '")
+    return reply[len(head):end] if end >= len(head) else None
+
+
 # --- consumer groups (t_stream.c xgroupCommand, xclaimCommand, xautoclaimCommand) ------------
 BUSYGROUP = b"BUSYGROUP Consumer Group name already exists"
 XGROUP_NO_KEY = (
@@ -376,3 +386,8 @@ NOMASTERLINK = b"NOMASTERLINK Can't SYNC while not connected with my master"
 UNBLOCKED_ROLE_CHANGE = (
     b"UNBLOCKED force unblock from blocking operation, instance state changed "
     b"(master -> replica?)")
+
+# --- router (router/): what a proxy in front of the shards answers itself ---------------------
+# It also answers CLUSTERDOWN, SLOT_NOT_SERVED, CROSSSLOT and INVALID_CURSOR above.
+NOT_THROUGH_ROUTER = b"ERR '%s' is not supported through a router; send it to a node"
+EXECABORT_NODE_GONE = b"EXECABORT Transaction discarded because the node went away"

@@ -21,7 +21,8 @@ __all__ = [
     "Status", "Verbatim", "Raw", "Map", "RespSet", "ReplyError", "NULL_ARRAY",
     "OK", "PONG", "QUEUED", "NULL_BULK", "NULL3", "EMPTY_ARRAY", "ZERO", "ONE",
     "encode", "bulk", "integer", "status", "error", "array_header", "null", "null_array",
-    "encode_command",
+    "encode_command", "reply_scan", "reply_end", "reply_elements", "bulk_value", "int_value", "error_code",
+    "parse_redirect", "Redirect",
 ]
 
 
@@ -390,31 +391,101 @@ _PAIRS = frozenset(b"%|")  # counted pairs (an attribute `|` is followed by the 
 _BLOBS = frozenset(b"$=!")  # length-prefixed payloads
 
 
-def reply_end(buf: bytes, pos: int = 0) -> int:
-    """The offset just past the complete reply that starts at `pos`, or -1 if more bytes are
-    needed. Only framing is done, so a proxy can forward replies as the bytes they are."""
-    need = 1
+def reply_scan(buf: bytes | bytearray, pos: int, need: int = 1) -> tuple[int, int]:
+    """Step over whole reply elements from `pos` while `need` of them remain.
+
+    Returns (pos, need): need 0 means a reply ended at pos; otherwise pos is the start of the
+    first incomplete element, and scanning resumes there once more bytes arrived, so a reply
+    is scanned once however it is chunked. Only framing is done, so a proxy can forward
+    replies as the bytes they are."""
     n = len(buf)
     while need:
         if pos >= n:
-            return -1
+            return pos, need
         e = buf.find(b"\r\n", pos)
         if e < 0:
-            return -1
+            return pos, need
         t = buf[pos]
         if t in _BLOBS:
             ln = int(buf[pos + 1:e])
-            pos = e + 2 if ln < 0 else e + 4 + ln
-            if pos > n:
-                return -1
+            end = e + 2 if ln < 0 else e + 4 + ln
+            if end > n:
+                return pos, need
+            pos = end
         elif t in _AGGREGATE or t in _PAIRS:
             cnt = int(buf[pos + 1:e])
             pos = e + 2
             if cnt > 0:
                 need += cnt * 2 if t in _PAIRS else cnt
-            if t == 124:  # b"|"
+            if t == 124:  # b"|": the attribute's reply follows it
                 need += 1
         else:
             pos = e + 2
         need -= 1
-    return pos
+    return pos, 0
+
+
+def reply_end(buf: bytes, pos: int = 0) -> int:
+    """The offset just past the complete reply that starts at `pos`, or -1 if more bytes are
+    needed."""
+    end, need = reply_scan(buf, pos)
+    return -1 if need else end
+
+
+# --- reading replies ---------------------------------------------------------------------------
+# A proxy relays replies as bytes. The few it must look into are read here and nowhere else:
+# aggregates are split into their elements' bytes (so a merge re-frames them without decoding),
+# and errors are classified by their code, as redis-py's parse_error does, never by a prefix
+# match at the call site.
+
+def reply_elements(r: bytes) -> tuple[bytes, list[bytes]]:
+    """(type byte, each element's bytes) of an aggregate reply; a map gives keys and values
+    alternately, and a null aggregate gives no elements."""
+    e = r.find(b"\r\n")
+    n = int(r[1:e])
+    pos = e + 2
+    out = []
+    for _ in range(max(n, 0) * (2 if r[:1] == b"%" else 1)):
+        end = reply_end(r, pos)
+        out.append(r[pos:end])
+        pos = end
+    return r[:1], out
+
+
+def bulk_value(r: bytes) -> bytes:
+    """The payload of a bulk string reply."""
+    e = r.find(b"\r\n")
+    return r[e + 2:e + 2 + int(r[1:e])]
+
+
+def int_value(r: bytes) -> int:
+    """The value of an integer reply."""
+    return int(r[1:-2])
+
+
+def error_code(r: bytes) -> bytes | None:
+    """The code of an error reply (b"ERR", b"MOVED", b"NOGROUP", ...); None if `r` is not one."""
+    if r[:1] != b"-":
+        return None
+    end = len(r) - 2
+    sp = r.find(b" ", 1, end)
+    return r[1:sp if sp > 0 else end]
+
+
+Redirect = tuple[bytes, int, str, int]
+
+
+def parse_redirect(r: bytes) -> Redirect | None:
+    """(b"MOVED" or b"ASK", slot, host, port) of a redirect reply; None for any other reply.
+
+    The host may be empty: Redis sends `-MOVED 3999 :6380` when the target is on the host the
+    client already talks to."""
+    code = error_code(r)
+    if code != b"MOVED" and code != b"ASK":
+        return None
+    try:
+        _, slot, target = r[1:-2].split(b" ", 2)
+        host, _, port = target.rpartition(b":")
+        return code, int(slot), host.decode(), int(port)
+    except ValueError:
+        return None

@@ -1,9 +1,9 @@
 """The node's RESP server: one asyncio Protocol per connection and the one dispatch path.
 
-The hot path is synchronous (DESIGN §6): data_received feeds hiredis, runs every complete command
-through `Server.execute`, and writes all replies of the batch with one transport.write. Nothing
-on it awaits; a read that must wait parks the client in `node.blocking` and the connection
-stops processing (and reading) until it is released.
+The hot path is synchronous: the connection (node/protocol.py) feeds hiredis, runs every
+complete command through `Server.execute`, and writes all replies of the batch with one
+transport.write. Nothing on it awaits; a read that must wait parks the client in
+`node.blocking` and the connection stops processing (and reading) until it is released.
 """
 
 from __future__ import annotations
@@ -11,13 +11,10 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import socket
 import time
 from collections.abc import Callable
 from time import perf_counter_ns, time_ns
-from typing import TYPE_CHECKING, Any, Protocol
-
-import hiredis
+from typing import TYPE_CHECKING, Protocol
 
 from node import command_table, errors
 from node.blocking import Blocked, BlockingManager
@@ -26,14 +23,8 @@ from node.commands import Handler, load_all
 from node.config import Config
 from node.effects import EffectLog
 from node.keyspace import Keyspace
-from node.resp import (
-    QUEUED,
-    SKIP,
-    ProtocolError,
-    ReplyError,
-    check_request_header,
-    parse_request,
-)
+from node.protocol import RespConnection
+from node.resp import QUEUED, ReplyError
 
 if TYPE_CHECKING:
     from control.agent import Agent
@@ -44,14 +35,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("xshard.node")
 
-# Commands that run even inside MULTI instead of being queued (Redis processCommand).
-_MULTI_IMMEDIATE = frozenset((b"exec", b"discard", b"multi", b"watch", b"quit", b"reset"))
-# Commands an unauthenticated client may send.
-_NOAUTH_OK = frozenset((b"auth", b"hello", b"quit", b"reset"))
+_MULTI_IMMEDIATE = command_table.RUN_IN_MULTI
+_NOAUTH_OK = command_table.NO_AUTH
 
-_SPAN_LIMIT = 8 * 1024 * 1024  # past this, a request's raw bytes are not kept for error texts
-_BLOCKED_INPUT_LIMIT = 64 * 1024
-_MAX_COMMANDS_PER_TURN = 128  # commands of one client run before yielding to the loop  # a blocked client's input buffered before reading pauses
 
 
 class ReplyGate(Protocol):
@@ -348,245 +334,17 @@ class Server:
                 c.conn.close()
 
 
-def accept_client(owner: Any, conn: Any, transport: asyncio.BaseTransport) -> Client | None:
-    """What a node and a router do with a new socket: no Nagle, maxclients, a Client.
+class Connection(RespConnection):
+    """One client socket of the node (node/protocol.py does the parsing and flow control):
+    replies may wait for an fsync (`appendfsync always`), and output-buffer limits apply."""
 
-    `owner` has `clients`, `config.maxclients` and `add_client(conn, addr, laddr)`. None means
-    the connection was refused (and is being closed)."""
-    sock = transport.get_extra_info("socket")
-    if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
-        # Replies are one write per batch; Nagle would only add latency.
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    if len(owner.clients) >= owner.config.maxclients:
-        transport.write(b"-%s\r\n" % errors.MAX_CLIENTS)  # type: ignore[attr-defined]
-        transport.close()
-        return None
-    peer = transport.get_extra_info("peername") or ("", 0)
-    local = transport.get_extra_info("sockname") or ("", 0)
-    # Replies to one batch are written at once; pause the client's input when the socket
-    # backs up instead of buffering without bound.
-    transport.set_write_buffer_limits(high=256 * 1024, low=64 * 1024)  # type: ignore[attr-defined]
-    return owner.add_client(conn, f"{peer[0]}:{peer[1]}", f"{local[0]}:{local[1]}")
-
-
-class Connection(asyncio.Protocol):
-    """One client socket. Parses synchronously, replies once per batch, never awaits."""
-
-    __slots__ = ("server", "transport", "reader", "client", "_slow", "_closing",
-                 "_write_paused", "_read_paused", "_pending", "_boundary", "_span",
-                 "_span_len", "_done", "held")
+    __slots__ = ("held",)
 
     def __init__(self, server: Server) -> None:
-        self.server = server
-        self.transport: asyncio.Transport | None = None
-        self.reader = hiredis.Reader()
-        self.client: Client | None = None
-        self._slow = b""  # bytes for the exact (slow) parser: inline commands, odd input
-        self._boundary = True  # hiredis holds nothing: the next byte starts a request
-        self._span: list[bytes] | None = []  # bytes fed to hiredis since the last boundary
-        self._span_len = 0
-        self._done = 0  # commands of the span that already ran
-        self._closing = False
-        self._write_paused = False
-        self._read_paused = False
-        self._pending = 0  # bytes received into an incomplete request
+        super().__init__(server, server.execute)
+        self.server: Server = server
         self.held: list[tuple[int, bytes]] | None = None  # replies waiting for an fsync
 
-    # --- asyncio callbacks --------------------------------------------------------------------
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]
-        self.client = accept_client(self.server, self, transport)
-        if self.client is None:
-            self.server.stats.rejected_connections += 1
-            self._closing = True
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self._closing = True
-        if self.client is not None:
-            self.server.remove_client(self.client)
-
-    def pause_writing(self) -> None:
-        self._write_paused = True
-        self._pause_reading()
-
-    def resume_writing(self) -> None:
-        self._write_paused = False
-        if self.client is not None and self.client.blocked is None:
-            self._resume_reading()
-            self._process()
-
-    def data_received(self, data: bytes) -> None:
-        if self._closing:
-            return
-        self.server.stats.net_input_bytes += len(data)
-        reader = self.reader
-        if self._slow or (data[:1] != b"*" and self._boundary):
-            self._slow += data
-            self._process()
-            return
-        # Keep the bytes since the last known request boundary: if hiredis rejects something,
-        # the slow path re-parses them exactly as Redis would.
-        span = self._span
-        if self._boundary:
-            self._span = [data]
-            self._span_len = len(data)
-            self._done = 0
-        elif span is not None:
-            span.append(data)
-            self._span_len += len(data)
-            if self._span_len > _SPAN_LIMIT:
-                self._span = None
-        reader.feed(data)
-        if self._process():
-            self._pending = len(data)
-            return
-        self._pending += len(data)
-        c = self.client
-        if c is not None and c.blocked is not None:
-            if self._pending > _BLOCKED_INPUT_LIMIT:
-                self._pause_reading()  # a blocked client's pipeline waits in the kernel
-            return
-        span = self._span
-        err = None
-        if span is not None and len(span) == 1 and not self._done:
-            # Nothing ran from the first chunk after a boundary: the request at its start may
-            # declare an impossible length that hiredis would wait for forever.
-            err = check_request_header(span[0], self.server.config.proto_max_bulk_len,
-                                       c is not None and c.authenticated)
-        if err is None and self._pending > self.server.config.client_query_buffer_limit:
-            err = b"query buffer limit exceeded"
-        if err is not None:
-            self._write(self._protocol_error_reply(err))
-            self.close()
-
-    def _process(self) -> int:
-        """Run every complete command that is ready, then write the replies at once.
-
-        Returns how many commands hiredis produced."""
-        c = self.client
-        if c is None or self._closing:
-            return 0
-        n = 0
-        out: list[bytes] = []
-        execute = self.server.execute
-        reader = self.reader
-        if self._slow:
-            self._process_slow(out)
-        while not self._slow and c.blocked is None and not self._closing and not self._write_paused:
-            if not reader.has_data():
-                break
-            try:
-                argv = reader.gets()
-            except hiredis.ProtocolError:
-                self._fallback(out)
-                break
-            if argv is False:
-                self._boundary = False
-                break
-            n += 1
-            if type(argv) is not list:
-                self._fallback(out)
-                break
-            if not argv:
-                continue
-            try:
-                b"".join(argv)  # every argument must be a bulk string; C-speed check
-            except TypeError:
-                self._fallback(out)
-                break
-            self._done += 1
-            reply = execute(c, argv)
-            if reply is not None:
-                out.append(reply)
-            if c.close_after_reply:
-                break
-            if not reader.has_data():
-                self._boundary = True
-                break
-            if n >= _MAX_COMMANDS_PER_TURN:
-                # A deep pipeline must not hold the loop: let other clients (and timers) run,
-                # and continue from where we stopped on the next loop iteration.
-                self._boundary = False
-                self._pause_reading()
-                self.server.loop.call_soon(self._continue)
-                break
-        if out:
-            self._write(b"".join(out))
-        if c.close_after_reply:
-            self.close()
-        return n
-
-    def _continue(self) -> None:
-        if not self._write_paused:
-            self._resume_reading()
-        self._process()
-
-    def _fallback(self, out: list[bytes]) -> None:
-        """hiredis rejected the input: hand the bytes since the last boundary to the slow path."""
-        self.reader = hiredis.Reader()
-        span = self._span
-        if span is None:  # too much to keep: an approximate error is the best we can do
-            out.append(self._protocol_error_reply(b"invalid multibulk length"))
-            return
-        self._slow = b"".join(span)
-        self._span = None
-        self._boundary = False
-        skip = self._done
-        self._done = 0
-        self._process_slow(out, skip)
-
-    def _process_slow(self, out: list[bytes], skip: int = 0) -> None:
-        """The exact Redis parser, for inline commands and input hiredis rejects; `skip`
-        commands at the front already ran from hiredis."""
-        c = self.client
-        assert c is not None
-        buf = self._slow
-        pos = 0
-        max_bulk = self.server.config.proto_max_bulk_len
-        while c.blocked is None and not c.close_after_reply:
-            try:
-                argv, end = parse_request(buf, pos, max_bulk, c.authenticated)
-            except ProtocolError as e:
-                out.append(self._protocol_error_reply(e.text))
-                pos = len(buf)
-                break
-            if argv is None:
-                break
-            pos = end
-            if argv is SKIP:
-                continue
-            if skip:
-                skip -= 1
-                continue
-            reply = self.server.execute(c, argv)
-            if reply is not None:
-                out.append(reply)
-        rest = buf[pos:]
-        if rest[:1] == b"*" or not rest:
-            # Back to hiredis at a request boundary.
-            self._slow = b""
-            self._boundary = True
-            if rest:
-                self.data_received_fast(rest)
-        else:
-            self._slow = rest
-
-    def data_received_fast(self, data: bytes) -> None:
-        self._span = [data]
-        self._span_len = len(data)
-        self._done = 0
-        self._boundary = False
-        self.reader.feed(data)
-
-    def _protocol_error_reply(self, err: bytes) -> bytes:
-        """Redis replies to a protocol error and then closes the connection."""
-        msg = errors.protocol_error(err)
-        self.server.stats.error(msg)
-        if self.client is not None:
-            self.client.close_after_reply = True
-        return b"-%s\r\n" % msg
-
-    # --- output -------------------------------------------------------------------------------
     def _write(self, data: bytes) -> None:
         t = self.transport
         if t is None or self._closing:
@@ -627,22 +385,3 @@ class Connection(asyncio.Protocol):
         # Commands pipelined behind the blocked one run now, outside the releasing client's
         # command so that its reply order is not disturbed.
         self.server.loop.call_soon(self._process)
-
-    def _pause_reading(self) -> None:
-        if not self._read_paused and self.transport is not None and not self._closing:
-            self._read_paused = True
-            self.transport.pause_reading()
-
-    def _resume_reading(self) -> None:
-        if self._read_paused and self.transport is not None and not self._closing:
-            self._read_paused = False
-            self.transport.resume_reading()
-
-    def close(self, force: bool = False) -> None:
-        if self._closing or self.transport is None:
-            return
-        self._closing = True
-        if force:
-            self.transport.abort()
-        else:
-            self.transport.close()

@@ -2,9 +2,10 @@
 
 An `Upstream` is one TCP connection. Requests are written as they come and every reply is
 handed, still encoded, to the callback queued with its request: nodes answer in order, so a
-FIFO of callbacks is the whole multiplexing protocol (DESIGN §3). Replies are framed with
-`node.resp.reply_end`, never decoded, unless the router must look inside (redirects, fan-out
-merges).
+FIFO of callbacks is the whole multiplexing protocol. Replies are framed with
+`node.resp.reply_scan`, never decoded, unless the router must look inside (redirects, fan-out
+merges). A reply that arrives in many chunks is kept in one growing buffer and its scan resumes
+where it stopped, so framing stays linear in the reply's size.
 
 A `Pool` keeps a few shared connections per node and protocol; each client is pinned to one of
 them so that its commands to a node stay in order (and WAIT on that connection covers them).
@@ -15,11 +16,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import socket
 from collections import deque
 from collections.abc import Callable
 
-from node.resp import encode_command, reply_end
+from node.protocol import set_nodelay
+from node.resp import encode_command, error_code, reply_scan
 
 log = logging.getLogger("xshard.router")
 
@@ -36,7 +37,8 @@ class Upstream(asyncio.Protocol):
         self.port = port
         self.transport: asyncio.Transport | None = None
         self.waiting: deque[ReplyCallback] = deque()
-        self.buf = b""
+        self.buf = bytearray()  # the start of a reply that is not complete yet
+        self._scan = (0, 1)  # where its scan resumes: (offset in buf, elements still needed)
         self.closed = False
         self._pending: list[bytes] = []  # written before the connection was up
         self._on_close = on_close
@@ -48,7 +50,7 @@ class Upstream(asyncio.Protocol):
         return len(self.waiting)
 
     def _setup_reply(self, reply: bytes | None) -> None:
-        if reply is not None and reply[:1] == b"-":
+        if reply is not None and error_code(reply) is not None:
             log.warning("node %s:%d refused the connection setup: %r", self.host, self.port,
                         reply[:200])
 
@@ -69,31 +71,47 @@ class Upstream(asyncio.Protocol):
             transport.close()
             return
         self.transport = transport  # type: ignore[assignment]
-        sock = transport.get_extra_info("socket")
-        if sock is not None:
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        set_nodelay(transport)
         if self._pending:
             self.transport.write(b"".join(self._pending))
             self._pending = []
 
     def data_received(self, data: bytes) -> None:
-        buf = self.buf + data if self.buf else data
-        pos = 0
-        waiting = self.waiting
+        buf: bytes | bytearray
+        if self.buf:
+            buf = self.buf
+            buf += data  # a bytearray grows in place
+            pos, need = self._scan
+        else:
+            buf, pos, need = data, 0, 1
+        start = 0
         n = len(buf)
-        while pos < n:
-            end = reply_end(buf, pos)
-            if end < 0:
+        waiting = self.waiting
+        while True:
+            pos, need = reply_scan(buf, pos, need)
+            if need:
                 break
-            reply = buf[pos:end] if pos or end != n else buf
-            pos = end
+            if type(buf) is bytes:
+                reply = buf if start == 0 and pos == n else buf[start:pos]
+            else:
+                reply = bytes(memoryview(buf)[start:pos])
+            start, need = pos, 1
             if waiting:
                 cb = waiting.popleft()
                 try:
                     cb(reply)
                 except Exception:  # a bug in one reply path must not kill the others
                     log.exception("reply callback failed")
-        self.buf = buf[pos:] if pos < n else b""
+            if pos >= n:
+                break
+        if start >= n:
+            self.buf = bytearray()
+        elif type(buf) is bytes:
+            self.buf = bytearray(memoryview(buf)[start:])
+            self._scan = (pos - start, need)
+        else:
+            del buf[:start]
+            self._scan = (pos - start, need)
 
     def connection_lost(self, exc: Exception | None) -> None:
         if self.closed and not self.waiting:

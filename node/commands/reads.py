@@ -35,13 +35,14 @@ from node.streamid import MAX_ID, format_id, parse_id_or_error
 _NEW = MAX_ID
 
 
-XReadOptions = tuple[int, int, bool, int, int, bytes | None, bytes]
+XReadOptions = tuple[int, int, bool, int, int, bytes | None, bytes, int]
 
 
 def parse_xread_options(argv: list[bytes], now_ms: int) -> XReadOptions:
     """xreadCommand's option loop: (timeout ms or -1, count, noack, index of the first key,
-    number of keys, group or None, consumer). Raises Redis's error for the first bad option,
-    in Redis's order; the router checks a multi-shard read with it before any shard sees it."""
+    number of keys, group or None, consumer, index of BLOCK's value or 0). Raises Redis's
+    error for the first bad option, in Redis's order. The router reads XREAD/XREADGROUP with
+    it too (BLOCK, and a multi-shard read's errors before any shard sees it)."""
     argc = len(argv)
     xreadgroup = len(argv[0]) == 10
     timeout = -1
@@ -51,12 +52,14 @@ def parse_xread_options(argv: list[bytes], now_ms: int) -> XReadOptions:
     nkeys = 0
     groupname: bytes | None = None
     consumername = b""
+    block_arg = 0
     i = 1
     while i < argc:
         moreargs = argc - i - 1
         o = argv[i].lower()
         if o == b"block" and moreargs:
             i += 1
+            block_arg = i
             timeout = errors.parse_timeout_ms_or_error(argv[i])
             if timeout > errors.LLONG_MAX - now_ms:
                 raise ReplyError(errors.TIMEOUT_OUT_OF_RANGE)
@@ -89,7 +92,7 @@ def parse_xread_options(argv: list[bytes], now_ms: int) -> XReadOptions:
         raise ReplyError(errors.SYNTAX)
     if xreadgroup and groupname is None:
         raise ReplyError(errors.MISSING_GROUP)
-    return timeout, count, noack, streams_arg, nkeys, groupname, consumername
+    return timeout, count, noack, streams_arg, nkeys, groupname, consumername, block_arg
 
 
 @command(b"xread", b"xreadgroup")
@@ -98,7 +101,7 @@ def xread(c: Client, argv: list[bytes]) -> bytes:
     XREADGROUP GROUP group consumer [COUNT count] [BLOCK ms] [NOACK]
                STREAMS key [key ...] id [id ...]"""
     xreadgroup = len(argv[0]) == 10
-    timeout, count, noack, streams_arg, nkeys, groupname, consumername = \
+    timeout, count, noack, streams_arg, nkeys, groupname, consumername, _ = \
         parse_xread_options(argv, c.server.now_ms())
 
     keys = argv[streams_arg:streams_arg + nkeys]

@@ -16,6 +16,7 @@ import redis
 
 from tests.router.conftest import ROUTER_ARGS
 from tests.support.cluster import Cluster
+from tests.support.procs import wait_until
 
 
 def test_commands_land_on_the_owning_shard(cluster: Cluster, r: redis.Redis) -> None:
@@ -285,14 +286,13 @@ def test_router_restarted_mid_load(xcluster: Callable[..., Cluster]) -> None:
     t = threading.Thread(target=writer)
     t.start()
     try:
-        time.sleep(0.5)
-        before = len(acked)
+        wait_until(lambda: len(acked) > 10, 15, what="writes through the router")
         c.router.restart()  # same port
-        time.sleep(0.8)
+        before = len(acked)
+        wait_until(lambda: len(acked) > before + 10, 15, what="writes to resume")
     finally:
         stop.set()
         t.join(15)
-    assert before > 0 and len(acked) > before + 10, "writes did not resume"
     r = c.client()
     present = {k: {e for e, _ in r.xrange(k)} for k in {k for k, _ in acked}}
     assert all(e in present[k] for k, e in acked)

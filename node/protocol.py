@@ -1,0 +1,339 @@
+"""The RESP server protocol that the node's and the router's client connections share.
+
+Like aiohttp's BaseProtocol it owns what every RESP server connection needs, once:
+- accepting the socket: TCP_NODELAY, `maxclients`, write-buffer water marks, a `Client`;
+- parsing: hiredis frames ordinary traffic; inline commands and anything hiredis rejects go to
+  the exact slow path (`node.resp.parse_request`), re-parsing the bytes since the last request
+  boundary so that the reply and the error text are Redis's own;
+- running: every complete command runs synchronously through `execute(client, argv)` and the
+  replies of one batch leave in one write; a deep pipeline yields to the loop every 128
+  commands;
+- flow control: reading pauses while the transport's write buffer is over its high-water mark
+  (pause_writing), while the client is blocked or the subclass stalls it (input waits in the
+  kernel past 64 KiB), and resumes with the loop;
+- protocol errors: Redis's `-ERR Protocol error: ...` reply, then close.
+
+Hot-path choices (the node runs every command through `_process`):
+- `execute` is the owner's bound method, looked up once per batch, so a command costs exactly
+  one call here;
+- `_halt` folds "closing", "write-paused" and "stalled" into one attribute checked per command;
+- `_write` and `finish` are called once per batch, never per command.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+import hiredis
+
+from node import errors
+from node.resp import SKIP, ProtocolError, check_request_header, parse_request
+
+if TYPE_CHECKING:
+    from node.client import Client
+    from node.context import ConnectionOwner
+
+__all__ = ["RespConnection", "set_nodelay"]
+
+_SPAN_LIMIT = 8 * 1024 * 1024  # past this, a request's raw bytes are not kept for error texts
+_BLOCKED_INPUT_LIMIT = 64 * 1024  # a blocked client's input buffered before reading pauses
+_MAX_COMMANDS_PER_TURN = 128  # commands of one client run before yielding to the loop
+WRITE_HIGH = 256 * 1024  # transport water marks: replies to one batch are written at once;
+WRITE_LOW = 64 * 1024  # past the high mark reading pauses instead of buffering without bound
+
+
+def set_nodelay(transport: asyncio.BaseTransport) -> None:
+    """No Nagle on a TCP socket: every write is a whole batch of replies or requests, and
+    Nagle would only add latency."""
+    sock = transport.get_extra_info("socket")
+    if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+
+class RespConnection(asyncio.Protocol):
+    """One client socket of a RESP server. Parses synchronously, replies once per batch."""
+
+    __slots__ = ("server", "execute", "transport", "reader", "client", "_slow", "_boundary",
+                 "_span", "_span_len", "_done", "_closing", "_write_paused", "_read_paused",
+                 "_stalls", "_halt", "_pending")
+
+    def __init__(self, server: ConnectionOwner,
+                 execute: Callable[[Client, list[bytes]], bytes | None]) -> None:
+        self.server = server
+        # Runs one command: its reply, or None when the reply comes later (a blocked client
+        # on the node, every request on the router).
+        self.execute = execute
+        self.transport: asyncio.Transport | None = None
+        self.reader = hiredis.Reader()
+        self.client: Client | None = None
+        self._slow = b""  # bytes for the exact (slow) parser: inline commands, odd input
+        self._boundary = True  # hiredis holds nothing: the next byte starts a request
+        self._span: list[bytes] | None = []  # bytes fed to hiredis since the last boundary
+        self._span_len = 0
+        self._done = 0  # commands of the span that already ran
+        self._closing = False
+        self._write_paused = False
+        self._read_paused = False
+        self._stalls = 0  # stall() without resume(): later requests wait (router)
+        self._halt = False  # closing or write-paused or stalled: run no command now
+        self._pending = 0  # bytes received into an incomplete request
+
+    # --- asyncio callbacks --------------------------------------------------------------------
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+        set_nodelay(transport)
+        owner = self.server
+        if len(owner.clients) >= owner.config.maxclients:
+            owner.stats.rejected_connections += 1
+            transport.write(b"-%s\r\n" % errors.MAX_CLIENTS)  # type: ignore[attr-defined]
+            transport.close()
+            self._closing = self._halt = True
+            return
+        peer = transport.get_extra_info("peername") or ("", 0)
+        local = transport.get_extra_info("sockname") or ("", 0)
+        transport.set_write_buffer_limits(high=WRITE_HIGH, low=WRITE_LOW)  # type: ignore[attr-defined]
+        self.client = owner.add_client(self, f"{peer[0]}:{peer[1]}", f"{local[0]}:{local[1]}")
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._closing = self._halt = True
+        if self.client is not None:
+            self.server.remove_client(self.client)
+
+    def pause_writing(self) -> None:
+        self._write_paused = self._halt = True
+        self._pause_reading()
+
+    def resume_writing(self) -> None:
+        self._write_paused = False
+        self._halt = self._closing or bool(self._stalls)
+        if self.client is not None and self.client.blocked is None and not self._halt:
+            self._resume_reading()
+            self._process()
+
+    def data_received(self, data: bytes) -> None:
+        if self._closing:
+            return
+        self.server.stats.net_input_bytes += len(data)
+        reader = self.reader
+        if self._slow or (data[:1] != b"*" and self._boundary):
+            self._slow += data
+            self._process()
+            return
+        # Keep the bytes since the last known request boundary: if hiredis rejects something,
+        # the slow path re-parses them exactly as Redis would.
+        span = self._span
+        if self._boundary:
+            self._span = [data]
+            self._span_len = len(data)
+            self._done = 0
+        elif span is not None:
+            span.append(data)
+            self._span_len += len(data)
+            if self._span_len > _SPAN_LIMIT:
+                self._span = None
+        reader.feed(data)
+        if self._process():
+            self._pending = len(data)
+            return
+        self._pending += len(data)
+        c = self.client
+        if c is not None and (c.blocked is not None or self._stalls):
+            if self._pending > _BLOCKED_INPUT_LIMIT:
+                self._pause_reading()  # a waiting client's pipeline waits in the kernel
+            return
+        span = self._span
+        err = None
+        if span is not None and len(span) == 1 and not self._done:
+            # Nothing ran from the first chunk after a boundary: the request at its start may
+            # declare an impossible length that hiredis would wait for forever.
+            err = check_request_header(span[0], self.server.config.proto_max_bulk_len,
+                                       c is not None and c.authenticated)
+        if err is None and self._pending > self.server.config.client_query_buffer_limit:
+            err = b"query buffer limit exceeded"
+        if err is not None:
+            self._write(self._protocol_error_reply(err))
+            self.finish()
+
+    # --- running commands ---------------------------------------------------------------------
+    def _process(self) -> int:
+        """Run every complete command that is ready, then write the replies at once.
+
+        Returns how many commands hiredis produced."""
+        c = self.client
+        if c is None or self._closing:
+            return 0
+        n = 0
+        out: list[bytes] = []
+        execute = self.execute
+        reader = self.reader
+        if self._slow:
+            self._process_slow(out)
+        while not self._slow and c.blocked is None and not self._halt:
+            if not reader.has_data():
+                break
+            try:
+                argv = reader.gets()
+            except hiredis.ProtocolError:
+                self._fallback(out)
+                break
+            if argv is False:
+                self._boundary = False
+                break
+            n += 1
+            if type(argv) is not list:
+                self._fallback(out)
+                break
+            if not argv:
+                continue
+            try:
+                b"".join(argv)  # every argument must be a bulk string; C-speed check
+            except TypeError:
+                self._fallback(out)
+                break
+            self._done += 1
+            reply = execute(c, argv)
+            if reply is not None:
+                out.append(reply)
+            if c.close_after_reply:
+                break
+            if not reader.has_data():
+                self._boundary = True
+                break
+            if n >= _MAX_COMMANDS_PER_TURN:
+                # A deep pipeline must not hold the loop: let other clients (and timers) run,
+                # and continue from where we stopped on the next loop iteration.
+                self._boundary = False
+                self._pause_reading()
+                self.server.loop.call_soon(self._continue)
+                break
+        if out:
+            self._write(b"".join(out))
+        if c.close_after_reply:
+            self.finish()
+        return n
+
+    def _continue(self) -> None:
+        if not self._write_paused:
+            self._resume_reading()
+        self._process()
+
+    def _fallback(self, out: list[bytes]) -> None:
+        """hiredis rejected the input: hand the bytes since the last boundary to the slow path."""
+        self.reader = hiredis.Reader()
+        span = self._span
+        if span is None:  # too much to keep: an approximate error is the best we can do
+            out.append(self._protocol_error_reply(b"invalid multibulk length"))
+            return
+        self._slow = b"".join(span)
+        self._span = None
+        self._boundary = False
+        skip = self._done
+        self._done = 0
+        self._process_slow(out, skip)
+
+    def _process_slow(self, out: list[bytes], skip: int = 0) -> None:
+        """The exact Redis parser, for inline commands and input hiredis rejects; `skip`
+        commands at the front already ran from hiredis."""
+        c = self.client
+        assert c is not None
+        buf = self._slow
+        pos = 0
+        max_bulk = self.server.config.proto_max_bulk_len
+        while c.blocked is None and not c.close_after_reply and not self._halt:
+            try:
+                argv, end = parse_request(buf, pos, max_bulk, c.authenticated)
+            except ProtocolError as e:
+                out.append(self._protocol_error_reply(e.text))
+                pos = len(buf)
+                break
+            if argv is None:
+                break
+            pos = end
+            if argv is SKIP:
+                continue
+            if skip:
+                skip -= 1
+                continue
+            reply = self.execute(c, argv)
+            if reply is not None:
+                out.append(reply)
+        rest = buf[pos:]
+        if rest[:1] == b"*" or not rest:
+            # Back to hiredis at a request boundary.
+            self._slow = b""
+            self._boundary = True
+            if rest:
+                self._feed_fast(rest)
+        else:
+            self._slow = rest
+
+    def _feed_fast(self, data: bytes) -> None:
+        self._span = [data]
+        self._span_len = len(data)
+        self._done = 0
+        self._boundary = False
+        self.reader.feed(data)
+
+    def _protocol_error_reply(self, err: bytes) -> bytes:
+        """Redis replies to a protocol error and then closes the connection."""
+        msg = errors.protocol_error(err)
+        self.server.stats.error(msg)
+        if self.client is not None:
+            self.client.close_after_reply = True
+        return b"-%s\r\n" % msg
+
+    # --- waiting: the client's later requests wait while one is in progress (router) ---------
+    def stall(self) -> None:
+        self._stalls += 1
+        self._halt = True
+
+    def resume(self) -> None:
+        """End one stall; with none left, the requests that waited run on the next turn."""
+        self._stalls -= 1
+        if self._stalls or self._closing:
+            return
+        self._halt = self._write_paused
+        if not self._halt:
+            self._resume_reading()
+            self.server.loop.call_soon(self._process)
+
+    # --- output and closing -------------------------------------------------------------------
+    def _write(self, data: bytes) -> None:
+        """Send the replies of one batch (subclasses add reply ordering or fsync gating)."""
+        t = self.transport
+        if t is not None and not self._closing:
+            t.write(data)
+
+    def finish(self) -> None:
+        """Close once the replies already written have left (QUIT, a protocol error)."""
+        self.close()
+
+    def on_unblocked(self, reply: bytes) -> None:
+        """The blocking manager released this connection's client with `reply`."""
+        raise NotImplementedError
+
+    def _pause_reading(self) -> None:
+        if not self._read_paused and self.transport is not None and not self._closing:
+            self._read_paused = True
+            self.transport.pause_reading()
+
+    def _resume_reading(self) -> None:
+        if self._read_paused and self.transport is not None and not self._closing:
+            self._read_paused = False
+            self.transport.resume_reading()
+
+    @property
+    def closing(self) -> bool:
+        return self._closing
+
+    def close(self, force: bool = False) -> None:
+        if self._closing or self.transport is None:
+            return
+        self._closing = self._halt = True
+        if force:
+            self.transport.abort()
+        else:
+            self.transport.close()

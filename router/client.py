@@ -1,0 +1,94 @@
+"""The router's client side: a client's state, and its connection with reply cells.
+
+The connection parses and runs requests like the node's (node/protocol.py), but a reply may come
+from any shard at any time: every request gets a *cell* in a FIFO, replies fill cells in any
+order, and they leave in request order, so commands that went to different shards still answer
+in order. A request that must finish before the next one runs (a BLOCK read, EXEC, WAIT)
+stalls the connection; the requests behind it wait in the parser, and in the kernel past 64 KiB.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import TYPE_CHECKING, Any
+
+from node.client import Client
+from node.protocol import RespConnection
+
+if TYPE_CHECKING:
+    from router.proxy import Router
+    from router.upstream import Upstream
+
+__all__ = ["RouterClient", "ClientConn", "Cell", "MAX_CELLS"]
+
+Cell = list  # [reply bytes or None]
+MAX_CELLS = 20000  # pending replies per client before its reading pauses
+
+
+class RouterClient(Client):
+    """A client of the router: a node client plus what routing needs to remember."""
+
+    __slots__ = ("written", "txn_slot", "watch_conn", "watch_slot")
+
+    def __init__(self, *args: Any) -> None:
+        super().__init__(*args)
+        self.written: set[tuple[str, int]] = set()  # nodes written since the last WAIT
+        self.txn_slot: int | None = None  # the slot of the open transaction, once known
+        self.watch_conn: Upstream | None = None  # WATCH pins the slot's node until EXEC
+        self.watch_slot: int | None = None
+
+
+class ClientConn(RespConnection):
+    """One client socket of the router: requests run in order, replies leave in order."""
+
+    __slots__ = ("router", "cells", "_close_after")
+
+    def __init__(self, router: Router) -> None:
+        super().__init__(router, self._submit)
+        self.router = router
+        self.cells: deque[Cell] = deque()
+        self._close_after = False
+
+    def _submit(self, c: Client, argv: list[bytes]) -> None:
+        """Run one request; its reply goes into its cell whenever it is ready."""
+        cell: Cell = [None]
+        self.cells.append(cell)
+        self.router.dispatch(c, argv, cell)  # type: ignore[arg-type]
+        if len(self.cells) > MAX_CELLS:
+            self._pause_reading()
+
+    def new_cell(self) -> Cell:
+        cell: Cell = [None]
+        self.cells.append(cell)
+        return cell
+
+    def fill(self, cell: Cell, data: bytes) -> None:
+        """A reply is ready: send it, and every reply after it that was waiting for it."""
+        cell[0] = data
+        cells = self.cells
+        if cells and cells[0] is cell:
+            out = []
+            while cells and cells[0][0] is not None:
+                out.append(cells.popleft()[0])
+            data = b"".join(out)
+            if self.transport is not None and not self._closing:
+                self.server.stats.net_output_bytes += len(data)
+                self.transport.write(data)
+            if self._close_after and not cells:
+                self.close()
+            elif self._read_paused and len(cells) < MAX_CELLS // 2 and not self._halt \
+                    and (self.client is None or self.client.blocked is None):
+                self._resume_reading()
+
+    def _write(self, data: bytes) -> None:
+        """Replies made here (protocol errors) queue behind the requests still in flight."""
+        self.fill(self.new_cell(), data)
+
+    def finish(self) -> None:
+        """Close once every request in flight is answered."""
+        self._close_after = True
+        if not self.cells:
+            self.close()
+
+    def on_unblocked(self, reply: bytes) -> None:
+        """Unused: a router's blocked reads end through router.forward.BlockedRead."""

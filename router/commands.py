@@ -1,0 +1,216 @@
+"""Commands the router answers itself or routes by a rule of its own (router/routes.py ROUTER).
+
+- WAIT / WAITAOF: the nodes this client wrote to since its last WAIT, merged by the table's
+  response policy (agg_min).
+- SCAN: every shard in turn, behind one cursor.
+- CONFIG GET reads one node; CONFIG RESETSTAT goes to every node (CONFIG SET does too, by its
+  request policy, without a rule here).
+- ROLE, INFO and CLUSTER describe the router: CLUSTER answers as a cluster made of the live
+  routers, each owning an even share of the slots, so cluster-aware clients spread over the
+  routers and never see -MOVED.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable
+from functools import partial
+from typing import TYPE_CHECKING
+
+from node import REDIS_VERSION, command_table, errors
+from node.cluster import redis_id
+from node.resp import (
+    Verbatim,
+    bulk_value,
+    encode,
+    encode_command,
+    error,
+    integer,
+    reply_elements,
+)
+from node.slots import SLOTS, key_slot
+from router import merge
+from router.fanout import to_nodes
+from router.forward import Forward
+
+if TYPE_CHECKING:
+    from router.client import Cell, ClientConn, RouterClient
+    from router.proxy import Router
+
+__all__ = ["ROUTER_COMMANDS", "router_command", "scan_cursor", "router_ranges"]
+
+RouterCommand = Callable[["Router", "RouterClient", list[bytes], "Cell"], None]
+ROUTER_COMMANDS: dict[bytes, RouterCommand] = {}
+"""Router commands by name, or by fullname (b"config|get") for one subcommand."""
+
+
+def router_command(*names: bytes) -> Callable[[RouterCommand], RouterCommand]:
+    def register(fn: RouterCommand) -> RouterCommand:
+        for n in names:
+            ROUTER_COMMANDS[n] = fn
+        return fn
+    return register
+
+
+def _conn(c: RouterClient) -> ClientConn:
+    return c.conn  # type: ignore[return-value]
+
+
+@router_command(b"wait", b"waitaof")
+def wait(router: Router, c: RouterClient, argv: list[bytes], cell: Cell) -> None:
+    """WAIT and WAITAOF go to every node the client wrote to since its last WAIT, on the same
+    pinned connection that carried the writes, so the node counts acks of those writes. A node
+    that died (or was demoted) since cannot vouch for them: it counts as 0, which is the truth
+    for the client's writes there, rather than an error."""
+    conn = _conn(c)
+    targets = sorted(c.written) or router.primaries()
+    c.written = set()
+    zero = integer(0) if len(argv) == 3 else encode([0, 0], c.proto)
+    if not targets:
+        return conn.fill(cell, zero)
+    policy = command_table.lookup(argv[0].lower()).response_policy  # type: ignore[union-attr]
+    data = encode_command(argv)
+    replies: list[bytes] = []
+    conn.stall()
+
+    def one(r: bytes | None) -> None:
+        replies.append(zero if r is None or r[:1] == b"-" else r)
+        if len(replies) == len(targets):
+            conn.fill(cell, merge.merge(policy, replies, c.proto))
+            conn.resume()
+
+    for addr in targets:
+        router.pool(addr, c.proto).get(c.id).send(data, one)
+    return None
+
+
+def scan_cursor(shard: int, node_next: int, shards: int) -> int:
+    """The router's SCAN cursor after a node answered `node_next` for shard `shard`: the low 8
+    bits name the shard, the rest is the node's cursor rounded down. Node cursors are 63-bit
+    key-hash positions, so rounding only makes a node repeat a key now and then, which SCAN
+    allows, and never skips one."""
+    if node_next == 0:
+        return 0 if shard + 1 >= shards else shard + 1
+    return max(node_next & ~0xFF, 0x100) | shard
+
+
+@router_command(b"scan")
+def scan(router: Router, c: RouterClient, argv: list[bytes], cell: Cell) -> None:
+    """SCAN over every shard in turn (see scan_cursor)."""
+    conn = _conn(c)
+    prim = router.primaries()
+    cursor = errors.string2ull(argv[1])
+    if cursor is None:
+        return conn.fill(cell, error(errors.INVALID_CURSOR))
+    shard, node_cursor = cursor & 0xFF, cursor & ~0xFF
+    if shard >= len(prim):
+        return conn.fill(cell, encode([b"0", []], c.proto))
+
+    def done(r: bytes) -> None:
+        if r[:1] == b"-":
+            return conn.fill(cell, r)
+        cur, keys = reply_elements(r)[1]
+        out = scan_cursor(shard, int(bulk_value(cur)), len(prim))
+        return conn.fill(cell, b"*2\r\n" + encode(b"%d" % out, c.proto) + keys)
+
+    Forward(router, c, encode_command([argv[0], b"%d" % node_cursor] + argv[2:]), None, False,
+            done=done).send(addr=prim[shard])
+    return None
+
+
+@router_command(b"config|get")
+def config_get(router: Router, c: RouterClient, argv: list[bytes], cell: Cell) -> None:
+    """Every node has the same settings as far as a router's client can tell: ask one."""
+    addr = router.any_primary() or next(iter(router.all_nodes()), None)
+    if addr is None:
+        return _conn(c).fill(cell, error(errors.CLUSTERDOWN))
+    return Forward(router, c, encode_command(argv), None, False, cell=cell).send(addr=addr)
+
+
+@router_command(b"config|resetstat")
+def config_resetstat(router: Router, c: RouterClient, argv: list[bytes], cell: Cell) -> None:
+    """Every node's statistics (Redis 7.2+ gives it request_policy:all_nodes)."""
+    to_nodes(router, c, argv, router.all_nodes(), False, "all_succeeded", cell)
+
+
+@router_command(b"role")
+def role(router: Router, c: RouterClient, argv: list[bytes], cell: Cell) -> None:
+    _conn(c).fill(cell, encode([b"master", 0, []], c.proto))
+
+
+@router_command(b"info")
+def info(router: Router, c: RouterClient, argv: list[bytes], cell: Cell) -> None:
+    up = int(time.time() - router.start_time)
+    st = router.stats
+    fields = [
+        "# Server", f"redis_version:{REDIS_VERSION}", "redis_mode:standalone",
+        "xshard_role:router", f"process_id:{os.getpid()}",
+        f"run_id:{redis_id(router.router_id)}", f"tcp_port:{router.config.port}",
+        f"uptime_in_seconds:{up}", "",
+        "# Clients", f"connected_clients:{len(router.clients)}",
+        f"blocked_clients:{sum(1 for x in router.clients.values() if x.blocked)}", "",
+        "# Stats", f"total_connections_received:{st.total_connections}",
+        f"total_commands_processed:{st.total_commands}",
+        f"rejected_connections:{st.rejected_connections}",
+        f"total_net_input_bytes:{st.net_input_bytes}",
+        f"total_net_output_bytes:{st.net_output_bytes}",
+        f"redirects_moved:{router.redirects['moved']}",
+        f"redirects_ask:{router.redirects['ask']}", "",
+        "# Replication", "role:master", "connected_slaves:0", "",
+        "# Cluster", "cluster_enabled:0", f"slotmap_version:{router.map.version}",
+    ]
+    text = ("\r\n".join(fields) + "\r\n").encode()
+    _conn(c).fill(cell, encode(Verbatim(text), c.proto))
+
+
+# --- CLUSTER: the live routers as a cluster that owns every slot ---------------------------------
+def router_ranges(routers: list[tuple[str, str, int]]) -> list[tuple[int, int, tuple[str, str, int]]]:
+    """(first slot, last slot, (id, host, port)) for each router: an even split."""
+    n = len(routers)
+    return [(i * SLOTS // n, (i + 1) * SLOTS // n - 1, r) for i, r in enumerate(routers)]
+
+
+@router_command(b"cluster")
+def cluster(router: Router, c: RouterClient, argv: list[bytes], cell: Cell) -> None:
+    conn = _conn(c)
+    sub = argv[1].lower()
+    ranges = router_ranges(router.routers or [(router.router_id, router.host,
+                                               router.config.port)])
+    if sub == b"slots":
+        return conn.fill(cell, encode([[s, e, [h.encode(), p, redis_id(i).encode(), {}]]
+                                       for s, e, (i, h, p) in ranges], c.proto))
+    if sub == b"shards":
+        return conn.fill(cell, encode([{
+            b"slots": [s, e], b"nodes": [{
+                b"id": redis_id(i).encode(), b"port": p, b"ip": h.encode(),
+                b"endpoint": h.encode(), b"role": b"master", b"replication-offset": 0,
+                b"health": b"online"}]} for s, e, (i, h, p) in ranges], c.proto))
+    if sub == b"nodes":
+        lines = []
+        for s, e, (i, h, p) in ranges:
+            me = "myself," if i == router.router_id else ""
+            lines.append(f"{redis_id(i)} {h}:{p}@{p + 10000} {me}master - 0 0 1 connected "
+                         f"{s}-{e}")
+        return conn.fill(cell, encode(Verbatim(("\n".join(lines) + "\n").encode()), c.proto))
+    if sub == b"info":
+        ok = router.serves_every_slot()
+        text = (f"cluster_state:{'ok' if ok else 'fail'}\r\ncluster_slots_assigned:{SLOTS}\r\n"
+                f"cluster_slots_ok:{SLOTS if ok else 0}\r\ncluster_slots_pfail:0\r\n"
+                f"cluster_slots_fail:{0 if ok else SLOTS}\r\n"
+                f"cluster_known_nodes:{len(ranges)}\r\ncluster_size:{len(ranges)}\r\n"
+                f"cluster_current_epoch:1\r\ncluster_my_epoch:1\r\n")
+        return conn.fill(cell, encode(Verbatim(text.encode()), c.proto))
+    if sub == b"myid":
+        return conn.fill(cell, encode(redis_id(router.router_id).encode(), c.proto))
+    if sub == b"keyslot":
+        return conn.fill(cell, integer(key_slot(argv[2])))
+    forward = partial(Forward(router, c, encode_command(argv), None, False, cell=cell).send)
+    if sub in (b"countkeysinslot", b"getkeysinslot"):
+        slot = errors.string2ll(argv[2])
+        if slot is not None and 0 <= slot < SLOTS:
+            return Forward(router, c, encode_command(argv), slot, False, cell=cell).send()
+    addr = router.any_primary()
+    if addr is None:
+        return conn.fill(cell, error(errors.CLUSTERDOWN))
+    return forward(addr=addr)

@@ -1,0 +1,227 @@
+"""Requests on their way to the nodes: redirects, retries, blocked reads, gathered replies.
+
+Each is a small object with `__slots__` that is itself the reply callback of the upstream
+connection (router/upstream.py), so a request costs one object and no closures:
+- `Forward`: one request. It follows -MOVED/-ASK (at most 5 times) and waits out a shard
+  without a primary (-CLUSTERDOWN, -TRYAGAIN, -LOADING, -MASTERDOWN, or the connection lost with
+  the request in flight) until the router's cluster-down timeout; like any client that lost a
+  connection, a write retried that way is at-least-once.
+- `BlockedRead`: a single-slot XREAD/XREADGROUP with BLOCK. It takes a dedicated upstream
+  connection and the client's later requests wait, as on a node; a failover or a slot move
+  re-issues it at the new owner with the time that is left. CLIENT UNBLOCK and a disconnect end
+  it: closing the upstream connection is how a node forgets a blocked client.
+- `Gather`: several requests whose replies are merged into one, in request order.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from functools import partial
+from typing import TYPE_CHECKING
+
+from node import errors
+from node.resp import encode_command, error, error_code, null_array, parse_redirect
+
+if TYPE_CHECKING:
+    from router.client import RouterClient
+    from router.proxy import Router
+    from router.upstream import Pool, Upstream
+
+__all__ = ["Forward", "BlockedRead", "Gather", "MAX_REDIRECTS", "RETRYABLE", "RETRY_DELAY"]
+
+MAX_REDIRECTS = 5
+RETRY_DELAY = 0.05  # seconds between tries while a shard has no primary
+RETRYABLE = frozenset((b"CLUSTERDOWN", b"TRYAGAIN", b"LOADING", b"MASTERDOWN"))
+_ASKING = encode_command([b"ASKING"])
+
+Cell = list  # [reply bytes or None]: one client request's place in its reply order
+Done = Callable[[bytes], None]
+
+
+def _ignore(_reply: bytes | None) -> None:
+    pass
+
+
+class Forward:
+    """One request to the owner of `slot` (or to an address); see the module docstring."""
+
+    __slots__ = ("router", "c", "data", "slot", "write", "cell", "done", "attempt", "deadline")
+
+    def __init__(self, router: Router, c: RouterClient, data: bytes, slot: int | None,
+                 write: bool, cell: Cell | None = None, done: Done | None = None) -> None:
+        self.router = router
+        self.c = c
+        self.data = data
+        self.slot = slot
+        self.write = write
+        self.cell = cell  # the reply goes to the client's cell...
+        self.done = done  # ... or to this callback
+        self.attempt = 0
+        self.deadline = 0.0
+
+    def send(self, addr: tuple[str, int] | None = None, up: Upstream | None = None) -> None:
+        if up is None:
+            router, c = self.router, self.c
+            replica = c.readonly and not self.write
+            if addr is None:
+                addr = router.node_for(self.slot, replica) if self.slot is not None else None
+                if addr is None:
+                    return self._retry(error(errors.SLOT_NOT_SERVED))
+            if self.write:
+                c.written.add(addr)
+            up = router.pool(addr, c.proto, replica and addr not in router.primaries()).get(c.id)
+        up.send(self.data, self)
+        return None
+
+    def __call__(self, r: bytes | None) -> None:
+        if r is None:
+            return self._retry(error(errors.CLUSTERDOWN))
+        if r[:1] == b"-" and self.attempt < MAX_REDIRECTS:
+            redirect = parse_redirect(r)
+            if redirect is not None:
+                kind, _slot, host, port = redirect
+                self.attempt += 1
+                router = self.router
+                if kind == b"MOVED":
+                    router.redirects["moved"] += 1
+                    return self.send(addr=(host, port))
+                router.redirects["ask"] += 1
+                up = router.pool((host, port), self.c.proto).get(self.c.id)
+                up.send(_ASKING, _ignore)
+                return self.send(up=up)
+            if self.slot is not None and error_code(r) in RETRYABLE:
+                return self._retry(r)
+        self._finish(r)
+        return None
+
+    def _retry(self, final: bytes) -> None:
+        now = time.monotonic()
+        if not self.deadline:
+            self.deadline = now + self.router.cluster_down_timeout
+        conn = self.c.conn
+        if now >= self.deadline or conn is None or conn.closing:
+            return self._finish(final)
+        self.router.loop.call_later(RETRY_DELAY, self.send)
+        return None
+
+    def _finish(self, r: bytes) -> None:
+        if self.done is not None:
+            self.done(r)
+        else:
+            self.c.conn.fill(self.cell, r)  # type: ignore[union-attr]
+
+
+class BlockedRead:
+    """A single-slot XREAD/XREADGROUP BLOCK; see the module docstring. It is also what
+    `client.blocked` holds while it waits (CLIENT UNBLOCK, INFO blocked_clients)."""
+
+    __slots__ = ("router", "c", "argv", "block_at", "slot", "write", "cell", "deadline", "up",
+                 "pool", "over", "issued", "attempt")
+
+    def __init__(self, router: Router, c: RouterClient, argv: list[bytes], block_at: int,
+                 block_ms: int, slot: int, write: bool, cell: Cell) -> None:
+        self.router = router
+        self.c = c
+        self.argv = argv
+        self.block_at = block_at  # index of BLOCK's value in argv
+        self.slot = slot
+        self.write = write
+        self.cell = cell
+        self.deadline = time.monotonic() + block_ms / 1000 if block_ms else 0.0
+        self.up: Upstream | None = None
+        self.pool: Pool | None = None
+        self.over = False
+        self.issued = False
+        self.attempt = 0
+
+    def start(self) -> None:
+        self.c.blocked = self
+        self.c.conn.stall()  # type: ignore[union-attr]
+        self.issue()
+
+    def timeout_reply(self, proto: int) -> bytes:
+        return null_array(proto)
+
+    def issue(self, addr: tuple[str, int] | None = None) -> None:
+        if self.over:
+            return
+        router, c = self.router, self.c
+        replica = c.readonly and not self.write
+        if addr is None:
+            addr = router.node_for(self.slot, replica)
+            if addr is None:
+                router.loop.call_later(RETRY_DELAY, self.issue)
+                return
+        argv = self.argv
+        if self.deadline and self.issued:  # a re-issue gets only the time that is left
+            left = int((self.deadline - time.monotonic()) * 1000)
+            if left <= 0:
+                return self.finish(null_array(c.proto))
+            argv = list(argv)
+            argv[self.block_at] = b"%d" % max(left, 1)
+        self.issued = True
+        self.pool = router.pool(addr, c.proto, replica)
+        self.up = self.pool.get_dedicated()
+        if self.write:
+            c.written.add(addr)
+        self.up.send(encode_command(argv), self)
+
+    def __call__(self, r: bytes | None) -> None:
+        if self.over:
+            return
+        up, self.up = self.up, None
+        if up is not None and self.pool is not None:
+            self.pool.release(up)  # answered: the connection is clean and can serve again
+        if r is None or error_code(r) in RETRYABLE:
+            self.router.loop.call_later(RETRY_DELAY, self.issue)
+            return
+        redirect = parse_redirect(r) if self.attempt < MAX_REDIRECTS else None
+        if redirect is not None:
+            self.attempt += 1
+            return self.issue((redirect[2], redirect[3]))
+        return self.finish(r)
+
+    def finish(self, reply: bytes | None) -> None:
+        """The read is over: `reply` goes to the client (None: it went away)."""
+        if self.over:
+            return
+        self.over = True
+        if self.up is not None:
+            self.up.close()
+            self.up = None
+        c = self.c
+        c.blocked = None
+        if reply is not None and c.conn is not None:
+            c.conn.fill(self.cell, reply)
+            c.conn.resume()
+
+
+class Gather:
+    """Send requests, then done(merge(replies in request order))."""
+
+    __slots__ = ("replies", "left", "merge", "done")
+
+    def __init__(self, n: int, merge: Callable[[list[bytes]], bytes], done: Done) -> None:
+        self.replies: list[bytes] = [b""] * n
+        self.left = n
+        self.merge = merge
+        self.done = done
+
+    def got(self, i: int, r: bytes) -> None:
+        self.replies[i] = r
+        self.left -= 1
+        if self.left == 0:
+            self.done(self.merge(self.replies))
+
+    @classmethod
+    def send(cls, router: Router, c: RouterClient,
+             reqs: Sequence[tuple[tuple[str, int] | None, int | None, bytes]], write: bool,
+             merge: Callable[[list[bytes]], bytes], done: Done) -> None:
+        """Each request goes to an address, or to its slot's owner when the address is None."""
+        if not reqs:
+            done(merge([]))
+            return
+        g = cls(len(reqs), merge, done)
+        for i, (addr, slot, data) in enumerate(reqs):
+            Forward(router, c, data, slot, write, done=partial(g.got, i)).send(addr=addr)

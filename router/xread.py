@@ -1,0 +1,171 @@
+"""XREAD and XREADGROUP over keys in several slots.
+
+One request per slot, merged back in the client's key order (router/merge.py). The options are
+read by the node's own parser (node/commands/reads.py parse_xread_options), so a bad option gets
+Redis's error before any key does; the keys come from the command table.
+- XREAD with BLOCK answers at once what is there on every shard, as one node would; only when
+  nothing is there do the shards block, and the first to answer wins (`BlockedFanout`).
+- XREADGROUP first checks every key's group in key order (XINFO GROUPS): a missing group on one
+  shard must not leave deliveries made on another unreturned. With BLOCK it is served only when
+  a non-blocking pass finds entries; otherwise it is refused with -CROSSSLOT, because a blocked
+  read on several shards could deliver on two of them and return one.
+"""
+
+from __future__ import annotations
+
+import time
+from functools import partial
+from typing import TYPE_CHECKING
+
+from node import errors
+from node.commands.reads import parse_xread_options
+from node.resp import ReplyError, encode_command, error, error_code, null_array
+from node.slots import key_slot
+from node.streamid import parse_id
+from router import merge
+from router.forward import Gather
+from router.routes import split_by_slot
+
+if TYPE_CHECKING:
+    from router.client import Cell, ClientConn, RouterClient
+    from router.proxy import Router
+    from router.upstream import Upstream
+
+__all__ = ["xread_fanout", "BlockedFanout"]
+
+
+def xread_fanout(router: Router, c: RouterClient, argv: list[bytes], cell: Cell,
+                 groups_checked: bool = False) -> None:
+    conn: ClientConn = c.conn  # type: ignore[assignment]
+    try:
+        timeout, _count, _noack, first, nkeys, group, _consumer, block_at = \
+            parse_xread_options(argv, int(time.time() * 1000))
+    except ReplyError as e:
+        return conn.fill(cell, error(e.message))
+    keys, ids = argv[first:first + nkeys], argv[first + nkeys:]
+    slots = list(split_by_slot(keys).items())
+    if any(router.map.owner[slot] is None for (slot, _), _ in slots):
+        return conn.fill(cell, error(errors.SLOT_NOT_SERVED))
+    order = [idx for _, idx in slots]
+    xreadgroup = group is not None
+    if xreadgroup and not groups_checked:
+        return _check_groups(router, c, argv, keys, ids, group or b"", cell)
+    # Without BLOCK: the head as it is; with it, first a pass without BLOCK.
+    head = argv[:first] if timeout < 0 else argv[:block_at - 1] + argv[block_at + 1:first]
+    probe = [(None, slot, encode_command(head + [keys[i] for i in idx] + [ids[i] for i in idx]))
+             for (slot, _), idx in slots]
+    merged = partial(_merge, keys, order, c.proto)
+    if timeout < 0:
+        Gather.send(router, c, probe, xreadgroup, merged, partial(conn.fill, cell))
+        return None
+    conn.stall()  # the client's later requests wait while this read is in progress
+
+    def probed(reply: bytes) -> None:
+        if reply[:1] == b"-" or merge.stream_items(reply):
+            conn.fill(cell, reply)
+            conn.resume()
+        elif xreadgroup:
+            conn.fill(cell, error(errors.CROSSSLOT))
+            conn.resume()
+        else:
+            blocking = [(slot, encode_command(argv[:first] + [keys[i] for i in idx]
+                                              + [ids[i] for i in idx]))
+                        for (slot, _), idx in slots]
+            BlockedFanout(router, c, keys, order, cell).start(blocking)
+
+    Gather.send(router, c, probe, xreadgroup, merged, probed)
+    return None
+
+
+def _merge(keys: list[bytes], order: list[list[int]], proto: int, replies: list[bytes]) -> bytes:
+    err = merge.earliest_error(keys, order, replies)
+    return err if err is not None else merge.merge_stream_replies(keys, order, replies, proto)
+
+
+class BlockedFanout:
+    """A multi-shard XREAD BLOCK: every shard blocks on a dedicated connection, the first
+    non-empty answer (or error) wins and the other waits are cancelled by closing them."""
+
+    __slots__ = ("router", "c", "cell", "keys", "order", "ups", "over", "left")
+
+    def __init__(self, router: Router, c: RouterClient, keys: list[bytes],
+                 order: list[list[int]], cell: Cell) -> None:
+        self.c = c
+        self.cell = cell
+        self.keys = keys
+        self.order = order
+        self.ups: list[Upstream] = []
+        self.over = False
+        self.left = len(order)
+        self.router = router
+
+    def start(self, reqs: list[tuple[int, bytes]]) -> None:
+        c, router = self.c, self.router
+        c.blocked = self
+        for i, (slot, data) in enumerate(reqs):
+            addr = router.node_for(slot, c.readonly)
+            if addr is None:
+                return self.finish(error(errors.SLOT_NOT_SERVED))
+            up = router.pool(addr, c.proto, c.readonly and addr not in router.primaries()) \
+                .get_dedicated()
+            self.ups.append(up)
+            up.send(data, partial(self.got, i))
+        return None
+
+    def timeout_reply(self, proto: int) -> bytes:
+        return null_array(proto)
+
+    def got(self, i: int, r: bytes | None) -> None:
+        if self.over:
+            return
+        self.left -= 1
+        if r is not None and error_code(r) is not None:
+            return self.finish(r)
+        if r is not None and merge.stream_items(r):
+            return self.finish(merge.merge_stream_replies(self.keys, [self.order[i]], [r],
+                                                          self.c.proto))
+        if self.left == 0:
+            self.finish(null_array(self.c.proto))
+        return None
+
+    def finish(self, reply: bytes | None) -> None:
+        if self.over:
+            return
+        self.over = True
+        for up in self.ups:
+            up.close()
+        c = self.c
+        c.blocked = None
+        if reply is not None and c.conn is not None:
+            c.conn.fill(self.cell, reply)  # type: ignore[attr-defined]
+            c.conn.resume()
+
+
+def _check_groups(router: Router, c: RouterClient, argv: list[bytes], keys: list[bytes],
+                  ids: list[bytes], group: bytes, cell: Cell) -> None:
+    """XINFO GROUPS for every key; per key in order, as xreadCommand checks them: the type,
+    the group, then the ID. The first failing key gets Redis's error, else the read goes on."""
+    conn: ClientConn = c.conn  # type: ignore[assignment]
+    reqs = [(None, key_slot(k), encode_command([b"XINFO", b"GROUPS", k])) for k in keys]
+
+    def decide(replies: list[bytes]) -> bytes:
+        for k, r, eid in zip(keys, replies, ids, strict=True):
+            code = error_code(r)
+            if code == b"WRONGTYPE":
+                return r
+            if code is not None or not merge.has_group(r, group):
+                return error(errors.nogroup_xreadgroup(k, group))
+            if eid == b"$":
+                return error(errors.DOLLAR_IN_XREADGROUP)
+            if eid == b"+":
+                return error(errors.PLUS_IN_XREADGROUP)
+            if eid != b">" and parse_id(eid) is None:
+                return error(errors.INVALID_STREAM_ID)
+        return b""
+
+    def decided(verdict: bytes) -> None:
+        if verdict:
+            return conn.fill(cell, verdict)
+        return xread_fanout(router, c, argv, cell, groups_checked=True)
+
+    Gather.send(router, c, reqs, False, decide, decided)
