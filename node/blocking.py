@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from node.resp import null_array
 
@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     import asyncio
 
     from node.client import Client
-    from node.server import Server
+    from node.context import ServerContext
 
 
 # A pseudo key that never names data: WAIT/WAITAOF block on it, and whoever advances an fsynced
@@ -42,10 +42,15 @@ class Blocked(Exception):  # noqa: N818 - it is a control-flow signal, not an er
         return self.on_timeout(proto) if self.on_timeout is not None else null_array(proto)
 
 
+def _parked(c: Client) -> Blocked | None:
+    """On a node only this manager parks clients, so what a client waits in is a Blocked."""
+    return cast(Blocked | None, c.blocked)
+
+
 class BlockingManager:
     __slots__ = ("server", "waiting", "ready", "_serving")
 
-    def __init__(self, server: Server) -> None:
+    def __init__(self, server: ServerContext) -> None:
         self.server = server
         self.waiting: dict[bytes, deque[Client]] = {}
         self.ready: dict[bytes, None] = {}  # an ordered set
@@ -88,7 +93,7 @@ class BlockingManager:
                 if not q:
                     continue
                 for c in list(q):
-                    b = c.blocked
+                    b = _parked(c)
                     if b is None or key not in b.keys:
                         continue
                     reply = self.server.rerun_blocked(c, b.argv)
@@ -104,7 +109,7 @@ class BlockingManager:
     def unblock(self, c: Client, reply: bytes | None, ran: bool = False) -> None:
         """Release a client; `reply` None means it went away and gets nothing. `ran` says the
         reply comes from running the command again (Server.call counted it)."""
-        b = c.blocked
+        b = _parked(c)
         if b is None:
             return
         c.blocked = None

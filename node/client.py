@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 if TYPE_CHECKING:
-    from node.blocking import Blocked
+    from node.context import ClientContext, Waiting
     from node.keyspace import Keyspace
-    from node.server import Connection, Server
+    from node.protocol import RespConnection
 
 
 class Client:
@@ -19,7 +19,7 @@ class Client:
         "close_after_reply", "obuf_soft_since", "no_evict", "is_master", "woff",
     )
 
-    def __init__(self, server: Server, conn: Connection | None, client_id: int,
+    def __init__(self, server: ClientContext, conn: RespConnection | None, client_id: int,
                  addr: str = "", laddr: str = "") -> None:
         self.id = client_id
         self.server = server
@@ -38,7 +38,7 @@ class Client:
         self.in_exec = False
         self.watched: set[bytes] = set()
         self.dirty_cas = False
-        self.blocked: Blocked | None = None
+        self.blocked: Waiting | None = None  # node.blocking.Blocked on a node
         self.rerunning = False  # True while a blocked command is re-run after its key was ready
         self.readonly = False  # READONLY: a cluster replica may serve this client's reads
         self.lib_name = b""
@@ -53,7 +53,9 @@ class Client:
 
     @property
     def db(self) -> Keyspace:
-        return self.server.db
+        """The node's key space. Only a node runs handlers that read keys (the router runs
+        the connection-level ones), so on a node's clients this is a whole Keyspace."""
+        return cast("Keyspace", self.server.db)
 
     def unblocked(self, reply: bytes) -> None:
         """Called by the blocking manager with the reply that releases this client."""

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import shlex
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from node import errors
 from node.patterns import stringmatch
@@ -240,6 +240,10 @@ class Config:
     def __init__(self) -> None:
         for s in SETTINGS:
             setattr(self, s.attr, s.default)
+
+    if TYPE_CHECKING:  # the attributes come from SETTINGS, one per setting
+        def __getattr__(self, name: str) -> Any: ...
+        def __setattr__(self, name: str, value: Any) -> None: ...
 
     def apply(self, name: str, raw: bytes, startup: bool = False) -> None:
         """Set one value from its text form; raises KeyError (unknown) or ConfigError."""

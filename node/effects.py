@@ -9,8 +9,12 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from node.resp import encode_command
+
+if TYPE_CHECKING:
+    from node.context import ServerContext
 
 log = logging.getLogger("xshard.node")
 
@@ -87,7 +91,7 @@ class EffectApplier:
     AOF, backlog and offset are byte-identical to its primary's.
     """
 
-    def __init__(self, server, republish: bool) -> None:  # noqa: ANN001 - node.server.Server
+    def __init__(self, server: ServerContext, republish: bool) -> None:
         from hiredis import Reader
 
         from node.client import Client

@@ -17,7 +17,7 @@ from node.stream import Stream
 
 if TYPE_CHECKING:
     from node.client import Client
-    from node.server import Server
+    from node.context import DataContext
 
 TYPE_NAMES: dict[type, bytes] = {Stream: b"stream", bytes: b"string", deque: b"list", set: b"set"}
 
@@ -29,7 +29,7 @@ def type_name(value: Any) -> bytes:
 class Keyspace:
     __slots__ = ("data", "expires", "watchers", "server", "expired_keys", "_expire_cursor")
 
-    def __init__(self, server: Server) -> None:
+    def __init__(self, server: DataContext) -> None:
         self.data: dict[bytes, Any] = {}
         self.expires: dict[bytes, int] = {}  # key -> unix ms
         self.watchers: dict[bytes, set[Client]] = {}
@@ -147,8 +147,8 @@ class Keyspace:
             if when <= now:
                 due.append(key)
         for key in due:
-            when = self.expires.get(key)
-            if when is not None and when <= now and key in self.data:
+            at = self.expires.get(key)
+            if at is not None and at <= now and key in self.data:
                 self._expire(key)
             if time.perf_counter() > deadline:
                 break

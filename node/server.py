@@ -74,7 +74,9 @@ class CommandStats:
 
 
 class Server:
-    """Process-wide node state: key space, clients, blocking, effects and dispatch."""
+    """Process-wide node state: key space, clients, blocking, effects and dispatch.
+
+    It implements node.context.ServerContext, the contract the rest of the node relies on."""
 
     def __init__(self, config: Config, config_file: str = "") -> None:
         self.config = config
@@ -289,7 +291,7 @@ class Server:
             c.rerunning = False
 
     # --- clients --------------------------------------------------------------------------------
-    def add_client(self, conn: Connection | None, addr: str, laddr: str) -> Client:
+    def add_client(self, conn: RespConnection | None, addr: str, laddr: str) -> Client:
         c = Client(self, conn, self.next_client_id, addr, laddr)
         self.next_client_id += 1
         self.clients[c.id] = c

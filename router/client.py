@@ -29,6 +29,7 @@ class RouterClient(Client):
     """A client of the router: a node client plus what routing needs to remember."""
 
     __slots__ = ("written", "txn_slot", "watch_conn", "watch_slot")
+    conn: ClientConn | None
 
     def __init__(self, *args: Any) -> None:
         super().__init__(*args)

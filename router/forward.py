@@ -109,7 +109,7 @@ class Forward:
         if self.done is not None:
             self.done(r)
         else:
-            self.c.conn.fill(self.cell, r)  # type: ignore[union-attr]
+            self.c.conn.fill(self.cell, r)  # type: ignore[union-attr, arg-type]
 
 
 class BlockedRead:

@@ -32,6 +32,7 @@ from node.cluster import SlotMap
 from node.commands import load_all
 from node.commands.reads import parse_xread_options
 from node.config import Config
+from node.protocol import RespConnection
 from node.resp import ReplyError, encode_command, error
 from node.server import CommandStats
 from node.slots import SLOTS, key_slot
@@ -197,7 +198,7 @@ class Router:
             return conn.fill(cell, reply)
         if kind is Kind.ROUTER:
             try:
-                return route.handler(self, c, argv, cell)  # type: ignore[no-any-return]
+                return route.handler(self, c, argv, cell)
             except ReplyError as e:
                 return conn.fill(cell, error(e.message))
         if kind is Kind.FANOUT:
@@ -211,11 +212,12 @@ class Router:
         return Forward(self, c, encode_command(argv), None, route.write, cell=cell).send(addr=addr)
 
     def _keyed(self, c: RouterClient, argv: list[bytes], route: Route, cell: Cell) -> None:
+        conn: ClientConn = c.conn  # type: ignore[assignment]
         positions = command_table.get_keys(argv)
         if not positions:  # a syntax the key specs do not fit: any node phrases the error
             addr = self.any_primary()
             if addr is None:
-                return c.conn.fill(cell, error(errors.CLUSTERDOWN))  # type: ignore[union-attr]
+                return conn.fill(cell, error(errors.CLUSTERDOWN))
             return Forward(self, c, encode_command(argv), None, route.write,
                            cell=cell).send(addr=addr)
         slot = key_slot(argv[positions[0]])
@@ -223,7 +225,7 @@ class Router:
             if key_slot(argv[p]) != slot:
                 if route.blocking:  # XREAD, XREADGROUP
                     return xread_fanout(self, c, argv, cell)
-                return c.conn.fill(cell, error(errors.CROSSSLOT))  # type: ignore[union-attr]
+                return conn.fill(cell, error(errors.CROSSSLOT))
         if route.blocking:
             try:
                 options = parse_xread_options(argv, int(time.time() * 1000))
@@ -235,7 +237,7 @@ class Router:
         return Forward(self, c, encode_command(argv), slot, route.write, cell=cell).send()
 
     # --- clients --------------------------------------------------------------------------------
-    def add_client(self, conn: ClientConn, addr: str, laddr: str) -> RouterClient:
+    def add_client(self, conn: RespConnection, addr: str, laddr: str) -> RouterClient:
         c = RouterClient(self, conn, self.next_client_id, addr, laddr)
         self.next_client_id += 1
         self.clients[c.id] = c

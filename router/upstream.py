@@ -73,14 +73,15 @@ class Upstream(asyncio.Protocol):
         self.transport = transport  # type: ignore[assignment]
         set_nodelay(transport)
         if self._pending:
-            self.transport.write(b"".join(self._pending))
+            transport.write(b"".join(self._pending))  # type: ignore[attr-defined]
             self._pending = []
 
     def data_received(self, data: bytes) -> None:
+        held = self.buf
         buf: bytes | bytearray
-        if self.buf:
-            buf = self.buf
-            buf += data  # a bytearray grows in place
+        if held:
+            held += data  # a bytearray grows in place
+            buf = held
             pos, need = self._scan
         else:
             buf, pos, need = data, 0, 1
@@ -91,10 +92,10 @@ class Upstream(asyncio.Protocol):
             pos, need = reply_scan(buf, pos, need)
             if need:
                 break
-            if type(buf) is bytes:
-                reply = buf if start == 0 and pos == n else buf[start:pos]
-            else:
+            if held:
                 reply = bytes(memoryview(buf)[start:pos])
+            else:
+                reply = data if start == 0 and pos == n else data[start:pos]
             start, need = pos, 1
             if waiting:
                 cb = waiting.popleft()
@@ -106,12 +107,12 @@ class Upstream(asyncio.Protocol):
                 break
         if start >= n:
             self.buf = bytearray()
-        elif type(buf) is bytes:
-            self.buf = bytearray(memoryview(buf)[start:])
-            self._scan = (pos - start, need)
+            return
+        if held:
+            del held[:start]
         else:
-            del buf[:start]
-            self._scan = (pos - start, need)
+            self.buf = bytearray(memoryview(data)[start:])
+        self._scan = (pos - start, need)
 
     def connection_lost(self, exc: Exception | None) -> None:
         if self.closed and not self.waiting:

@@ -137,7 +137,7 @@ class BlockedFanout:
         c = self.c
         c.blocked = None
         if reply is not None and c.conn is not None:
-            c.conn.fill(self.cell, reply)  # type: ignore[attr-defined]
+            c.conn.fill(self.cell, reply)
             c.conn.resume()
 
 

@@ -975,7 +975,7 @@ def _primary(seed: int) -> _Server:
 @pytest.mark.parametrize("seed", [1, 2, 3, 4])
 def test_effects_replay_to_the_same_groups(seed: int) -> None:
     primary = _primary(seed)
-    effects = primary.effects
+    effects = primary.recorded
     kinds = {(e[0], e[1]) if e[0] == b"XGROUP" else e[0] for e in effects}
     assert {b"XCLAIM", (b"XGROUP", b"SETID"), (b"XGROUP", b"CREATECONSUMER"), b"XACK"} <= kinds
     for e in effects:
@@ -1020,7 +1020,7 @@ def test_effects_applied_by_redis_give_the_same_groups(seed: int, oracle, node) 
         for c in (ref, ours):
             c.call("FLUSHALL")
             c.call("CONFIG", "SET", "stream-node-max-entries", "5")
-        for e in primary.effects:
+        for e in primary.recorded:
             r = ref.call(*e)
             assert r[0] != "-", (e, r)
             r = ours.call(*e)

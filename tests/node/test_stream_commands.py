@@ -525,7 +525,7 @@ def test_effects_replay_to_the_same_stream(seed: int) -> None:
     for i, cmd in enumerate(_workload(seed)):
         primary.clock = 1_700_000_000_000 + i  # the node's command clock moves on
         _run(primary, cmd)
-    effects = primary.effects
+    effects = primary.recorded
     assert effects
     for e in effects:
         options = e[:-5] if e[0].upper() == b"XADD" else e  # entries have 2 fields
@@ -541,7 +541,7 @@ def test_effects_replay_to_the_same_stream(seed: int) -> None:
     b = replica.db.get_stream(b"s")
     assert a is not None and b is not None
     assert a.dump_state() == b.dump_state()
-    assert len(replica.effects) == len(effects)  # and it would propagate the same again
+    assert len(replica.recorded) == len(effects)  # and it would propagate the same again
 
 
 def test_effects_are_valid_redis_commands(oracle_client) -> None:
@@ -551,7 +551,7 @@ def test_effects_are_valid_redis_commands(oracle_client) -> None:
         primary.clock = 1_700_000_000_000 + i
         _run(primary, cmd)
     pipe = oracle_client.pipeline(transaction=False)
-    for e in primary.effects:
+    for e in primary.recorded:
         pipe.execute_command(*e)
     for reply in pipe.execute(raise_on_error=False):
         assert not isinstance(reply, Exception), reply

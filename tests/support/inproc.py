@@ -1,23 +1,24 @@
 """An in-process key space for effect-replay tests: handlers run without a server process.
 
-Only what the command handlers and Keyspace touch is here; `propagate` records the effects so a
-test can apply them to a second key space (a replica, an AOF replay) and compare the states.
+`InprocServer` is a node.context.DataContext: what the data handlers and Keyspace use, for
+real (a Config, an EffectLog, a dirty count), with a fixed clock. `propagate` records each
+effect in `recorded` so a test can apply them to a second key space (a replica, an AOF replay)
+and compare the states.
 """
 
 from __future__ import annotations
 
 from node.blocking import Blocked
 from node.commands import load_all
+from node.config import Config
+from node.effects import EffectLog
 from node.keyspace import Keyspace
 from node.resp import ReplyError
 
 
-class _Config:
-    stream_node_max_entries = 100
-    stream_node_max_bytes = 4096
+class _NoWaiters:
+    """No client ever blocks in process, so a key made ready has no one to wake."""
 
-
-class _Blocking:
     def signal_ready(self, key: bytes) -> None:
         pass
 
@@ -26,18 +27,23 @@ class InprocServer:
     """Just what the handlers and Keyspace use, with propagate() recording."""
 
     def __init__(self) -> None:
-        self.config = _Config()
-        self.blocking = _Blocking()
-        self.effects: list[list[bytes]] = []
+        self.config = Config()
+        self.blocking = _NoWaiters()
+        self.effects = EffectLog()
+        self.effects.listen(lambda data: None)  # handlers emit one effect per delivery
+        self.recorded: list[list[bytes]] = []
+        self.role = "master"
         self.dirty = 0
+        self.active_expire_enabled = True
         self.clock = 1_700_000_000_000
-        self.db = Keyspace(self)  # type: ignore[arg-type]
+        self.db = Keyspace(self)
 
     def now_ms(self) -> int:
         return self.clock
 
     def propagate(self, argv: list[bytes]) -> None:
-        self.effects.append(list(argv))
+        """As Server.propagate: an effect is no change in `dirty` (the handlers count those)."""
+        self.recorded.append(list(argv))
 
 
 class InprocClient:
