@@ -39,7 +39,6 @@ _MULTI_IMMEDIATE = command_table.RUN_IN_MULTI
 _NOAUTH_OK = command_table.NO_AUTH
 
 
-
 class ReplyGate(Protocol):
     def hold(self, conn: Connection, data: bytes) -> bool:
         """Take `data` to send later (after an fsync); False means send it now."""

@@ -13,8 +13,8 @@ from __future__ import annotations
 from functools import partial
 from typing import TYPE_CHECKING
 
-from node import command_table
-from node.resp import encode_command
+from node import command_table, errors
+from node.resp import encode_command, error
 from node.slots import key_slot
 from router import merge
 from router.forward import Forward, Gather
@@ -39,11 +39,13 @@ def fan_out(router: Router, c: RouterClient, argv: list[bytes], route: Route,
 def to_nodes(router: Router, c: RouterClient, argv: list[bytes], addrs: list[tuple[str, int]],
              write: bool, response_policy: str | None, cell: Cell) -> None:
     """The same request to every address, merged by the response policy."""
-    data = encode_command(argv)
     conn: ClientConn = c.conn  # type: ignore[assignment]
-    Gather.send(router, c, [(a, None, data) for a in addrs], write,
-                partial(merge.merge, response_policy, proto=c.proto),
-                partial(conn.fill, cell))
+    if not addrs:
+        return conn.fill(cell, error(errors.CLUSTERDOWN))
+    data = encode_command(argv)
+    return Gather.send(router, c, [(a, None, data) for a in addrs], write,
+                       partial(merge.merge, response_policy, proto=c.proto),
+                       partial(conn.fill, cell))
 
 
 def _multi_shard(router: Router, c: RouterClient, argv: list[bytes], route: Route,

@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import asyncio
 import importlib.util
+import itertools
 import os
 import shutil
 import sys
@@ -473,8 +474,7 @@ def etcd_url(etcd: EtcdProcess) -> str:
 
 
 @pytest.fixture
-def xcluster(request: pytest.FixtureRequest,
-             tmp_path: Path) -> Iterator[Callable[..., Cluster]]:
+def xcluster(request: pytest.FixtureRequest, tmp_path: Path) -> Callable[..., Cluster]:
     """Factory: `xcluster(shards, replicas, controller, etcd, routers, node_args, router_args)`.
 
     With `etcd` (the default) the nodes join the session's etcd and a controller starts unless
@@ -483,23 +483,21 @@ def xcluster(request: pytest.FixtureRequest,
 
     if request.config.getoption("--redis-url"):
         pytest.skip("xcluster starts processes; not available with --redis-url")
-    made: list[Cluster] = []
+    bases = (tmp_path / f"cluster{i}" for i in itertools.count())
 
     def factory(shards: int = 1, replicas: int = 1, controller: bool = True, etcd: bool = True,
                 routers: int = 0, node_args: tuple[str, ...] = (),
                 router_args: tuple[str, ...] = ()) -> Cluster:
         url = request.getfixturevalue("etcd_url") if etcd else None
-        c = start_cluster(tmp_path / f"cluster{len(made)}", shards, replicas, etcd_url=url,
+        c = start_cluster(next(bases), shards, replicas, etcd_url=url,
                           controller=controller and etcd, routers=routers,
                           node_args=node_args, router_args=router_args)
-        made.append(c)
+        request.addfinalizer(c.stop)
         for h in c.handles():
             _attach(request, h)
         return c
 
-    yield factory
-    for c in made:
-        c.stop()
+    return factory
 
 
 @pytest.fixture(scope="session")

@@ -30,7 +30,9 @@ class InprocServer:
         self.config = Config()
         self.blocking = _NoWaiters()
         self.effects = EffectLog()
-        self.effects.listen(lambda data: None)  # handlers emit one effect per delivery
+        # With a listener, handlers record every effect (one XCLAIM per delivery, not only a
+        # dirty count), which is what the replay tests compare.
+        self.effects.listen(lambda data: None)
         self.recorded: list[list[bytes]] = []
         self.role = "master"
         self.dirty = 0
