@@ -101,7 +101,7 @@ class DataContext(Protocol):
     """`Keyspace` and the data handlers (streams, groups, keys)."""
 
     role: str
-    dirty: int  # changes since the last save (INFO rdb_changes_since_last_save)
+    dirty: int  # changes since start, as Redis's server.dirty counts them (handlers add)
     active_expire_enabled: bool  # DEBUG SET-ACTIVE-EXPIRE
 
     @property
