@@ -193,7 +193,7 @@ SETTINGS: tuple[Setting, ...] = (
             help="accepted for redis.conf compatibility"),
     Setting("lua-time-limit", "int", 5000, aliases=("busy-reply-threshold",),
             help="accepted for redis.conf compatibility; there are no scripts"),
-    # Replication (node/replication.py). `replicaof` reflects the current primary ("host
+    # Replication (node/replication/). `replicaof` reflects the current primary ("host
     # port", "" for none); it is set at start-up or with the REPLICAOF command.
     Setting("replicaof", "str", "", mutable=False, aliases=("slaveof",),
             help='host and port of the primary to replicate from, as "host port" (empty: none)'),

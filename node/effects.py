@@ -103,7 +103,6 @@ class EffectApplier:
         self.client.is_master = True
         self.reader = Reader()
         self.consumed = 0  # bytes of complete commands applied
-        self.buffered = 0  # bytes fed but not yet part of a complete command
         self.errors = 0
         self.pending: list[bytes] = []  # an open transaction's commands, not yet published
 
@@ -114,7 +113,6 @@ class EffectApplier:
         from hiredis import Reader
 
         self.reader = Reader()
-        self.buffered = 0
         self.pending = []
         if self.client.in_multi:
             self.client.discard_multi()
@@ -126,7 +124,6 @@ class EffectApplier:
         False skips offset accounting (AOF loading, where scan() already checked the bytes)."""
         reader = self.reader
         reader.feed(data)
-        self.buffered += len(data)
         server = self.server
         execute = server.execute
         client = self.client
@@ -157,7 +154,6 @@ class EffectApplier:
                 else:
                     size = 0
                 self.consumed += size
-                self.buffered -= size
                 applied += 1
                 reply = execute(client, argv)
                 if republish:

@@ -375,7 +375,8 @@ def nogroup_for_key(group: bytes, key: bytes) -> bytes:
     return b"NOGROUP No such consumer group '%s' for key name '%s'" % (group, key)
 
 
-# Replication (node/replication.py)
+# --- replication (node/replication/, node/commands/replication.py) ---------------------------
+COMMAND_IN_MULTI = b"ERR Command not allowed inside a transaction"
 NOREPLICAS = b"NOREPLICAS Not enough good replicas to write."
 WAIT_ON_REPLICA = (
     b"ERR WAIT cannot be used with replica instances. Please also note that since Redis 4.0 if "
@@ -386,6 +387,11 @@ NOMASTERLINK = b"NOMASTERLINK Can't SYNC while not connected with my master"
 UNBLOCKED_ROLE_CHANGE = (
     b"UNBLOCKED force unblock from blocking operation, instance state changed "
     b"(master -> replica?)")
+
+
+def replconf_unrecognized(option: bytes) -> bytes:
+    return b"ERR Unrecognized REPLCONF option: %s" % option
+
 
 # --- router (router/): what a proxy in front of the shards answers itself ---------------------
 # It also answers CLUSTERDOWN, SLOT_NOT_SERVED, CROSSSLOT and INVALID_CURSOR above.

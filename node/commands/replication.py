@@ -7,16 +7,20 @@ Redis's replicaofCommand shapes the replies: `REPLICAOF NO ONE` promotes (a no-o
 from __future__ import annotations
 
 import logging
+from typing import TYPE_CHECKING
 
 from node import errors
 from node.client import Client
 from node.commands import command
 from node.resp import OK, ReplyError
 
+if TYPE_CHECKING:
+    from node.replication import Replication
+
 log = logging.getLogger("xshard.node")
 
 
-def _replication(c: Client):  # noqa: ANN202 - node.replication.Replication
+def _replication(c: Client) -> Replication:
     r = c.server.replication
     if r is None:
         raise ReplyError(errors.NO_REPLICATION)

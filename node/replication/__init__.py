@@ -1,0 +1,256 @@
+"""Replication: primary -> replica streaming of the effect log (`server.replication`).
+
+The effect log (node/effects.py) is the replication stream: its bytes are what a replica applies
+and its running length is the replication offset. The package is split by side:
+
+- `backlog.py`: the last bytes of the stream, for partial resyncs;
+- `primary.py`: replicas attached to this node (PSYNC/SYNC, full-sync snapshots, ACKs, WAIT);
+- `replica.py`: this node's link to its primary (handshake, loading a full sync, the live
+  stream through the one apply path);
+- this module, the facade the rest of the node uses: the replication IDs, role changes
+  (REPLICAOF), the fan-out of effects, the good-replica count behind NOREPLICAS
+  (Server.check_noreplicas), the cron and INFO/ROLE.
+
+Offsets: `effects.offset` counts bytes of effects; PSYNC asks for the next byte (offset + 1), as
+Redis does. A node keeps two replication IDs: `replid` names the history it writes now and
+`replid2` the history it followed before a promotion, valid up to `second_offset` (exclusive of
+the first byte of the new history). That lets the sibling replicas of a promoted one continue
+partially.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from typing import TYPE_CHECKING, Any
+
+from node import errors
+from node.replication.backlog import Backlog
+from node.replication.primary import ZERO_ID, PrimarySide
+from node.replication.replica import ReplicaSide
+
+if TYPE_CHECKING:
+    from node.client import Client
+    from node.server import Server
+
+__all__ = ["Replication", "ZERO_ID", "new_replid"]
+
+log = logging.getLogger("xshard.node")
+
+CRON_PERIOD_S = 0.1
+
+
+def new_replid() -> str:
+    return os.urandom(20).hex()
+
+
+class Replication:
+    """`server.replication`: IDs, backlog, attached replicas and the link to a primary."""
+
+    def __init__(self, server: Server) -> None:
+        self.server = server
+        self.loop = server.loop
+        cfg = server.config
+        self.replid = new_replid()
+        self.replid2 = ZERO_ID
+        self.second_offset = -1
+        p = server.persistence
+        aux = getattr(p, "loaded_aux", None) or {}
+        self.loaded_replid = aux.get("replid") if isinstance(aux.get("replid"), str) else None
+        self.backlog = Backlog(cfg.repl_backlog_size, server.effects.offset)
+        self._out: list[bytes] = []
+        self._flush_scheduled = False
+        self.primary = PrimarySide(self)
+        self.replica = ReplicaSide(self)
+        server.effects.listen(self._on_effect)
+        server.config_listeners.append(self._config_changed)
+        server.role = "master"
+
+    # --- life cycle -----------------------------------------------------------------------------
+    def start(self) -> None:
+        """Take the IDs of a loaded data set, connect to --replicaof if set, start the cron."""
+        target = self.server.config.replicaof.split()
+        if self.loaded_replid:
+            if target:
+                # A restarted replica continues the history it had: PSYNC with it.
+                self.replid = self.loaded_replid
+                aux = self.server.persistence.loaded_aux
+                self.replid2 = str(aux.get("replid2", ZERO_ID))
+                self.second_offset = int(aux.get("second_offset", -1))
+            else:
+                # A restarted primary may have lost its last writes (everysec): what replicas
+                # hold beyond the loaded offset is another history. Keep the loaded one as
+                # replid2, valid up to exactly what was loaded.
+                self.replid2 = self.loaded_replid
+                self.second_offset = self.server.effects.offset + 1
+        if len(target) == 2:
+            try:
+                port = int(target[1])
+            except ValueError:
+                port = -1
+            if 0 <= port <= 65535:
+                self.set_master(target[0], port)
+            else:
+                log.warning("Ignoring replicaof '%s': invalid port", self.server.config.replicaof)
+        self.loop.call_later(CRON_PERIOD_S, self._cron)
+
+    def snapshot_aux(self) -> dict[str, Any]:
+        """Written into every snapshot (persistence adds "offset")."""
+        return {"replid": self.replid, "replid2": self.replid2,
+                "second_offset": self.second_offset}
+
+    def psync_position(self) -> tuple[str, int]:
+        """The (replication ID, offset) this node asks its primary to continue from."""
+        return self.replid, self.server.effects.offset
+
+    @property
+    def is_replica(self) -> bool:
+        return self.replica.master_host is not None
+
+    @property
+    def master_host(self) -> str | None:
+        return self.replica.master_host
+
+    @property
+    def master_port(self) -> int:
+        return self.replica.master_port
+
+    def shutdown(self) -> None:
+        self.replica.drop_link()
+        self.primary.shutdown()
+
+    # --- the effect stream (both roles: a replica republishes what it applies) ---------------
+    def _on_effect(self, data: bytes) -> None:
+        self._out.append(data)
+        if not self._flush_scheduled:
+            self._flush_scheduled = True
+            self.loop.call_soon(self.flush)
+
+    def flush(self) -> None:
+        """Once per loop iteration: the iteration's effects go to the backlog and to every
+        replica with one write each."""
+        self._flush_scheduled = False
+        out = self._out
+        if not out:
+            return
+        data = out[0] if len(out) == 1 else b"".join(out)
+        self._out = []
+        self.backlog.append(data)
+        self.primary.feed(data)
+
+    # --- role changes ---------------------------------------------------------------------------
+    def set_master(self, host: str, port: int) -> None:
+        """REPLICAOF host port: follow a primary (continuing our history if it can)."""
+        was_master = not self.is_replica
+        self.replica.follow(host, port)
+        self.server.role = "slave"
+        self.server.config.replicaof = f"{host} {port}"
+        if was_master:
+            self._unblock_writers()
+        # Our replicas must learn the new history (they will mostly continue partially).
+        self.primary.disconnect_all("replication ID changed")
+
+    def unset_master(self) -> None:
+        """REPLICAOF NO ONE: promotion. The history followed so far stays valid as replid2."""
+        if not self.is_replica:
+            return
+        self.replica.unfollow()
+        self.server.role = "master"
+        self.server.config.replicaof = ""
+        self.shift_replid()
+        self.primary.disconnect_all("replication ID changed")
+        log.info("MASTER MODE enabled (user request from 'id=? addr=? laddr=?')")
+
+    def shift_replid(self) -> None:
+        """Start a new history here: the one followed so far stays valid as replid2."""
+        self.flush()
+        self.replid2 = self.replid
+        self.second_offset = self.server.effects.offset + 1
+        self.replid = new_replid()
+        log.info("Setting secondary replication ID to %s, valid up to offset: %d. New "
+                 "replication ID is %s", self.replid2, self.second_offset, self.replid)
+
+    def continue_history(self, replid: str) -> None:
+        """+CONTINUE from a primary whose history has another name from here on (it was
+        promoted): the name we had stays valid as replid2, and our replicas must learn it."""
+        if replid == self.replid:
+            return
+        self.replid2 = self.replid
+        self.second_offset = self.server.effects.offset + 1
+        self.replid = replid
+        log.info("Master replication ID changed to %s", replid)
+        self.primary.disconnect_all("replication ID changed")
+
+    def _unblock_writers(self) -> None:
+        """Clients blocked in XREADGROUP would write on a replica: release them (Redis)."""
+        err = b"-%s\r\n" % errors.UNBLOCKED_ROLE_CHANGE
+        for c in list(self.server.clients.values()):
+            b = c.blocked
+            if b is not None and b.argv and b.argv[0].lower() in (b"xreadgroup", b"wait",
+                                                                   b"waitaof"):
+                self.server.blocking.unblock(c, err)
+
+    # --- what commands ask ------------------------------------------------------------------
+    def replconf(self, c: Client, argv: list[bytes]) -> bytes:
+        return self.primary.replconf(c, argv)
+
+    def psync(self, c: Client, argv: list[bytes], sync: bool = False) -> bytes:
+        return self.primary.psync(c, argv, sync)
+
+    def acked_replicas(self, c: Client) -> int:
+        """WAIT: replicas that acknowledged the client's last write."""
+        return self.primary.acked(c.woff)
+
+    def aof_acked_replicas(self, c: Client) -> int:
+        """WAITAOF: replicas whose AOF fsync covers the client's last write."""
+        return self.primary.aof_acked(c.woff)
+
+    def request_ack(self) -> None:
+        self.primary.request_ack()
+
+    def good_replicas(self) -> int:
+        """Replicas online within min-replicas-max-lag (Server.check_noreplicas)."""
+        return self.primary.good_replicas()
+
+    # --- cron -----------------------------------------------------------------------------------
+    def _cron(self) -> None:
+        try:
+            now = time.monotonic()
+            self.replica.cron(now)
+            self.primary.cron(now)
+        except Exception:
+            log.exception("replication cron failed")
+        self.loop.call_later(CRON_PERIOD_S, self._cron)
+
+    def _config_changed(self, name: str) -> None:
+        if name == "repl-backlog-size":
+            self.backlog.resize(self.server.config.repl_backlog_size)
+
+    # --- introspection --------------------------------------------------------------------------
+    def role_reply(self) -> list[Any]:
+        offset = self.server.effects.offset
+        if self.is_replica:
+            return self.replica.role_reply(offset)
+        return [b"master", offset, self.primary.role_entries()]
+
+    def info_fields(self) -> list[tuple[str, object]]:
+        cfg = self.server.config
+        now = time.monotonic()
+        offset = self.server.effects.offset
+        out = (self.replica.info_fields(now, offset) if self.is_replica
+               else [("role", "master")])
+        out.append(("connected_slaves", len(self.primary.replicas)))
+        if not self.is_replica and cfg.min_replicas_to_write and cfg.min_replicas_max_lag:
+            out.append(("min_slaves_good_slaves", self.primary.good_replicas()))
+        out += self.primary.info_fields(now)
+        out += [("master_failover_state", "no-failover"), ("master_replid", self.replid),
+                ("master_replid2", self.replid2), ("master_repl_offset", offset),
+                ("second_repl_offset", self.second_offset), ("repl_backlog_active", 1),
+                ("repl_backlog_size", self.backlog.size),
+                ("repl_backlog_first_byte_offset", self.backlog.start + 1),
+                ("repl_backlog_histlen", self.backlog.histlen)]
+        return out
+
+    def stats_fields(self) -> list[tuple[str, object]]:
+        return self.primary.stats_fields()
