@@ -201,6 +201,8 @@ SETTINGS: tuple[Setting, ...] = (
             help="user name sent with masterauth"),
     Setting("repl-backlog-size", "memory", 1024 * 1024, minimum=1, maximum=_LL,
             help="bytes of recent changes kept for partial resyncs of replicas"),
+    Setting("repl-backlog-ttl", "int", 3600, minimum=0, maximum=(1 << 31) - 1,
+            help="seconds without replicas after which a primary frees its backlog (0: never)"),
     Setting("repl-timeout", "int", 60, minimum=1, maximum=(1 << 31) - 1,
             help="seconds without traffic before a replication link is considered dead"),
     Setting("repl-ping-replica-period", "int", 10, minimum=1, maximum=(1 << 31) - 1,

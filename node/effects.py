@@ -2,7 +2,10 @@
 
 Every write is reduced to effects (DESIGN §1) that a replica or a restart can apply blindly. The
 same bytes feed the AOF and the replication stream, and their running length is the replication
-offset. Consumers subscribe with `listen`; with none, emitting costs a counter increment.
+offset. Consumers subscribe with `listen`. With none (no AOF, and no replication backlog because
+no replica ever attached) an effect is not even encoded: the offset still advances by the length
+its encoding would have, so that offsets stay the same whoever listens, and a later AOF or
+replica lines up with them.
 """
 
 from __future__ import annotations
@@ -36,14 +39,19 @@ class EffectLog:
     def listen(self, fn: Callable[[bytes], None]) -> None:
         self.listeners.append(fn)
 
+    def unlisten(self, fn: Callable[[bytes], None]) -> None:
+        if fn in self.listeners:
+            self.listeners.remove(fn)
+
     def emit(self, argv: list[bytes]) -> None:
-        if not self.listeners or self.replaying:
+        if self.replaying:
             return
-        data = encode_command(argv)
         if self._batch is not None:
-            self._batch.append(data)
-            return
-        self._publish(data)
+            self._batch.append(encode_command(argv))
+        elif self.listeners:
+            self._publish(encode_command(argv))
+        else:
+            self.offset += _command_len(argv)
 
     def begin_transaction(self) -> None:
         """Effects of EXEC are wrapped in MULTI/EXEC so that they apply atomically."""
@@ -74,11 +82,14 @@ class EffectStreamError(Exception):
 
 
 def _command_len(argv: list[bytes]) -> int:
-    """Bytes of `argv` in canonical RESP (what encode_command writes), without encoding it."""
+    """Bytes of `argv` in canonical RESP (what encode_command writes), without encoding it.
+
+    `$<len>\r\n<arg>\r\n` is len + 5 + digits(len); the common one- and two-digit lengths
+    skip str() (this runs for every effect when nothing listens)."""
     n = 3 + len(str(len(argv)))
     for a in argv:
         la = len(a)
-        n += la + 5 + len(str(la))
+        n += la + 6 if la < 10 else la + 7 if la < 100 else la + 5 + len(str(la))
     return n
 
 

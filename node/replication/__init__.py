@@ -12,7 +12,13 @@ and its running length is the replication offset. The package is split by side:
   (Server.check_noreplicas), the cron and INFO/ROLE.
 
 Offsets: `effects.offset` counts bytes of effects; PSYNC asks for the next byte (offset + 1), as
-Redis does. A node keeps two replication IDs: `replid` names the history it writes now and
+Redis does. The backlog is made lazily, as Redis makes it: when the first replica attaches, when
+this node follows a primary, or at start-up when the loaded data names its history (replicas
+of the node before its restart can then continue). A primary frees it after
+`repl-backlog-ttl` seconds without replicas. Without a backlog no effect is encoded for
+replication at all (with no AOF either, none is encoded), but the offset advances all the same
+(node/effects.py): unlike Redis, whose master_repl_offset stands still without a backlog, our
+offset is also the AOF's length, and a restart computes it from there. A node keeps two replication IDs: `replid` names the history it writes now and
 `replid2` the history it followed before a promotion, valid up to `second_offset` (exclusive of
 the first byte of the new history). That lets the sibling replicas of a promoted one continue
 partially.
@@ -51,19 +57,18 @@ class Replication:
     def __init__(self, server: Server) -> None:
         self.server = server
         self.loop = server.loop
-        cfg = server.config
         self.replid = new_replid()
         self.replid2 = ZERO_ID
         self.second_offset = -1
         p = server.persistence
         aux = getattr(p, "loaded_aux", None) or {}
         self.loaded_replid = aux.get("replid") if isinstance(aux.get("replid"), str) else None
-        self.backlog = Backlog(cfg.repl_backlog_size, server.effects.offset)
+        self.backlog: Backlog | None = None  # see ensure_backlog
+        self.replicas_seen = time.monotonic()  # for repl-backlog-ttl
         self._out: list[bytes] = []
         self._flush_scheduled = False
         self.primary = PrimarySide(self)
         self.replica = ReplicaSide(self)
-        server.effects.listen(self._on_effect)
         server.config_listeners.append(self._config_changed)
         server.role = "master"
 
@@ -72,6 +77,7 @@ class Replication:
         """Take the IDs of a loaded data set, connect to --replicaof if set, start the cron."""
         target = self.server.config.replicaof.split()
         if self.loaded_replid:
+            self.ensure_backlog()
             if target:
                 # A restarted replica continues the history it had: PSYNC with it.
                 self.replid = self.loaded_replid
@@ -121,6 +127,26 @@ class Replication:
         self.primary.shutdown()
 
     # --- the effect stream (both roles: a replica republishes what it applies) ---------------
+    def ensure_backlog(self) -> Backlog:
+        """The backlog, made now (starting at the current offset) if there is none: from here
+        on every effect is kept for partial resyncs."""
+        backlog = self.backlog
+        if backlog is None:
+            self.replicas_seen = time.monotonic()
+            backlog = self.backlog = Backlog(self.server.config.repl_backlog_size,
+                                             self.server.effects.offset)
+            self.server.effects.listen(self._on_effect)
+            log.info("Replication backlog created at offset %d (replication IDs '%s' and '%s')",
+                     backlog.start, self.replid, self.replid2)
+        return backlog
+
+    def _free_backlog(self, idle: float) -> None:
+        self.flush()
+        self.server.effects.unlisten(self._on_effect)
+        self.backlog = None
+        log.info("Replication backlog freed after %d seconds without connected replicas.",
+                 int(idle))
+
     def _on_effect(self, data: bytes) -> None:
         self._out.append(data)
         if not self._flush_scheduled:
@@ -136,7 +162,8 @@ class Replication:
             return
         data = out[0] if len(out) == 1 else b"".join(out)
         self._out = []
-        self.backlog.append(data)
+        if self.backlog is not None:
+            self.backlog.append(data)
         self.primary.feed(data)
 
     # --- role changes ---------------------------------------------------------------------------
@@ -219,12 +246,18 @@ class Replication:
             now = time.monotonic()
             self.replica.cron(now)
             self.primary.cron(now)
+            if self.primary.replicas or self.is_replica:
+                self.replicas_seen = now
+            else:
+                ttl = self.server.config.repl_backlog_ttl
+                if self.backlog is not None and ttl and now - self.replicas_seen > ttl:
+                    self._free_backlog(now - self.replicas_seen)
         except Exception:
             log.exception("replication cron failed")
         self.loop.call_later(CRON_PERIOD_S, self._cron)
 
     def _config_changed(self, name: str) -> None:
-        if name == "repl-backlog-size":
+        if name == "repl-backlog-size" and self.backlog is not None:
             self.backlog.resize(self.server.config.repl_backlog_size)
 
     # --- introspection --------------------------------------------------------------------------
@@ -246,10 +279,12 @@ class Replication:
         out += self.primary.info_fields(now)
         out += [("master_failover_state", "no-failover"), ("master_replid", self.replid),
                 ("master_replid2", self.replid2), ("master_repl_offset", offset),
-                ("second_repl_offset", self.second_offset), ("repl_backlog_active", 1),
-                ("repl_backlog_size", self.backlog.size),
-                ("repl_backlog_first_byte_offset", self.backlog.start + 1),
-                ("repl_backlog_histlen", self.backlog.histlen)]
+                ("second_repl_offset", self.second_offset)]
+        b = self.backlog
+        out += [("repl_backlog_active", int(b is not None)),
+                ("repl_backlog_size", cfg.repl_backlog_size),
+                ("repl_backlog_first_byte_offset", b.start + 1 if b is not None else 0),
+                ("repl_backlog_histlen", b.histlen if b is not None else 0)]
         return out
 
     def stats_fields(self) -> list[tuple[str, object]]:

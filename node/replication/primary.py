@@ -27,6 +27,7 @@ from node.resp import ReplyError, encode_command
 if TYPE_CHECKING:
     from node.client import Client
     from node.replication import Replication
+    from node.replication.backlog import Backlog
 
 log = logging.getLogger("xshard.node")
 
@@ -313,6 +314,7 @@ class PrimarySide:
         if c.in_multi:
             raise ReplyError(errors.COMMAND_IN_MULTI)
         repl.flush()  # the backlog must end at effects.offset
+        backlog = repl.ensure_backlog()
         conf = self.pending_conf.pop(c.id, {"capa": set()})
         peer = (conn.transport.get_extra_info("peername") or ("?", 0))
         ip = conf.get("ip") or str(peer[0])
@@ -327,13 +329,12 @@ class PrimarySide:
                 want = int(argv[2]) - 1  # PSYNC names the next byte; we count bytes held
             except ValueError:
                 want = -2
-            reason = self._partial_refusal(want_id, want)
+            reason = self._partial_refusal(want_id, want, backlog)
             if reason is None:
                 transport.set_protocol(link)
                 self.replicas.append(link)
                 link.state = ONLINE
                 link.write(b"+CONTINUE %s\r\n" % repl.replid.encode())
-                backlog = repl.backlog
                 for chunk in backlog.since(want):
                     link.write(chunk)
                 self.sync_partial_ok += 1
@@ -350,7 +351,7 @@ class PrimarySide:
         self._full_sync(link, send_fullresync=not sync)
         return b""
 
-    def _partial_refusal(self, want_id: str, want: int) -> str | None:
+    def _partial_refusal(self, want_id: str, want: int, backlog: Backlog) -> str | None:
         repl = self.repl
         if want_id == repl.replid:
             pass
@@ -361,7 +362,7 @@ class PrimarySide:
         else:
             return (f"Replication ID mismatch (Replica asked for '{want_id}', my replication IDs "
                     f"are '{repl.replid}' and '{repl.replid2}')")
-        if not repl.backlog.covers(want):
+        if not backlog.covers(want):
             return (f"Unable to partial resync with replica for lack of backlog (Replica request "
                     f"was: {want + 1}).")
         return None

@@ -353,6 +353,7 @@ class ReplicaSide:
         """+CONTINUE: keep the data set; adopt the primary's (possibly new) replication ID."""
         self._link_up()
         self.repl.continue_history(new_replid)
+        self.repl.ensure_backlog()
         if self.applier is None:
             self.applier = EffectApplier(self.server, republish=True)
         else:
@@ -373,7 +374,7 @@ class ReplicaSide:
         server = self.server
         snapshot.install(server, snap)
         server.effects.offset = offset
-        repl.backlog.reset(offset)
+        repl.ensure_backlog().reset(offset)
         repl.replid, repl.replid2, repl.second_offset = replid, ZERO_ID, -1
         self.applier = EffectApplier(server, republish=True)
         server.dirty += 1

@@ -55,3 +55,13 @@ def test_a_cut_transaction_is_dropped_and_can_be_resent(server: Server) -> None:
     assert b"".join(published) == block
     c = Client(server, None, 9)
     assert server.execute(c, [b"XLEN", b"s"]) == b":1\r\n"
+
+
+def test_effect_length_without_encoding_matches_the_encoding() -> None:
+    """With no listener the offset advances by _command_len: it must be the encoded length."""
+    from node.effects import _command_len
+
+    for n in (1, 9, 10, 11, 99, 100, 101, 999, 1000, 12345):
+        for argc in (1, 2, 9, 10, 11, 120):
+            argv = [b"x" * (n if i % 2 else i % 7) for i in range(argc)]
+            assert _command_len(argv) == len(encode_command(argv)), (n, argc)
