@@ -10,7 +10,9 @@ restart from the AOF alone knows which history its last bytes belong to (node/pe
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 
 from node import command_table
@@ -22,15 +24,48 @@ _READ_CHUNK = 1 << 20
 class LoadError(Exception):
     """Start-up cannot go on: a corrupted file (named, with the byte offset)."""
 
+
 # -- the manifest ------------------------------------------------------------------------------
+ReplIds = tuple[str, str, int]  # (replid, replid2, second_offset), as node/replication keeps them
+_REPLID = re.compile(r"[0-9a-f]{40}\Z")
+
+
+@dataclass(frozen=True)
+class HistoryMark:
+    """An incr file's place in the replication history: the effect offset just before its
+    first byte, and the replication IDs valid from there to its end."""
+
+    start: int
+    ids: ReplIds
+
+    def render(self) -> str:
+        replid, replid2, second = self.ids
+        return (f" startoffset {self.start} replid {replid} replid2 {replid2} "
+                f"secondoffset {second}")
+
+    @classmethod
+    def parse(cls, fields: dict[str, str]) -> HistoryMark | None:
+        """From a manifest line's fields; None if it has none; ValueError if malformed."""
+        if "startoffset" not in fields:
+            return None
+        start, second = int(fields["startoffset"]), int(fields["secondoffset"])
+        replid, replid2 = fields["replid"], fields["replid2"]
+        if start < 0 or second < -1 or not _REPLID.match(replid) or not _REPLID.match(replid2):
+            raise ValueError("bad history mark")
+        return cls(start, (replid, replid2, second))
+
+
 class Manifest:
-    """`file <name> seq <n> type b|i` lines, as in Redis 7's appendonly.aof.manifest."""
+    """`file <name> seq <n> type b|i` lines, as in Redis 7's appendonly.aof.manifest, with a
+    HistoryMark on incr lines written by this version."""
 
     def __init__(self, base: str | None = None, base_seq: int = 0,
-                 incrs: list[tuple[str, int]] | None = None) -> None:
+                 incrs: list[tuple[str, int]] | None = None,
+                 marks: dict[str, HistoryMark] | None = None) -> None:
         self.base = base
         self.base_seq = base_seq
         self.incrs: list[tuple[str, int]] = incrs or []
+        self.marks: dict[str, HistoryMark] = marks or {}
 
     @property
     def last_seq(self) -> int:
@@ -40,7 +75,9 @@ class Manifest:
         lines = []
         if self.base:
             lines.append(f"file {self.base} seq {self.base_seq} type b")
-        lines += [f"file {name} seq {seq} type i" for name, seq in self.incrs]
+        for name, seq in self.incrs:
+            mark = self.marks.get(name)
+            lines.append(f"file {name} seq {seq} type i{mark.render() if mark else ''}")
         return ("\n".join(lines) + "\n").encode()
 
     @classmethod
@@ -52,13 +89,25 @@ class Manifest:
                 continue
             fields = dict(zip(words[::2], words[1::2], strict=False))
             name, kind, seq = fields.get("file"), fields.get("type"), fields.get("seq", "")
+            try:
+                mark = HistoryMark.parse(fields) if kind == "i" else None
+            except (KeyError, ValueError):
+                mark, name = None, None
             if not name or kind not in ("b", "i") or not seq.isdigit() or "/" in name:
                 raise LoadError(f"Invalid AOF manifest file format: {path} line {lineno}")
             if kind == "b":
                 m.base, m.base_seq = name, int(seq)
             else:
                 m.incrs.append((name, int(seq)))
+                if mark is not None:
+                    m.marks[name] = mark
         return m
+
+    def keep(self, base: str, base_seq: int, min_seq: int) -> Manifest:
+        """After a rewrite: the new base and the incrs from `min_seq` on, marks included."""
+        incrs = [(n, s) for n, s in self.incrs if s >= min_seq]
+        return Manifest(base, base_seq, incrs,
+                        {n: self.marks[n] for n, _ in incrs if n in self.marks})
 
     def files(self) -> list[str]:
         return ([self.base] if self.base else []) + [n for n, _ in self.incrs]

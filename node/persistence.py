@@ -29,8 +29,10 @@ from typing import TYPE_CHECKING, Any
 
 from node import errors, snapshot
 from node.aof import (
+    HistoryMark,
     LoadError,
     Manifest,
+    ReplIds,
     check_aof,  # noqa: F401 - `xshard check-aof` (control/cli.py) imports it from here
     manifest_path,
     scan,
@@ -55,7 +57,10 @@ class Persistence:
         self.aof_dir = server.config.appenddirname
         self.saver = snapshot.ChildSaver(server)
         server.child_saver = self.saver
-        self.loaded_aux: dict[str, Any] = {}
+        # The replication IDs valid at the end of what load() loaded (None: unknown), and
+        # those of the incr file being appended to.
+        self.loaded_ids: ReplIds | None = None
+        self.end_ids: ReplIds | None = None
         # AOF state
         self.fd = -1
         self.manifest = Manifest()
@@ -113,8 +118,11 @@ class Persistence:
         except snapshot.SnapshotError as e:
             raise LoadError(f"Bad snapshot: {e}") from None
         snapshot.install(self.server, snap)
-        self.loaded_aux = snap.aux
-        self.server.effects.offset = int(snap.aux.get("offset", 0))
+        aux = snap.aux
+        self.loaded_ids = ((aux["replid"], str(aux.get("replid2", "0" * 40)),
+                            int(aux.get("second_offset", -1)))
+                           if isinstance(aux.get("replid"), str) else None)
+        self.server.effects.offset = int(aux.get("offset", 0))
         log.info("Loaded snapshot %s: %d keys, %d stream entries", path, len(snap.data),
                  snap.entries)
         return len(snap.data)
@@ -126,6 +134,7 @@ class Persistence:
             self.aof_base_size = os.path.getsize(os.path.join(self.aof_dir, m.base))
         offset = self.server.effects.offset
         for i, (name, _seq) in enumerate(m.incrs):
+            self._follow_mark(m.marks.get(name), offset, name)
             path = os.path.join(self.aof_dir, name)
             if not os.path.exists(path):
                 if i == len(m.incrs) - 1:
@@ -133,7 +142,22 @@ class Persistence:
                 raise LoadError(f"The AOF file {path} listed in the manifest doesn't exist")
             offset += self._replay(path, last=i == len(m.incrs) - 1)
         self.server.effects.offset = offset
+        self.end_ids = self.loaded_ids
         return len(self.server.db.data)
+
+    def _follow_mark(self, mark: HistoryMark | None, offset: int, name: str) -> None:
+        """The IDs from an incr file's manifest line on. A file that does not start where the
+        files before it end (an AOF switched on over an older one) leaves the history unknown:
+        a restart then resyncs in full rather than name bytes after the wrong history."""
+        if mark is None:
+            return  # written before marks existed: the history goes on as it was
+        if mark.start != offset:
+            if self.loaded_ids is not None:
+                log.warning("AOF file %s starts at offset %d, not %d: its replication history "
+                            "is unknown", name, mark.start, offset)
+            self.loaded_ids = None
+            return
+        self.loaded_ids = mark.ids
 
     def _replay(self, path: str, last: bool) -> int:
         """Apply one incremental file; returns the bytes applied (after any tail truncation)."""
@@ -182,6 +206,11 @@ class Persistence:
     def _open_aof(self) -> None:
         os.makedirs(self.aof_dir, exist_ok=True)
         m = self.manifest
+        if m.incrs and self._ids() != self.end_ids:
+            # The node took other IDs than its files end with (a restarted primary): what it
+            # writes from now on goes to a new incr file that names them.
+            self._new_incr(m.last_seq + 1, sync=True)
+            return
         if not m.base and not m.incrs:
             # A fresh AOF starts from a base that holds what is loaded now (maybe nothing).
             seq = 1
@@ -209,6 +238,12 @@ class Persistence:
         fd = os.open(os.path.join(self.aof_dir, name), os.O_WRONLY | os.O_APPEND | os.O_CREAT,
                      0o644)
         self.manifest.incrs.append((name, seq))
+        ids = self._ids()
+        if ids is not None:
+            # Bytes still in the buffer go to the new file: it starts before them.
+            self.manifest.marks[name] = HistoryMark(self.server.effects.offset - self.buf_len,
+                                                    ids)
+        self.end_ids = ids
         data = self.manifest.render()
         old = self.fd
         self.fd, self.incr_name = fd, name
@@ -250,6 +285,28 @@ class Persistence:
     def _io_wait(self) -> None:
         """Block until every queued I/O job ran (DEBUG LOADAOF, shutdown)."""
         self.io.submit(lambda: None).result()
+
+    def _ids(self) -> ReplIds | None:
+        r = self.server.replication
+        if r is None or not hasattr(r, "snapshot_aux"):
+            return None
+        aux = r.snapshot_aux()
+        return aux["replid"], aux["replid2"], aux["second_offset"]
+
+    def history_changed(self) -> None:
+        """The replication IDs changed (a promotion, a primary that continues under a new
+        ID): the effects from here on belong to the new history. They go to a new incr file
+        whose manifest line names it, made durable before any of them is written, so that a
+        restart from the AOF never counts them under the old ID (node/replication/)."""
+        if self.fd < 0 or self._ids() == self.end_ids:
+            return
+        self._flush()
+        self._io_wait()  # a queued manifest switch must not land after this one
+        try:
+            self._new_incr(self.manifest.last_seq + 1, sync=True)
+        except OSError as e:
+            log.warning("Can't switch the AOF to a new file for the new replication ID: %s", e)
+            self.manifest_error = str(e.strerror or e)
 
     def _aux(self) -> dict[str, Any]:
         aux: dict[str, Any] = {"ctime": int(time.time()), "offset": self.server.effects.offset}
@@ -522,7 +579,7 @@ class Persistence:
                 return
             base = f"{self.config.appendfilename}.{seq[0]}.base.xsnap"
             old = self.manifest
-            self.manifest = Manifest(base, seq[0], [(n, s) for n, s in old.incrs if s >= seq[0]])
+            self.manifest = old.keep(base, seq[0], seq[0])
             data = self.manifest.render()
             gone = [os.path.join(self.aof_dir, n) for n in old.files()
                     if n not in self.manifest.files()]

@@ -12,16 +12,27 @@ and its running length is the replication offset. The package is split by side:
   (Server.check_noreplicas), the cron and INFO/ROLE.
 
 Offsets: `effects.offset` counts bytes of effects; PSYNC asks for the next byte (offset + 1), as
-Redis does. The backlog is made lazily, as Redis makes it: when the first replica attaches, when
-this node follows a primary, or at start-up when the loaded data names its history (replicas
-of the node before its restart can then continue). A primary frees it after
-`repl-backlog-ttl` seconds without replicas. Without a backlog no effect is encoded for
-replication at all (with no AOF either, none is encoded), but the offset advances all the same
-(node/effects.py): unlike Redis, whose master_repl_offset stands still without a backlog, our
-offset is also the AOF's length, and a restart computes it from there. A node keeps two replication IDs: `replid` names the history it writes now and
+Redis does. A node keeps two replication IDs: `replid` names the history it writes now and
 `replid2` the history it followed before a promotion, valid up to `second_offset` (exclusive of
 the first byte of the new history). That lets the sibling replicas of a promoted one continue
 partially.
+
+The backlog is made lazily, as Redis makes it: when the first replica attaches, when this node
+follows a primary, or at start-up when the loaded data names its history (replicas of the node
+before its restart can then continue). A primary frees it after `repl-backlog-ttl` seconds
+without replicas. Without a backlog no effect is encoded for replication (with no AOF either,
+none is encoded at all), but the offset advances all the same (node/effects.py): unlike Redis,
+whose master_repl_offset stands still without a backlog, our offset is also the AOF's length.
+
+Restarts: the IDs are kept with the data, as Redis keeps them in RDB aux fields: in every
+snapshot, and on every AOF incr file's manifest line (node/aof.py), where a change of ID starts
+a new file, so the IDs loaded are those of the last byte loaded. A node restarted with
+--replicaof continues under them. One restarted without (a primary, or a cluster node whose role
+etcd gives later) takes a new ID and keeps the loaded one as replid2, valid up to what it loaded:
+a replica that holds more of that history than the restarted primary must not continue from it.
+Until it writes under its new ID, its data is exactly the loaded history, so when it is made a
+replica it asks for that one (`psync_position`): a primary that has this history as a prefix
+continues it, any other answers with a full resync, and a divergent tail never survives.
 """
 
 from __future__ import annotations
@@ -60,9 +71,7 @@ class Replication:
         self.replid = new_replid()
         self.replid2 = ZERO_ID
         self.second_offset = -1
-        p = server.persistence
-        aux = getattr(p, "loaded_aux", None) or {}
-        self.loaded_replid = aux.get("replid") if isinstance(aux.get("replid"), str) else None
+        self.replid_is_ours = True  # made here and never shared: see psync_position
         self.backlog: Backlog | None = None  # see ensure_backlog
         self.replicas_seen = time.monotonic()  # for repl-backlog-ttl
         self._out: list[bytes] = []
@@ -76,20 +85,23 @@ class Replication:
     def start(self) -> None:
         """Take the IDs of a loaded data set, connect to --replicaof if set, start the cron."""
         target = self.server.config.replicaof.split()
-        if self.loaded_replid:
-            self.ensure_backlog()
+        loaded = getattr(self.server.persistence, "loaded_ids", None)
+        if loaded is not None:
+            offset = self.server.effects.offset
             if target:
-                # A restarted replica continues the history it had: PSYNC with it.
-                self.replid = self.loaded_replid
-                aux = self.server.persistence.loaded_aux
-                self.replid2 = str(aux.get("replid2", ZERO_ID))
-                self.second_offset = int(aux.get("second_offset", -1))
+                # A restarted replica continues the history it had: PSYNC with it. Whether an
+                # ID with nothing under it was made here is not kept, so psync_position may
+                # ask by the older name (as every node that knows the newer one knows it).
+                self.replid, self.replid2, self.second_offset = loaded
             else:
                 # A restarted primary may have lost its last writes (everysec): what replicas
                 # hold beyond the loaded offset is another history. Keep the loaded one as
-                # replid2, valid up to exactly what was loaded.
-                self.replid2 = self.loaded_replid
-                self.second_offset = self.server.effects.offset + 1
+                # replid2, valid up to exactly what was loaded (by its older name when the
+                # newer names no byte: a node restarted twice is still found by it).
+                replid, replid2, second = loaded
+                self.replid2 = replid2 if replid2 != ZERO_ID and second == offset + 1 else replid
+                self.second_offset = offset + 1
+            self.ensure_backlog()
         if len(target) == 2:
             try:
                 port = int(target[1])
@@ -107,8 +119,15 @@ class Replication:
                 "second_offset": self.second_offset}
 
     def psync_position(self) -> tuple[str, int]:
-        """The (replication ID, offset) this node asks its primary to continue from."""
-        return self.replid, self.server.effects.offset
+        """The (replication ID, offset) this node asks its primary to continue from.
+
+        Our own ID with nothing written under it yet (a restarted primary, a promotion that
+        saw no write) names no byte: the data is exactly replid2's history up to here, and
+        only that name can let a primary continue it."""
+        offset = self.server.effects.offset
+        if self.replid_is_ours and self.replid2 != ZERO_ID and self.second_offset == offset + 1:
+            return self.replid2, offset
+        return self.replid, offset
 
     @property
     def is_replica(self) -> bool:
@@ -195,19 +214,34 @@ class Replication:
         self.replid2 = self.replid
         self.second_offset = self.server.effects.offset + 1
         self.replid = new_replid()
+        self.replid_is_ours = True
         log.info("Setting secondary replication ID to %s, valid up to offset: %d. New "
                  "replication ID is %s", self.replid2, self.second_offset, self.replid)
+        self._history_changed()
 
     def continue_history(self, replid: str) -> None:
         """+CONTINUE from a primary whose history has another name from here on (it was
         promoted): the name we had stays valid as replid2, and our replicas must learn it."""
         if replid == self.replid:
             return
+        self.flush()
         self.replid2 = self.replid
         self.second_offset = self.server.effects.offset + 1
         self.replid = replid
+        self.replid_is_ours = False
         log.info("Master replication ID changed to %s", replid)
         self.primary.disconnect_all("replication ID changed")
+        self._history_changed()
+
+    def took_history(self, replid: str) -> None:
+        """A full sync installed the primary's data set and, with it, its history."""
+        self.replid, self.replid2, self.second_offset = replid, ZERO_ID, -1
+        self.replid_is_ours = False
+
+    def _history_changed(self) -> None:
+        p = self.server.persistence
+        if p is not None:
+            p.history_changed()
 
     def _unblock_writers(self) -> None:
         """Clients blocked in XREADGROUP would write on a replica: release them (Redis)."""

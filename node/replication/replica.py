@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 
 from node import snapshot
 from node.effects import EffectApplier, EffectStreamError
-from node.replication.primary import ZERO_ID, unlink
+from node.replication.primary import unlink
 from node.resp import encode_command
 
 if TYPE_CHECKING:
@@ -375,7 +375,7 @@ class ReplicaSide:
         snapshot.install(server, snap)
         server.effects.offset = offset
         repl.ensure_backlog().reset(offset)
-        repl.replid, repl.replid2, repl.second_offset = replid, ZERO_ID, -1
+        repl.took_history(replid)
         self.applier = EffectApplier(server, republish=True)
         server.dirty += 1
         log.info("MASTER <-> REPLICA sync: Finished with success (%d keys, %.3f s)",

@@ -45,16 +45,24 @@ def sync_counts(c: redis.Redis) -> tuple[int, int]:
     return int(st["sync_full"]), int(st["sync_partial_ok"])
 
 
+def _readonly_on_connect(conn: redis.connection.AbstractConnection) -> None:
+    conn.on_connect()
+    conn.send_command("READONLY")
+    conn.read_response()
+
+
 @dataclass
 class Member:
     node: NodeHandle
     proxy: TcpProxy | None = None  # the replica's way to its primary
     _client: redis.Redis | None = field(default=None, repr=False)
+    readonly: bool = False  # a cluster node: every connection sends READONLY (reads on replicas)
 
     @property
     def c(self) -> redis.Redis:
         if self._client is None:
-            self._client = self.node.client()
+            self._client = self.node.client(
+                redis_connect_func=_readonly_on_connect if self.readonly else None)
         return self._client
 
     def offset(self) -> int:
@@ -107,6 +115,8 @@ def _state(m: Member) -> tuple[dict, dict]:
     the other keys' types and values)."""
     rc = RawClient("127.0.0.1", m.node.port)
     try:
+        if m.readonly:
+            rc.call("READONLY")
         keys = sorted(k for k in m.c.keys("*"))
         streams = [k for k in keys if m.c.type(k) == b"stream"]
         others = {}
