@@ -1,9 +1,10 @@
 """The effect log: the one place where writes become deterministic RESP commands.
 
-Every write is reduced to effects (DESIGN §1) that a replica or a restart can apply blindly. The
-same bytes feed the AOF and the replication stream, and their running length is the replication
-offset. Consumers subscribe with `listen`. With none (no AOF, and no replication backlog because
-no replica ever attached) an effect is not even encoded: the offset still advances by the length
+Every write is reduced to effects that a replica or a restart can apply blindly (XADD with its
+final ID, `~` trims as exact ones, deliveries as XCLAIM ... FORCE JUSTID LASTID). The same bytes
+feed the AOF and the replication stream, and their running length is the replication offset.
+Consumers subscribe with `listen`. With none (no AOF, and no replication backlog because no
+replica ever attached) an effect is not even encoded: the offset still advances by the length
 its encoding would have, so that offsets stay the same whoever listens, and a later AOF or
 replica lines up with them.
 """

@@ -1,8 +1,8 @@
 """The binary snapshot: the whole key space in one versioned, checksummed file.
 
-Streams are written as their sealed blocks exactly as they sit in memory (DESIGN §1), so loading
-is a copy of bytes objects, not a re-parse of entries. The file is a sequence of records, each
-`type (1 byte) | length (u32) | payload | crc32 (u32 over type, length and payload)`; payloads
+Streams are written as their sealed blocks exactly as they sit in memory (node/stream.py), so
+loading is a copy of bytes objects, not a re-parse of entries. The file is a sequence of records,
+each `type (1 byte) | length (u32) | payload | crc32 (u32 over type, length and payload)`; payloads
 are `marshal` data (fast C code for ints, bytes, str, tuples and lists). The checksum is verified
 before a payload is unmarshalled, so a corrupted file is reported with its offset, never loaded.
 

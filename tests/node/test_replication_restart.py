@@ -53,6 +53,16 @@ def _synced(replica: Member, primary: Member) -> None:
         info(primary.c)["master_repl_offset"]), SYNC_TIMEOUT, what="replica caught up")
 
 
+def _continues_after_more_writes(r: Member, p: Member) -> None:
+    """`p` takes more writes, `r` is made its replica: a partial resync, the same data."""
+    _writes(p, "more")
+    full0, partial0 = sync_counts(p.c)
+    _follow(r, p)
+    _synced(r, p)
+    assert sync_counts(p.c) == (full0, partial0 + 1)
+    states_equal([p, r])
+
+
 def _restart(m: Member, how: str) -> None:
     m.node.kill() if how == "sigkill" else m.node.stop()
     m._client = None
@@ -101,12 +111,7 @@ def test_replica_restarted_without_replicaof_continues_when_made_replica(
     assert ri["role"] == "master" and ri["master_replid"] != replid
     assert ri["master_replid2"] == replid
     assert int(ri["second_repl_offset"]) == int(ri["master_repl_offset"]) + 1
-    _writes(p, "b")
-    full0, partial0 = sync_counts(p.c)
-    _follow(r, p)
-    _synced(r, p)
-    assert sync_counts(p.c) == (full0, partial0 + 1)
-    states_equal([p, r])
+    _continues_after_more_writes(r, p)
 
 
 def test_replica_restart_after_its_primary_took_a_new_id(xnode: Callable[..., NodeHandle]) -> None:
@@ -127,12 +132,7 @@ def test_replica_restart_after_its_primary_took_a_new_id(xnode: Callable[..., No
     _synced(r, new)
     assert info(r.c)["master_replid"] == info(new.c)["master_replid"]
     _restart(r, "sigkill")
-    _writes(new, "c")
-    full0, partial0 = sync_counts(new.c)
-    _follow(r, new)
-    _synced(r, new)
-    assert sync_counts(new.c) == (full0, partial0 + 1)
-    states_equal([new, r])
+    _continues_after_more_writes(r, new)
 
 
 # -- a restarted old primary ---------------------------------------------------------------------
