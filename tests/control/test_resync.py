@@ -66,6 +66,9 @@ def test_killed_replica_and_killed_primary_come_back_with_partial_resyncs(xclust
     wait_until(lambda: _in_sync(r, p), 20, what="restarted replica in sync")
     assert sync_counts(p.c) == (full0, partial0 + 1)
     _writes(p.c, "b")
+    # Also WAIT's REPLCONF GETACK (in the stream too) reached the replica: nothing more is
+    # published now, so the killed primary's history is exactly the replica's.
+    wait_until(lambda: _in_sync(r, p), 20, what="replica has the whole stream")
     # The primary killed; the controller promotes the replica; the old primary comes back as
     # its replica and continues too: everything it had, the new primary had (WAIT).
     p.node.proc.kill()
