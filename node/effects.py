@@ -129,7 +129,7 @@ class EffectApplier:
         if self.client.in_multi:
             self.client.discard_multi()
 
-    def feed(self, data: bytes | memoryview, track: bool = True) -> int:
+    def feed(self, data: bytes, track: bool = True) -> int:
         """Apply every complete command in `data` (plus what was buffered); returns how many.
 
         Raises EffectStreamError naming the offset of the first malformed command. `track`

@@ -1,7 +1,7 @@
 """The server contract (node/context.py) holds: mypy checks that the node's Server, the router
 and the in-process test server implement their parts of it (tests/typecheck/conformance.py),
 and that the code written against it (router/, node/protocol.py, node/client.py, Keyspace,
-BlockingManager) uses nothing else. The files are listed under [tool.mypy] in pyproject.toml."""
+BlockingManager, EffectApplier) uses nothing else. The files are listed under [tool.mypy] in pyproject.toml."""
 
 from __future__ import annotations
 

@@ -18,14 +18,14 @@ import asyncio
 import enum
 import logging
 import os
-import socket
 import time
 from typing import TYPE_CHECKING
 
 from node import snapshot
 from node.effects import EffectApplier, EffectStreamError
+from node.protocol import set_nodelay
 from node.replication.primary import unlink
-from node.resp import encode_command
+from node.resp import encode_command, error_code
 
 if TYPE_CHECKING:
     from node.replication import Replication
@@ -72,9 +72,7 @@ class MasterLink(asyncio.Protocol):
         if self.closed:  # dropped (REPLICAOF changed) while connecting
             transport.abort()
             return
-        sock = transport.get_extra_info("socket")
-        if sock is not None:
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        set_nodelay(transport)
         self.state = LinkState.HANDSHAKE
         self.last_io = time.monotonic()
         log.info("MASTER <-> REPLICA sync started")
@@ -135,8 +133,9 @@ class MasterLink(asyncio.Protocol):
             what = self.expect.pop(0) if self.expect else "unexpected"
             if what == "ping":
                 # NOAUTH proves the primary is alive; AUTH comes next.
-                if line[:1] == b"-" and not line.startswith((b"-NOAUTH", b"-NOPERM",
-                                                              b"-ERR operation not permitted")):
+                code = error_code(line + b"\r\n")  # _line() drops the CRLF
+                if code is not None and code not in (b"NOAUTH", b"NOPERM") and \
+                        not line.startswith(b"-ERR operation not permitted"):
                     raise LinkError(f"Error reply to PING from master: '{line.decode(errors='replace')}'")
                 self._send_replconf()
             elif what == "auth":
