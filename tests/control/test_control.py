@@ -31,7 +31,7 @@ pytestmark = pytest.mark.etcd
 
 
 def has_replication(c: redis.Redis) -> bool:
-    """Whether the node serves REPLICAOF (node/replication.py): the arity error says so."""
+    """Whether the node serves REPLICAOF (node/replication/): the arity error says so."""
     try:
         c.execute_command("REPLICAOF")
     except redis.ResponseError as e:
@@ -164,7 +164,7 @@ def test_cluster_shards_offsets_and_a_dead_node_in_cluster_nodes(xcluster) -> No
     p = c.nodes["s0n0"].client()
     r1 = c.nodes["s0n1"].client()
     if not has_replication(p):
-        pytest.skip("needs node/replication.py")
+        pytest.skip("needs node/replication/")
     for i in range(20):
         p.xadd("k", {"f": str(i)})
     ids = {n: redis_id(n) for n in ("s0n0", "s0n1", "s0n2")}
@@ -580,7 +580,7 @@ def _in_sync(h) -> bool:  # noqa: ANN001
 def test_ten_failovers_under_wait_load_lose_no_acknowledged_write(xcluster) -> None:  # noqa: ANN001
     c = xcluster(shards=2, replicas=1, controller=True)
     if not has_replication(c.nodes["s0n0"].client()):
-        pytest.skip("node/replication.py (REPLICAOF) is not there yet")
+        pytest.skip("node/replication/ (REPLICAOF) is not there yet")
     c.start_controller()  # a standby: rounds 3 and 7 kill the leader during the failover
     for nid in ("s0n1", "s1n1"):
         wait_until(lambda nid=nid: _in_sync(c.nodes[nid]), 20, what=f"{nid} in sync")

@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 import redis
 
-from tests.control.conftest import Cluster
+from tests.support.cluster import Cluster
 from tests.support.procs import wait_until
 from tests.support.replset import Member, info, states_equal, sync_counts
 
@@ -52,7 +52,7 @@ def _xadd_ok(c: redis.Redis) -> bool:
 
 
 def test_killed_replica_and_killed_primary_come_back_with_partial_resyncs(xcluster) -> None:  # noqa: ANN001
-    c: Cluster = xcluster(shards=1, replicas=1, controller=True, extra=EXTRA)
+    c: Cluster = xcluster(shards=1, replicas=1, controller=True, node_args=EXTRA)
     p, r = Member(c.nodes["s0n0"], readonly=True), Member(c.nodes["s0n1"], readonly=True)
     wait_until(lambda: _in_sync(r, p), 20, what="replica in sync")
     p.c.xgroup_create("s", "g", id="0", mkstream=True)
