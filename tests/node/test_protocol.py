@@ -266,9 +266,7 @@ def _slow_reader_outcome(h, label: str) -> dict:
                              for _ in range(_REQUESTS)))
         # Another client is served while the hog's replies pile up.
         other = h.client(socket_timeout=5)
-        t0 = time.monotonic()
         served = other.ping() and other.xlen(key) == _ENTRIES
-        latency = time.monotonic() - t0
         wait_until(lambda: "hog" not in _client_names(admin), 15,
                    what=f"{label}: the non-reading client to be disconnected")
         received = 0
@@ -286,7 +284,7 @@ def _slow_reader_outcome(h, label: str) -> dict:
         hog.close()
         admin.config_set("client-output-buffer-limit", old)
         admin.delete(key)
-    return {"served": served, "latency": latency, "received": received,
+    return {"served": served, "received": received,
             "still_served": still_served}
 
 
@@ -295,7 +293,6 @@ def test_output_buffer_limit_disconnects_slow_reader(oracle, node) -> None:
     for label, h in _both(oracle, node):
         res = _slow_reader_outcome(h, label)
         assert res["served"] and res["still_served"], f"{label}: other client not served: {res}"
-        assert res["latency"] < 2.0, f"{label}: other client waited {res['latency']:.2f}s"
         assert res["received"] < full // 2, (
             f"{label}: the non-reading client got {res['received']} bytes, about all of the "
             f"{full} it asked for: it was not disconnected at the output buffer limit")

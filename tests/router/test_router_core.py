@@ -65,9 +65,7 @@ def test_blocking_xread_across_shards_is_woken_by_any_shard(cluster: Cluster,
         cluster.client().xadd(keys[1], {"x": "1"}, id="5-1")
 
     threading.Thread(target=later).start()
-    t0 = time.monotonic()
-    got = r.xread({k: "$" for k in keys}, block=5000)
-    assert time.monotonic() - t0 < 3
+    got = r.xread({k: "$" for k in keys}, block=5000)  # a timeout would answer []
     assert got == [[keys[1].encode(), [(b"5-1", {b"x": b"1"})]]]
     # The waits on the other shards were cancelled: nothing stays blocked on the nodes.
     time.sleep(0.2)

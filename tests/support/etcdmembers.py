@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from control.etcd import find_etcd
-from control.ports import free_port
+from control.ports import free_block
 from tests.support.procs import ServerProcess, tcp_probe, wait_until
 
 
@@ -91,8 +91,10 @@ class EtcdMembers:
         self.binary = find_etcd()[0]
         self.tls = tls
         scheme = "https" if tls else "http"
-        self.client_ports = [free_port() for _ in range(n)]
-        self.peer_ports = [free_port() for _ in range(n)]
+        # One block of distinct ports: separate free_port() calls may return the same port.
+        base_port = free_block(2 * n)
+        self.client_ports = [base_port + i for i in range(n)]
+        self.peer_ports = [base_port + n + i for i in range(n)]
         self.urls = [f"{scheme}://127.0.0.1:{p}" for p in self.client_ports]
         peers = ",".join(f"m{i}=http://127.0.0.1:{p}" for i, p in enumerate(self.peer_ports))
         self.procs: list[ServerProcess] = []
