@@ -30,8 +30,12 @@ class Blocked(Exception):  # noqa: N818 - it is a control-flow signal, not an er
     """Raised by a read handler that must wait; `argv` is what to re-run (with `$` resolved)."""
 
     def __init__(self, keys: list[bytes], timeout_ms: int, argv: list[bytes],
-                 on_timeout: Callable[[int], bytes] | None = None) -> None:
+                 on_timeout: Callable[[int], bytes] | None = None,
+                 postponed: bool = False) -> None:
         self.keys = keys
+        # A postponed command (a write to a paused key, node/writepause.py) runs again
+        # through the whole dispatch when released, redirects and guards included.
+        self.postponed = postponed
         self.timeout_ms = timeout_ms
         self.argv = argv
         self.on_timeout = on_timeout  # the reply at timeout for this protocol; default null array

@@ -180,10 +180,30 @@ def _set_get_keys(cmd: CommandSpec, argv: list[bytes]) -> KeyRefs:
     return [(1, _SET_FLAGS)]
 
 
+_MIGRATE_SKIP = {b"copy": 0, b"replace": 0, b"auth": 1, b"auth2": 2}
+
+
+def _migrate_get_keys(cmd: CommandSpec, argv: list[bytes]) -> KeyRefs:
+    """db.c migrateGetKeys: argv[3], or every argument after KEYS (options skipped, since a
+    password may read "keys"); nothing when KEYS comes with a non-empty key argument."""
+    flags = cmd.key_specs[0].flags if cmd.key_specs else ()
+    argc = len(argv)
+    i = 6
+    while i < argc:
+        arg = argv[i].lower()
+        if arg == b"keys":
+            if argv[3]:
+                return []
+            return [(p, flags) for p in range(i + 1, argc)]
+        i += 1 + _MIGRATE_SKIP.get(arg, 0)
+    return [(3, flags)] if argc > 3 else []
+
+
 _GETKEYS_PROCS: dict[bytes, Callable[[CommandSpec, list[bytes]], KeyRefs | None]] = {
     b"xread": _xread_get_keys,
     b"xreadgroup": _xread_get_keys,
     b"set": _set_get_keys,
+    b"migrate": _migrate_get_keys,
 }
 
 # Commands whose getkeys proc is preferred over the key specs (Redis prefers the specs unless

@@ -397,3 +397,27 @@ def replconf_unrecognized(option: bytes) -> bytes:
 # It also answers CLUSTERDOWN, SLOT_NOT_SERVED, CROSSSLOT and INVALID_CURSOR above.
 NOT_THROUGH_ROUTER = b"ERR '%s' is not supported through a router; send it to a node"
 EXECABORT_NODE_GONE = b"EXECABORT Transaction discarded because the node went away"
+
+
+# --- DUMP / RESTORE / MIGRATE (cluster.c) and slot moves --------------------------------------
+BUSYKEY = b"BUSYKEY Target key name already exists."
+DUMP_PAYLOAD_WRONG = b"ERR DUMP payload version or checksum are wrong"
+BAD_DATA_FORMAT = b"ERR Bad data format"
+INVALID_TTL = b"ERR Invalid TTL value, must be >= 0"
+INVALID_IDLETIME = b"ERR Invalid IDLETIME value, must be >= 0"
+INVALID_FREQ = b"ERR Invalid FREQ value, must be >= 0 and <= 255"
+MIGRATE_KEYS_WITH_KEY = (b"ERR When using MIGRATE KEYS option, the key argument must be set "
+                         b"to the empty string")
+MIGRATE_IN_EXEC = b"ERR MIGRATE cannot run inside MULTI/EXEC on xshard (it waits on the network)"
+IOERR_CONNECT = b"IOERR error or timeout connecting to the client"
+IOERR_WRITE = b"IOERR error or timeout writing to target instance"
+IOERR_READ = b"IOERR error or timeout reading to target instance"
+
+
+def restore_unsupported(kind: str) -> bytes:
+    """A well-formed payload of a type xshard does not store (hashes, sorted sets, ...)."""
+    return b"ERR Bad data format: xshard does not store %s values" % kind.encode()
+
+
+def target_error(message: bytes) -> bytes:
+    return b"ERR Target instance replied with error: %s" % message

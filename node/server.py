@@ -25,6 +25,7 @@ from node.effects import EffectLog
 from node.keyspace import Keyspace
 from node.protocol import RespConnection
 from node.resp import QUEUED, ReplyError
+from node.writepause import WritePauses
 
 if TYPE_CHECKING:
     from control.agent import Agent
@@ -95,6 +96,7 @@ class Server:
         self.active_expire_enabled = True  # DEBUG SET-ACTIVE-EXPIRE 0 turns the cycle off
         self.cmd_time_ms = int(time.time() * 1000)
         self.tcp_server: asyncio.AbstractServer | None = None
+        self.pauses = WritePauses(self)  # keys and slots whose writes wait (MIGRATE, slot moves)
         # Set by persistence while `appendfsync always` holds replies until their fsync.
         self.reply_gate: ReplyGate | None = None
         # The parts node/main.py wires in; a bare Server (in-process tests) has none of them.
@@ -166,6 +168,10 @@ class Server:
         if c.in_multi and name not in _MULTI_IMMEDIATE:
             c.multi_queue.append(argv)
             return QUEUED
+        if self.pauses and not c.is_master and self.pauses.holds(c, argv, name):
+            if c.blocked is None:
+                self.pauses.postpone(c, argv)
+            return None
         return self.call(c, argv, name, handler)
 
     def reject(self, c: Client, name: bytes | None, message: bytes) -> bytes:
@@ -282,6 +288,15 @@ class Server:
 
     def rerun_blocked(self, c: Client, argv: list[bytes]) -> bytes | None:
         """Re-run a blocked client's command after a key it waits on became ready."""
+        b = c.blocked
+        if b is not None and b.postponed:
+            # A write that waited for a pause: run it again from the top (it may now be
+            # redirected), and deliver its reply here; None keeps the caller from replying.
+            self.blocking.unblock(c, None)
+            reply = self.execute(c, argv)
+            if reply is not None:
+                c.unblocked(reply)
+            return None
         entry = self._dispatch[argv[0].lower()]
         c.rerunning = True
         try:

@@ -935,6 +935,10 @@ class Stream:
         """Redis's radix-tree-keys: the number of nodes."""
         return len(self._nodes)
 
+    def node_keys(self) -> list[int]:
+        """The nodes' keys (first IDs), ascending: what Redis's rax holds. Do not modify."""
+        return self._firsts
+
     def memory_usage(self) -> int:
         """Approximate heap bytes of the stream (groups not included)."""
         return 200 + sum(b.nbytes() for b in self._nodes)

@@ -72,7 +72,9 @@ SERVED: dict[str, list[str] | None] = {
     # replication and cluster
     "wait": None, "waitaof": None, "readonly": None, "readwrite": None, "asking": None,
     "cluster": ["slots", "shards", "nodes", "info", "keyslot", "myid", "countkeysinslot",
-                "getkeysinslot", "help"],
+                "getkeysinslot", "setslot", "help"],
+    # moving keys between servers (node/rdb.py, node/commands/migrate.py)
+    "dump": None, "restore": None, "restore-asking": None, "migrate": None,
     "role": None, "replicaof": None, "slaveof": None, "replconf": None, "psync": None,
     "sync": None,
     # a few non-stream types so that tools and WRONGTYPE tests work
