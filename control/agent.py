@@ -74,6 +74,9 @@ class Agent:
         self._last_target: tuple[str, int] | None = None
         # Until etcd has spoken, serve no keys at all: the node is not a standalone server.
         server.cluster = ClusterState(server, self._node_id or "?", self.shard)
+        from control.slotmover import SlotMover
+
+        self.mover = SlotMover(self)
 
     @property
     def node_id(self) -> str:
@@ -96,6 +99,7 @@ class Agent:
     async def stop(self) -> None:
         """Revoke the lease on a clean shutdown, so that a primary's failover starts now
         instead of after the TTL."""
+        self.mover.stop()
         for t in self.tasks:
             t.cancel()
         for t in self.tasks:
@@ -199,7 +203,14 @@ class Agent:
         cl.update(nodes={k: e.value.as_dict() for k, e in v.nodes.items()},
                   shards={k: e.value.as_dict() for k, e in v.shards.items()},
                   slots=v.slots.value if v.slots else [],
-                  version=v.slots.mod if v.slots else 0)
+                  version=v.slots.mod if v.slots else 0,
+                  migrations={k: e.value for k, e in v.migrations.items()})
+        try:
+            await self._apply_roles(v)
+        finally:
+            self.mover.on_view(v)  # slot moves follow the role just decided
+
+    async def _apply_roles(self, v: View) -> None:
         sh = v.shards.get(self.shard)
         me = v.nodes.get(self.node_id)
         if sh is None:

@@ -25,6 +25,11 @@ manage a cluster (etcd from --etcd, $XSHARD_ETCD or ./.xshard):
   create    create a cluster in etcd (--shards N --replicas R)
   status    shards, roles, offsets, lag, slots and epochs
   failover  SHARD [--force]: promote the most up-to-date replica
+  add-shard register a new, empty shard (prints its id)
+  move-slots --to SHARD (--slots A-B[,C...] | --from SHARD --count N) [--wait]
+            move slots online
+  rebalance [--dry-run] [--wait]: even out slots over the shards
+  remove-shard SHARD [--wait]: move a shard's slots away, then retire it
 
 tools:
   check-aof FILE [--fix]
@@ -33,7 +38,8 @@ tools:
   --version print the version and exit
 """
 
-CLUSTER_COMMANDS = ("create", "status", "failover", "controller")
+CLUSTER_COMMANDS = ("create", "status", "failover", "controller", "add-shard", "move-slots",
+                    "rebalance", "remove-shard")
 LOCAL_COMMANDS = ("down", "logs")
 
 

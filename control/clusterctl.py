@@ -238,8 +238,10 @@ COMMANDS = {
 
 def run(cmd: str, argv: list[str]) -> int:
     """Run a cluster subcommand; CliError becomes one line on stderr and exit code 1."""
+    from control.reshardctl import COMMANDS as RESHARD
+
     try:
-        return COMMANDS[cmd](argv)
+        return {**COMMANDS, **RESHARD}[cmd](argv)
     except SystemExit as e:  # argparse: --help (0) or a usage error (2)
         return int(e.code or 0)
     except CliError as e:

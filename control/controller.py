@@ -41,6 +41,7 @@ import os
 import socket
 from dataclasses import dataclass
 
+from control import reshard
 from control.etcdconn import EtcdConfig
 from control.lease import LeaseLost, LeaseSession
 from control.nodeclient import NodeError, NodeOps
@@ -214,6 +215,7 @@ class Controller:
     async def _tick(self, view: View) -> None:
         leader_guard = self.store.created(self.store.key("controller", "leader"),
                                           self.leader_rev)
+        await reshard.tick(self.store, view, leader_guard)
         for sid in view.shard_ids():
             rec = view.shards[sid].value
             if rec.primary is None:

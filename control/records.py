@@ -164,3 +164,31 @@ def even_slots(shard_ids: list[str]) -> list[list[Any]]:
         out.append([start, start + size - 1, sid])
         start += size
     return out
+
+
+def owners(ranges: list[list[Any]]) -> list[str | None]:
+    """Slot -> shard id, from [[start, end, shard-id], ...]."""
+    out: list[str | None] = [None] * SLOTS
+    for start, end, sid in ranges:
+        out[int(start):int(end) + 1] = [str(sid)] * (int(end) - int(start) + 1)
+    return out
+
+
+def ranges_of(owner: list[str | None]) -> list[list[Any]]:
+    """[[start, end, shard-id], ...] of a slot -> shard list, merged and in slot order."""
+    out: list[list[Any]] = []
+    for slot, sid in enumerate(owner):
+        if sid is None:
+            continue
+        if out and out[-1][2] == sid and out[-1][1] == slot - 1:
+            out[-1][1] = slot
+        else:
+            out.append([slot, slot, sid])
+    return out
+
+
+def move_slot(ranges: list[list[Any]], slot: int, shard: str) -> list[list[Any]]:
+    """The slot map with `slot` given to `shard`."""
+    owner = owners(ranges)
+    owner[slot] = shard
+    return ranges_of(owner)

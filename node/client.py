@@ -15,8 +15,9 @@ class Client:
     __slots__ = (
         "id", "server", "conn", "proto", "name", "authenticated", "addr", "laddr", "ctime",
         "last_interaction_ms", "last_cmd", "in_multi", "multi_queue", "multi_failed", "in_exec",
-        "watched", "dirty_cas", "blocked", "rerunning", "readonly", "lib_name", "lib_ver",
-        "close_after_reply", "obuf_soft_since", "no_evict", "is_master", "woff",
+        "watched", "dirty_cas", "blocked", "rerunning", "readonly", "asking", "lib_name",
+        "lib_ver", "close_after_reply", "obuf_soft_since", "no_evict", "is_master", "woff",
+        "import_slot",
     )
 
     def __init__(self, server: ClientContext, conn: RespConnection | None, client_id: int,
@@ -41,6 +42,7 @@ class Client:
         self.blocked: Waiting | None = None  # node.blocking.Blocked on a node
         self.rerunning = False  # True while a blocked command is re-run after its key was ready
         self.readonly = False  # READONLY: a cluster replica may serve this client's reads
+        self.asking = False  # ASKING: the next command may use a slot being imported
         self.lib_name = b""
         self.lib_ver = b""
         self.close_after_reply = False
@@ -50,6 +52,7 @@ class Client:
         self.no_evict = False
         self.is_master = False  # the client that applies a primary's effects (or the AOF)
         self.woff = 0  # effect-log offset after this client's last write (WAIT, WAITAOF)
+        self.import_slot = -1  # the slot this link imports (CLUSTER SETSLOT IMPORTING on it)
 
     @property
     def db(self) -> Keyspace:
@@ -77,4 +80,5 @@ class Client:
         self.name = None
         self.authenticated = not self.server.config.requirepass
         self.readonly = False
+        self.asking = False  # ASKING: the next command may use a slot being imported
         self.no_evict = False

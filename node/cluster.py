@@ -112,11 +112,24 @@ class ClusterState(SlotMap):
         # but CLUSTER NODES/SHARDS still list it, failed, with its last address (as Redis lists
         # a node it marked `fail`). Kept only while a shard names the node.
         self.last_seen: dict[str, NodeInfo] = {}
+        # CLUSTER SETSLOT states (Redis's, node-local): slot -> the other node's id.
+        self.importing: dict[int, str] = {}
+        self.migrating: dict[int, str] = {}
+        # Owners set here before etcd says so (a flip this node committed, SETSLOT NODE):
+        # slot -> (shard, slot-map version when set); a newer etcd map replaces them.
+        self.overrides: dict[int, tuple[str, int]] = {}
+        self.migrations: dict[int, dict] = {}  # etcd migrations/<slot> values
+
 
     def update(self, nodes: dict[str, dict[str, Any]] | None = None,
                shards: dict[str, dict[str, Any]] | None = None,
-               slots: list[list[Any]] | None = None, version: int | None = None) -> None:
+               slots: list[list[Any]] | None = None, version: int | None = None,
+               migrations: dict[int, dict] | None = None) -> None:
         super().update(nodes, shards, slots, version)
+        if self.overrides:
+            self.overrides = {s: o for s, o in self.overrides.items() if o[1] >= self.version}
+        if migrations is not None:
+            self.migrations = migrations
         self.last_seen.update(self.nodes)
         named = {m for sh in self.shards.values() for m in (sh.primary, *sh.replicas) if m}
         for nid in [n for n in self.last_seen if n not in named and n not in self.nodes]:
@@ -132,6 +145,34 @@ class ClusterState(SlotMap):
                     out[nid] = (self.last_seen.get(nid) or NodeInfo(nid, "", 0, sh.id), True)
         return sorted(out.values(), key=lambda x: x[0].rid)
 
+    def owner_of(self, slot: int) -> str | None:
+        if self.overrides:
+            o = self.overrides.get(slot)
+            if o is not None:
+                return o[0]
+        return self.owner[slot]
+
+    def set_owner(self, slot: int, shard: str) -> None:
+        """Serve (or stop serving) a slot before etcd's map says so: until a newer map."""
+        self.overrides[slot] = (shard, self.version)
+        self.importing.pop(slot, None)
+        self.migrating.pop(slot, None)
+
+    def node_by_rid(self, rid: str) -> NodeInfo | None:
+        """A node by etcd id or by the 40-hex id CLUSTER replies show."""
+        n = self.nodes.get(rid)
+        if n is not None:
+            return n
+        return next((n for n in self.nodes.values() if n.rid == rid), None)
+
+    def redirect(self, slot: int, kind: bytes = b"MOVED") -> bytes:
+        """The -MOVED (or -ASK) error for a slot this node does not serve."""
+        shard = self.owner_of(slot)
+        target = self.primary_of(shard) if shard is not None else None
+        if target is None:
+            return b"CLUSTERDOWN The cluster is down"
+        return b"%s %d %s:%d" % (kind, slot, target.host.encode(), target.port)
+
     @property
     def myid_redis(self) -> str:
         return redis_id(self.myid)
@@ -146,7 +187,11 @@ class ClusterState(SlotMap):
         for p in positions[1:]:
             if key_slot(argv[p]) != slot:
                 return errors.CROSSSLOT
-        shard = self.owner[slot]
+        shard = self.owner_of(slot) if self.overrides else self.owner[slot]
+        if self.importing or self.migrating:
+            err = self._moving(c, argv, positions, slot, shard)
+            if err is not None:
+                return err or None
         if shard is None:
             return errors.SLOT_NOT_SERVED
         if shard == self.myshard:
@@ -163,15 +208,51 @@ class ClusterState(SlotMap):
             return None
         return errors.moved(slot, target.host, target.port)
 
+    def _moving(self, c: Client, argv: list[bytes], positions: list[int], slot: int,
+                shard: str | None) -> bytes | None:
+        """Redis's rules for a slot in CLUSTER SETSLOT MIGRATING/IMPORTING state: b"" to
+        serve, an error, or None for the ordinary owner check."""
+        if slot in self.importing and (c.asking or c.import_slot == slot
+                                       or argv[0].lower() == b"restore-asking"):
+            return b""
+        to = self.migrating.get(slot)
+        if to is not None and shard == self.myshard:
+            db = self.server.db
+            missing = sum(1 for p in positions if db.get(argv[p]) is None)
+            if missing == len(positions):
+                n = self.node_by_rid(to)
+                if n is not None:
+                    return b"ASK %d %s:%d" % (slot, n.host.encode(), n.port)
+            elif missing:
+                return errors.TRYAGAIN
+        return None
+
     # --- CLUSTER replies ------------------------------------------------------------------------
     def _shard_nodes(self, shard: str) -> list[NodeInfo]:
         """Primary first, then the live replicas that etcd lists for the shard."""
         primary = self.primary_of(shard)
         return ([primary] if primary is not None else []) + self.replicas_of(shard)
 
+    def effective_ranges(self) -> list[tuple[int, int, str]]:
+        """The etcd ranges with this node's overrides applied (what it serves right now)."""
+        if not self.overrides:
+            return self.ranges
+        owner = list(self.owner)
+        for slot, (shard, _v) in self.overrides.items():
+            owner[slot] = shard
+        out: list[tuple[int, int, str]] = []
+        start = 0
+        for i in range(1, len(owner) + 1):
+            if i == len(owner) or owner[i] != owner[start]:
+                if owner[start] is not None:
+                    out.append((start, i - 1, owner[start]))  # type: ignore[arg-type]
+                start = i
+        return out
+
     def slots_reply(self) -> list:
+        ranges = self.effective_ranges()
         out = []
-        for start, end, shard in self.ranges:
+        for start, end, shard in ranges:
             nodes = self._shard_nodes(shard)
             if not nodes:
                 continue
@@ -208,10 +289,11 @@ class ClusterState(SlotMap):
     def shards_reply(self) -> list:
         offsets = self.replication_offsets()
         members = self.members()
+        ranges = self.effective_ranges()
         out = []
         for shard in sorted(self.shards):
             flat: list[int] = []
-            for start, end, sid in self.ranges:
+            for start, end, sid in ranges:
                 if sid == shard:
                     flat += [start, end]
             nodes = []
@@ -232,6 +314,7 @@ class ClusterState(SlotMap):
         return out
 
     def nodes_text(self) -> bytes:
+        ranges = self.effective_ranges()
         lines = []
         for n, failed in self.members():
             sh = self.shards.get(n.shard)
@@ -247,9 +330,14 @@ class ClusterState(SlotMap):
             line = (f"{n.rid} {n.host}:{n.port}@{bus} {flags} {master} 0 0 {epoch} "
                     f"{'disconnected' if failed else 'connected'}")
             if primary:
-                for start, end, sid in self.ranges:
+                for start, end, sid in ranges:
                     if sid == n.shard:
                         line += f" {start}" if start == end else f" {start}-{end}"
+            if n.id == self.myid:  # Redis shows this node's open moves after its slots
+                for slot, to in sorted(self.migrating.items()):
+                    line += f" [{slot}->-{redis_id(to)}]"
+                for slot, frm in sorted(self.importing.items()):
+                    line += f" [{slot}-<-{redis_id(frm)}]"
             lines.append(line)
         return ("\n".join(lines) + "\n").encode()
 

@@ -421,3 +421,27 @@ def restore_unsupported(kind: str) -> bytes:
 
 def target_error(message: bytes) -> bytes:
     return b"ERR Target instance replied with error: %s" % message
+
+
+TRYAGAIN = b"TRYAGAIN Multiple keys request during rehashing of slot"
+
+# CLUSTER SETSLOT (cluster_legacy.c clusterCommandSetSlot)
+SETSLOT_BAD_SLOT = b"ERR Invalid or out of range slot"
+SETSLOT_SYNTAX = b"ERR Invalid CLUSTER SETSLOT action or number of arguments. Try CLUSTER HELP"
+
+
+def setslot_unknown_node(node: bytes) -> bytes:
+    return b"ERR I don't know about node %s" % node
+
+
+def setslot_not_owner(slot: int) -> bytes:
+    return b"ERR I'm not the owner of hash slot %d" % slot
+
+
+def setslot_already_owner(slot: int) -> bytes:
+    return b"ERR I'm already the owner of hash slot %d" % slot
+
+
+def setslot_still_has_keys(slot: int) -> bytes:
+    return (b"ERR Can't assign hashslot %d to a different node while I still hold keys for "
+            b"this hash slot." % slot)

@@ -143,7 +143,8 @@ SECTIONS: dict[str, Callable[[Server], list[tuple[str, object]]]] = {
     "server": _server, "clients": _clients, "memory": _memory, "persistence": _persistence,
     "stats": _stats, "replication": _replication, "cpu": _cpu, "modules": lambda s: [],
     "errorstats": _errorstats,
-    "cluster": lambda s: [("cluster_enabled", int(s.cluster is not None))],
+    "cluster": lambda s: [("cluster_enabled", int(s.cluster is not None))] + (
+        s.move_stats.fields(s.pauses.longest_ms) if s.cluster is not None else []),
     "keyspace": _keyspace, "commandstats": _commandstats, "latencystats": lambda s: [],
 }
 

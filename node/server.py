@@ -25,6 +25,7 @@ from node.effects import EffectLog
 from node.keyspace import Keyspace
 from node.protocol import RespConnection
 from node.resp import QUEUED, ReplyError
+from node.slotmove import MoveStats
 from node.writepause import WritePauses
 
 if TYPE_CHECKING:
@@ -97,6 +98,8 @@ class Server:
         self.cmd_time_ms = int(time.time() * 1000)
         self.tcp_server: asyncio.AbstractServer | None = None
         self.pauses = WritePauses(self)  # keys and slots whose writes wait (MIGRATE, slot moves)
+        self.taps: list[Callable[[list[bytes]], None]] = []  # effect followers (slot moves)
+        self.move_stats = MoveStats()
         # Set by persistence while `appendfsync always` holds replies until their fsync.
         self.reply_gate: ReplyGate | None = None
         # The parts node/main.py wires in; a bare Server (in-process tests) has none of them.
@@ -127,6 +130,9 @@ class Server:
         an XCLAIM per delivered entry) are no change in Redis's count. With no listener the
         effect log only advances its offset (node/effects.py)."""
         self.effects.emit(argv)
+        if self.taps and not self.effects.replaying:
+            for tap in self.taps:  # slot moves follow their slot's effects (node/slotmove.py)
+                tap(argv)
 
     def execute(self, c: Client, argv: list[bytes]) -> bytes | None:
         """Run one client command; None means the client is now blocked.
@@ -149,6 +155,8 @@ class Server:
         if not c.is_master:  # what a primary sent us (or the AOF holds) is never refused
             if self.cluster is not None:
                 err = self.cluster.check(c, argv, name)
+                if c.asking and name != b"asking" and not c.in_multi:
+                    c.asking = False  # ASKING covers the next command only (or one MULTI)
                 if err is not None:
                     # A redirect is no rejectCommand: EXEC drops its transaction, and the
                     # reply is the redirect itself.

@@ -5,7 +5,7 @@ from __future__ import annotations
 from node import errors
 from node.client import Client
 from node.commands import command
-from node.resp import ReplyError, Status, Verbatim, encode, integer
+from node.resp import OK, ReplyError, Status, Verbatim, encode, integer
 from node.slots import SLOTS, key_slot
 
 CLUSTER_HELP = [
@@ -61,4 +61,44 @@ def cluster(c: Client, argv: list[bytes]) -> bytes:
         if not 0 <= slot < SLOTS or count < 0:
             raise ReplyError(errors.INVALID_SLOT_OR_COUNT)
         return encode(state.keys_in_slot(slot)[:count], c.proto)
+    if sub == b"setslot":
+        return _setslot(c, state, argv)
     raise ReplyError(errors.unknown_subcommand(argv[1], b"CLUSTER"))
+
+
+def _setslot(c: Client, state, argv: list[bytes]) -> bytes:  # noqa: ANN001 - ClusterState
+    """CLUSTER SETSLOT slot IMPORTING node | MIGRATING node | NODE node | STABLE, node-local
+    (the slot map itself changes in etcd, control/slotmover.py). IMPORTING on a slot this
+    node does not own also marks the connection as the importer of the slot and drops keys
+    a previous, unfinished import left there, so a move that starts over starts clean."""
+    from node.slotmove import drop_slot, slot_keys
+
+    slot = errors.string2ll(argv[2])
+    if slot is None or not 0 <= slot < SLOTS:
+        raise ReplyError(errors.SETSLOT_BAD_SLOT)
+    action = argv[3].lower()
+    if action == b"stable" and len(argv) == 4:
+        state.importing.pop(slot, None)
+        state.migrating.pop(slot, None)
+        return OK
+    if len(argv) != 5 or action not in (b"importing", b"migrating", b"node"):
+        raise ReplyError(errors.SETSLOT_SYNTAX)
+    node = state.node_by_rid(argv[4].decode(errors="replace"))
+    if node is None:
+        raise ReplyError(errors.setslot_unknown_node(argv[4]))
+    mine = state.owner_of(slot) == state.myshard
+    if action == b"migrating":
+        if not mine:
+            raise ReplyError(errors.setslot_not_owner(slot))
+        state.migrating[slot] = node.id
+    elif action == b"importing":
+        if mine:
+            raise ReplyError(errors.setslot_already_owner(slot))
+        drop_slot(c.server, slot, b"")
+        state.importing[slot] = node.id
+        c.import_slot = slot
+    else:
+        if node.shard != state.myshard and mine and slot_keys(c.server, slot):
+            raise ReplyError(errors.setslot_still_has_keys(slot))
+        state.set_owner(slot, node.shard)
+    return OK

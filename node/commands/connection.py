@@ -117,7 +117,8 @@ def readwrite(c: Client, argv: list[bytes]) -> bytes:
 
 @command(b"asking")
 def asking(c: Client, argv: list[bytes]) -> bytes:
-    # Only a slot being imported honours ASKING; nothing is imported here (no slot migration).
+    """The next command may use a slot this node is importing (node/cluster.py)."""
+    c.asking = True
     return OK
 
 
