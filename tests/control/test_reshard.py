@@ -15,7 +15,7 @@ from redis.cluster import RedisCluster
 
 from control.records import owners
 from node.slots import key_slot
-from tests.control.conftest import run_cli
+from tests.support.cluster import run_cli
 from tests.support.procs import wait_until
 
 pytestmark = pytest.mark.etcd
