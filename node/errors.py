@@ -167,6 +167,10 @@ XTRIM_WITHOUT_STRATEGY = b"ERR syntax error, XTRIM must be called with a trimmin
 LIMIT_WITHOUT_APPROX = b"ERR syntax error, LIMIT cannot be used without the special ~ option"
 INVALID_START_ID = b"ERR invalid start ID for the interval"
 INVALID_END_ID = b"ERR invalid end ID for the interval"
+IDMP_TWICE = b"ERR IDMP or IDMPAUTO can be given only once"
+IDMP_EMPTY = b"ERR IDMP producer ID and idempotent ID must not be empty"
+IDMP_DURATION_RANGE = b"ERR IDMP-DURATION must be between 1 and 86400 seconds"
+IDMP_MAXSIZE_RANGE = b"ERR IDMP-MAXSIZE must be between 1 and 10000"
 XSETID_ENTRIES_ADDED_NEGATIVE = b"ERR entries_added must be positive"
 XSETID_SMALLER_THAN_MAXDEL = (
     b"ERR The ID specified in XSETID is smaller than the provided max_deleted_entry_id")

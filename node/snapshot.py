@@ -7,8 +7,8 @@ are `marshal` data (fast C code for ints, bytes, str, tuples and lists). The che
 before a payload is unmarshalled, so a corrupted file is reported with its offset, never loaded.
 
 Records: `A` aux fields (replication id and offset, creation time), `K` a non-stream key, `S` a
-stream head (counters and consumer groups) followed by `B` records that carry its blocks in
-chunks, and `E` the end (the number of keys). A large stream is spread over many `B` records so
+stream head (counters, consumer groups and, from version 2, the IDMP map or None) followed by
+`B` records that carry its blocks in chunks, and `E` the end (the number of keys). A large stream is spread over many `B` records so
 that neither writing nor reading ever holds a second copy of it in one buffer.
 
 Background saves fork, as Redis does: the child sees a frozen copy-on-write image of the key
@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, BinaryIO
 
 from node.groups import dump_groups, load_groups
+from node.idmp import IdmpMap
 from node.stream import Block, Stream
 
 if TYPE_CHECKING:
@@ -40,7 +41,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("xshard.node")
 
 MAGIC = b"XSHARDSNAP"
-VERSION = 1
+VERSION = 2  # 2: a stream head carries its IDMP map (node/idmp.py); version 1 files load
 _HEAD = struct.Struct("<BI")
 _CRC = struct.Struct("<I")
 _BLOCKS_PER_RECORD = 256
@@ -80,7 +81,8 @@ def records(db: Keyspace, aux: dict[str, Any]) -> Iterator[bytes]:
         if type(value) is Stream:
             s = value
             head = (key, exp, (s.length, s.last_id, s.first_id, s.max_deleted_entry_id,
-                               s.entries_added), dump_groups(s), s.num_blocks())
+                               s.entries_added), dump_groups(s), s.num_blocks(),
+                    s.idmp.dump_state() if s.idmp is not None else None)
             yield _record(b"S", marshal.dumps(head, _MARSHAL_VERSION))
             chunk: list[tuple] = []
             for b in s.blocks():
@@ -188,8 +190,10 @@ def read(path: str) -> Snapshot:
                 if kind == ord("A"):
                     snap.aux.update(value)
                 elif kind == ord("S"):
-                    key, exp, counters, groups, blocks_left = value
+                    key, exp, counters, groups, blocks_left = value[:5]
                     stream = Stream()
+                    if len(value) > 5 and value[5] is not None:  # version 2
+                        stream.idmp = IdmpMap.from_state(value[5])
                     (stream.length, stream.last_id, stream.first_id,
                      stream.max_deleted_entry_id, stream.entries_added) = counters
                     load_groups(stream, groups)

@@ -627,7 +627,7 @@ class Stream:
     """A Redis stream. See the module docstring for the API and the node layout."""
 
     __slots__ = ("length", "last_id", "first_id", "max_deleted_entry_id", "entries_added",
-                 "groups", "_firsts", "_nodes", "_tail", "__weakref__")
+                 "groups", "idmp", "_firsts", "_nodes", "_tail", "__weakref__")
 
     def __init__(self) -> None:
         self.length = 0  # live entries
@@ -636,6 +636,7 @@ class Stream:
         self.max_deleted_entry_id = 0  # greatest ID deleted by XDEL (or XSETID MAXDELETEDID)
         self.entries_added = 0  # all entries ever added (or XSETID ENTRIESADDED)
         self.groups: dict[bytes, Any] = {}  # consumer groups, owned by node.groups
+        self.idmp: Any = None  # node.idmp.IdmpMap once IDMP/IDMPAUTO or XCFGSET was used
         self._firsts: list[int] = []  # first ID of each node, ascending
         self._nodes: list[Node] = []  # the nodes; only the last may be a Tail
         self._tail: Tail | None = None  # the last node when it is open

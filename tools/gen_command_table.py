@@ -50,7 +50,7 @@ SERVED: dict[str, list[str] | None] = {
     "xgroup": ["create", "setid", "destroy", "createconsumer", "delconsumer", "help"],
     "xack": None, "xpending": None, "xclaim": None, "xautoclaim": None,
     "xinfo": ["stream", "groups", "consumers", "help"],
-    "xsetid": None,
+    "xsetid": None, "xcfgset": None,
     # connection
     "ping": None, "echo": None, "hello": None, "auth": None,
     "client": ["setname", "getname", "id", "info", "list", "kill", "unblock", "no-evict", "help",
@@ -120,10 +120,44 @@ HAND_WRITTEN: dict[str, dict[str, Any]] = {
     },
 }
 
-# Docs that changed between 7.0 and 7.4, applied on top of the oracle's entry.
+# XCFGSET is Redis 8.6's (idempotent XADD, node/idmp.py); no server here has it.
+HAND_WRITTEN["xcfgset"] = {
+    "name": "xcfgset", "arity": -2, "flags": ["write", "denyoom", "fast"],
+    "first_key": 1, "last_key": 1, "step": 1,
+    "acl_categories": ["@write", "@stream", "@fast"],
+    "tips": [],
+    "key_specs": [{"flags": ["RW", "update"],
+                   "begin_search": {"type": "index", "spec": {"index": 1}},
+                   "find_keys": {"type": "range",
+                                 "spec": {"lastkey": 0, "keystep": 1, "limit": 0}}}],
+    "docs": {
+        "summary": "Sets the idempotent-XADD (IDMP) configuration of a stream",
+        "since": "8.6.0", "group": "stream", "complexity": "O(1)",
+        "arguments": [{"name": "key", "type": "key", "key_spec_index": 0},
+                      {"name": "duration", "type": "integer", "token": "IDMP-DURATION",
+                       "flags": ["optional"]},
+                      {"name": "maxsize", "type": "integer", "token": "IDMP-MAXSIZE",
+                       "flags": ["optional"]}],
+    },
+    "origin": "hand-written (Redis 8.6; no server here has XCFGSET)",
+}
+
+# Docs that changed after 7.0 (7.4, and Redis 8.6's idempotent XADD), applied on top of the
+# oracle's entry.
 OVERRIDES_7_4: dict[str, dict[str, Any]] = {
+    "xadd": {"history+": [["8.6.0", "Added the `IDMPAUTO` and `IDMP` options."]],
+             "arguments-after+": ("nomkstream", {
+                 "name": "idmp", "type": "oneof", "since": "8.6.0", "flags": ["optional"],
+                 "arguments": [
+                     {"name": "idmpauto-with-pid", "type": "string", "token": "IDMPAUTO",
+                      "display_text": "pid"},
+                     {"name": "idmp-with-pid-iid", "type": "block", "token": "IDMP",
+                      "arguments": [{"name": "pid", "type": "string"},
+                                    {"name": "iid", "type": "string"}]}]})},
     "xinfo|stream": {"history+": [
-        ["7.2.0", "Added the `active-time` field, and changed the meaning of `seen-time`."]]},
+        ["7.2.0", "Added the `active-time` field, and changed the meaning of `seen-time`."],
+        ["8.6.0", "Added the `idmp-duration`, `idmp-maxsize`, `pids-tracked`, `iids-tracked`, "
+                  "`iids-added` and `iids-duplicates` fields (on streams that use IDMP)."]]},
     "xinfo|consumers": {"history+": [
         ["7.2.0", "Added the `inactive` field, and changed the meaning of `idle`."]]},
     "quit": {"doc_flags": ["deprecated"], "deprecated_since": "7.2.0",
@@ -246,6 +280,11 @@ def _apply_override(entry: dict[str, Any], ov: dict[str, Any]) -> None:
     for k, v in ov.items():
         if k == "history+":
             docs["history"] = docs.get("history", []) + v
+        elif k == "arguments-after+":
+            after, arg = v
+            args = docs["arguments"]
+            pos = [a["name"] for a in args].index(after) + 1
+            args.insert(pos, arg)
         elif k == "new-format+":
             # CLIENT KILL: MAXAGE joins the new-format filters.
             for arg in docs["arguments"][0]["arguments"]:

@@ -1,4 +1,5 @@
-"""Stream commands without consumer groups: XADD, XTRIM, XDEL, XLEN, XRANGE, XREVRANGE, XSETID.
+"""Stream commands without consumer groups: XADD, XTRIM, XDEL, XLEN, XRANGE, XREVRANGE, XSETID,
+XCFGSET.
 
 Each handler is parse -> lookup -> engine (node.stream) -> reply -> effects, in Redis's order,
 so that the same bad input gets the same error (t_stream.c xaddCommand & co.).
@@ -7,6 +8,11 @@ Effects: XADD goes out with its final ID instead of `*` / `ms-*`; a `~` trim (XA
 goes out as the exact MAXLEN/MINID that reproduces its result, and without LIMIT, because an
 approximate trim depends on the node layout and a replica or a replayed AOF must not diverge
 (streamRewriteApproxSpecifier / streamRewriteTrimArgument). XDEL and XSETID go out verbatim.
+
+Idempotent XADD (Redis 8.6, node/idmp.py): `IDMP pid iid` or `IDMPAUTO pid`. A duplicate
+answers the original ID, adds nothing and emits no effect; an added entry's effect carries
+`IDMP pid iid` (IDMPAUTO's computed iid) with the final ID, which is all a replica needs to
+record the pair with the same stamp. XCFGSET goes out verbatim when it changes something.
 
 `encode_entries`, `stream_range_reply`, `entries_reply` and `entry_reply` encode stream entries
 (fastest first); the group and read commands reuse them.
@@ -21,6 +27,7 @@ from node import errors
 from node.client import Client
 from node.commands import command
 from node.errors import string2ll, string2ull
+from node.idmp import MAX_DURATION, MAX_MAXSIZE, IdmpMap, auto_iid
 from node.resp import OK, ZERO, ReplyError, integer, null, null_array
 from node.stream import ElementsTooLarge, IDTooSmall, Stream
 from node.streamid import (
@@ -130,7 +137,7 @@ def _parse_xadd_id(b: bytes) -> tuple[int, bool]:
 # --- XADD / XTRIM arguments (streamParseAddOrTrimArgsOrReply) -------------------------------
 class TrimArgs:
     __slots__ = ("strategy", "approx", "threshold", "limit", "nomkstream", "id", "id_given",
-                 "seq_given")
+                 "seq_given", "idmp_pid", "idmp_iid")
 
     def __init__(self) -> None:
         self.strategy: str | None = None  # 'maxlen' | 'minid'
@@ -141,6 +148,8 @@ class TrimArgs:
         self.id = 0
         self.id_given = False
         self.seq_given = True
+        self.idmp_pid: bytes | None = None  # IDMP / IDMPAUTO producer
+        self.idmp_iid: bytes | None = None  # IDMP's iid; None with IDMPAUTO
 
 
 def _parse_add_or_trim(c: Client, argv: list[bytes], xadd: bool) -> tuple[TrimArgs, int]:
@@ -188,6 +197,12 @@ def _parse_add_or_trim(c: Client, argv: list[bytes], xadd: bool) -> tuple[TrimAr
             i += 1
         elif xadd and lopt == b"nomkstream":
             a.nomkstream = True
+        elif xadd and lopt == b"idmpauto" and moreargs:
+            _set_idmp(a, argv[i + 1], None)
+            i += 1
+        elif xadd and lopt == b"idmp" and moreargs >= 2:
+            _set_idmp(a, argv[i + 1], argv[i + 2])
+            i += 2
         elif xadd:
             a.id, a.seq_given = _parse_xadd_id(opt)
             a.id_given = True
@@ -208,6 +223,15 @@ def _parse_add_or_trim(c: Client, argv: list[bytes], xadd: bool) -> tuple[TrimAr
     else:
         a.limit = 0
     return a, i
+
+
+def _set_idmp(a: TrimArgs, pid: bytes, iid: bytes | None) -> None:
+    if a.idmp_pid is not None:
+        raise ReplyError(errors.IDMP_TWICE)
+    if not pid or iid == b"":
+        raise ReplyError(errors.IDMP_EMPTY)
+    a.idmp_pid = pid
+    a.idmp_iid = iid
 
 
 def _trim_effect_args(s: Stream, a: TrimArgs) -> list[bytes]:
@@ -316,6 +340,8 @@ def _xadd_general(c: Client, argv: list[bytes]) -> bytes:
         raise ReplyError(errors.XADD_EXHAUSTED)
 
     config = c.server.config
+    pid = a.idmp_pid
+    iid = b""
     try:
         if not a.id_given:
             sid = s.next_auto_id(c.server.now_ms())
@@ -323,6 +349,17 @@ def _xadd_general(c: Client, argv: list[bytes]) -> bytes:
             sid = s.next_seq_id(a.id >> 64)
         else:
             sid = a.id
+        if pid is not None:
+            iid = a.idmp_iid if a.idmp_iid is not None else auto_iid(argv[idpos + 1:])
+            m = s.idmp
+            if m is not None:
+                # Checked before the ID, so a retried explicit-ID XADD gets its ID back
+                # instead of "ID too small". Now = the stream clock (node/idmp.py).
+                orig = m.lookup(pid, iid, max(sid, s.last_id) >> 64)
+                if orig is not None:
+                    m.duplicates += 1
+                    ids = format_id(orig)
+                    return b"$%d\r\n%s\r\n" % (len(ids), ids)
         s.append(sid, argv[idpos + 1:], config.stream_node_max_entries,
                  config.stream_node_max_bytes)
     except IDTooSmall:
@@ -330,6 +367,10 @@ def _xadd_general(c: Client, argv: list[bytes]) -> bytes:
     except ElementsTooLarge:
         raise ReplyError(errors.XADD_TOO_LARGE) from None
     ids = b"%d-%d" % (sid >> 64, sid & SEQ_MAX)
+    if pid is not None:
+        if s.idmp is None:
+            s.idmp = IdmpMap()
+        s.idmp.record(pid, iid, sid, sid >> 64)
 
     if created:
         db.set(key, s)
@@ -340,6 +381,8 @@ def _xadd_general(c: Client, argv: list[bytes]) -> bytes:
     eff = [argv[0], key]
     if a.nomkstream:
         eff.append(b"NOMKSTREAM")
+    if pid is not None:
+        eff += [b"IDMP", pid, iid]
     if a.strategy is not None:
         s.trim(a.strategy, a.threshold, a.approx, a.limit)
         eff += _trim_effect_args(s, a)
@@ -488,6 +531,42 @@ def xsetid(c: Client, argv: list[bytes]) -> bytes:
         s.entries_added = entries_added
     if max_xdel:
         s.max_deleted_entry_id = max_xdel
+    c.db.changed(key)
+    c.server.dirty += 1
+    c.server.propagate(argv)
+    return OK
+
+
+@command(b"xcfgset")
+def xcfgset(c: Client, argv: list[bytes]) -> bytes:
+    """XCFGSET key [IDMP-DURATION seconds] [IDMP-MAXSIZE count]  (Redis 8.6)"""
+    duration = maxsize = None
+    i = 2
+    argc = len(argv)
+    while i < argc:
+        opt = argv[i].lower()
+        if opt == b"idmp-duration" and i + 1 < argc:
+            duration = errors.parse_int_or_error(argv[i + 1])
+            if not 1 <= duration <= MAX_DURATION:
+                raise ReplyError(errors.IDMP_DURATION_RANGE)
+        elif opt == b"idmp-maxsize" and i + 1 < argc:
+            maxsize = errors.parse_int_or_error(argv[i + 1])
+            if not 1 <= maxsize <= MAX_MAXSIZE:
+                raise ReplyError(errors.IDMP_MAXSIZE_RANGE)
+        else:
+            raise ReplyError(errors.SYNTAX)
+        i += 2
+    if duration is None and maxsize is None:
+        raise ReplyError(errors.SYNTAX)
+    key = argv[1]
+    s = c.db.get_stream(key)
+    if s is None:
+        raise ReplyError(errors.NO_SUCH_KEY)
+    if s.idmp is None:
+        s.idmp = IdmpMap()
+        s.idmp.configure(duration, maxsize)
+    elif not s.idmp.configure(duration, maxsize):
+        return OK
     c.db.changed(key)
     c.server.dirty += 1
     c.server.propagate(argv)

@@ -1,5 +1,8 @@
 """XINFO STREAM [FULL [COUNT n]], XINFO GROUPS, XINFO CONSUMERS, XINFO HELP (Redis 7.4).
 
+A stream that uses idempotent XADD (node/idmp.py) also shows Redis 8.6's IDMP fields in XINFO
+STREAM; other streams answer exactly as in 7.4.
+
 Field names and order are Redis 7.4's. Differences from the 7.0 oracle on this machine: 7.2
 added the consumer `active-time` (XINFO STREAM FULL) and `inactive` (XINFO CONSUMERS) fields.
 Groups and consumers are listed in byte-wise lexicographic order, as Redis walks its rax.
@@ -144,6 +147,16 @@ def _stream(c: Client, s: Stream, argv: list[bytes]) -> bytes:
         (b"entries-added", s.entries_added),
         (b"recorded-first-entry-id", format_id(s.first_id)),
     ]
+    m = s.idmp
+    if m is not None:  # Redis 8.6's fields, only on streams that use IDMP (7.4 has none)
+        fields += [
+            (b"idmp-duration", m.duration),
+            (b"idmp-maxsize", m.maxsize),
+            (b"pids-tracked", len(m.producers)),
+            (b"iids-tracked", m.iids_tracked),
+            (b"iids-added", m.added),
+            (b"iids-duplicates", m.duplicates),
+        ]
     if not full:
         first = s.first_entry()
         last = s.last_entry()

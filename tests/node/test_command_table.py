@@ -308,7 +308,8 @@ def test_command_list_matches_oracle(oracle_raw: dict[int, RawClient], proto: in
         assert mine[0] == theirs[0] == "*"
         want = sorted(n[1] for n in theirs[1] if n[1] in known)
         got = sorted(n[1] for n in mine[1] if n[1] in known)
-        assert len(mine[1]) - len(got) <= 2  # WAITAOF, CLIENT SETINFO: not in 7.0
+        # WAITAOF, CLIENT SETINFO (7.2+) and XCFGSET (8.6) are not in 7.0: hand-written.
+        assert len(mine[1]) - len(got) <= 3
         assert got == want, filt
 
 
@@ -488,10 +489,12 @@ def test_redis_py_command_info_and_docs(node_oracle, protocol: int) -> None:
     node, oracle = node_oracle
     r = node.client(protocol=protocol)
     o = oracle.client(protocol=protocol)
-    for name in ("xadd", "xread", "xreadgroup", "xautoclaim", "xsetid", "del", "rename", "set",
-                 "ping", "hello"):
+    for name in ("xadd", "xtrim", "xread", "xreadgroup", "xautoclaim", "xsetid", "del", "rename",
+                 "set", "ping", "hello"):
         assert r.execute_command("COMMAND", "INFO", name) == \
             o.execute_command("COMMAND", "INFO", name), name
+        if table.lookup(name.encode()).origin != ORACLE_ORIGIN:
+            continue  # XADD's docs carry Redis 8.6's IDMP arguments
         # "COMMAND DOCS" as one word has no redis-py callback: the decoded reply as sent.
         assert r.execute_command("COMMAND DOCS", name) == \
             o.execute_command("COMMAND DOCS", name), name
