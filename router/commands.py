@@ -159,6 +159,9 @@ def info(router: Router, c: RouterClient, argv: list[bytes], cell: Cell) -> None
         f"redirects_ask:{router.redirects['ask']}", "",
         "# Replication", "role:master", "connected_slaves:0", "",
         "# Cluster", "cluster_enabled:0", f"slotmap_version:{router.map.version}",
+        # Where the shards are, for clients that read them directly (pipeline/cluster.py asks
+        # one of these nodes for CLUSTER SHARDS).
+        "xshard_primaries:" + ",".join(f"{h}:{p}" for h, p in router.primaries()),
     ]
     text = ("\r\n".join(fields) + "\r\n").encode()
     _conn(c).fill(cell, encode(Verbatim(text), c.proto))

@@ -1,0 +1,438 @@
+"""Batch and streaming reads of xshard streams (pyspark.sql.datasource readers).
+
+A partition is one ID range of one stream: [lo, hi], both inclusive. It is read with XRANGE in
+pages of `count`, each page starting exclusively after the last ID of the one before, from the
+stream's primary (or a replica that has caught up to hi, with readFromReplicas), and sent to
+Spark as Arrow record batches. The same range always gives the same rows, so a micro-batch that
+Spark replays after a restart reads exactly what it read the first time.
+
+Batch: one partition per stream, or several ID ranges (split by time) for a stream longer than
+splitEntries. Filters on `stream`, `id` (equality) and `ms` are pushed into the ranges when
+`spark.sql.python.filterPushdown.enabled` is on (Spark 4.1+); otherwise Spark filters.
+
+Streaming: offsets are {stream: last-id}. latestOffset re-resolves the globs (new streams start
+from their first entry) and asks every shard for its streams' last IDs in one pipeline. With
+maxEntriesPerTrigger (or Spark 4.2's ReadMaxRows) each stream with new entries gets an equal
+share of the limit. With `group`, commit moves that consumer group's last-delivered ID to the
+committed offset (XGROUP SETID ... ENTRIESREAD n), so XINFO shows the pipeline's lag; entries are
+never read through the group, so nothing is delivered with NOACK or left pending.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+import redis
+from pyspark.sql.datasource import (
+    DataSourceReader,
+    DataSourceStreamReader,
+    EqualTo,
+    Filter,
+    GreaterThan,
+    GreaterThanOrEqual,
+    In,
+    InputPartition,
+    LessThan,
+    LessThanOrEqual,
+)
+
+from pipeline.cluster import MAX_ID, SEQ_MAX, Topology, XShardError, format_id, parse_id
+from pipeline.options import Options
+
+_GLOB = set("*?[")
+_ENTRIES_READ_CAP = 100_000  # entries counted past a commit offset to compute ENTRIESREAD
+
+
+def schema(binary: bool) -> str:
+    if binary:
+        return "stream BINARY, id STRING, ms LONG, seq LONG, fields MAP<BINARY,BINARY>"
+    return "stream STRING, id STRING, ms LONG, seq LONG, fields MAP<STRING,STRING>"
+
+
+def name_of(key: bytes) -> str:
+    """A stream name as an offset key (JSON); round-trips any bytes."""
+    return key.decode("utf-8", "surrogateescape")
+
+
+def key_of(name: str) -> bytes:
+    return name.encode("utf-8", "surrogateescape")
+
+
+def resolve(topo: Topology, patterns: list[str], replicas: bool = False) -> list[bytes]:
+    """Names as given, and globs matched with SCAN on every shard; sorted, no repeats."""
+    keys: set[bytes] = set()
+    for p in patterns:
+        if _GLOB & set(p):
+            keys.update(topo.scan(key_of(p), replicas))
+        else:
+            keys.add(key_of(p))
+    return sorted(keys)
+
+
+@dataclass
+class Range(InputPartition):
+    """One stream's entries with lo <= ID <= hi (or only the IDs in `points`)."""
+
+    stream: bytes
+    lo: int
+    hi: int
+    pick: int = 0  # which replica, with readFromReplicas
+    points: tuple[int, ...] | None = None
+
+    def __init__(self, stream: bytes, lo: int, hi: int, pick: int = 0,
+                 points: tuple[int, ...] | None = None) -> None:
+        super().__init__(None)
+        self.stream, self.lo, self.hi, self.pick, self.points = stream, lo, hi, pick, points
+
+
+# -- reading one range --------------------------------------------------------------------------
+def _signed(v: int) -> int:
+    return v - (1 << 64) if v >= 1 << 63 else v
+
+
+def _column(values: list[bytes], binary: bool) -> pa.Array:
+    arr = pa.array(values, pa.binary())
+    if binary:
+        return arr
+    try:
+        return arr.cast(pa.string())
+    except pa.ArrowInvalid:  # not UTF-8: replacement characters, as Python would
+        return pa.array([v.decode("utf-8", "replace") for v in values], pa.string())
+
+
+def to_arrow(stream: bytes, page: list[Any], binary: bool) -> pa.RecordBatch:
+    """A page of XRANGE ([id, [f, v, ...]] ...) as a record batch of the source's schema."""
+    ids = [e[0] for e in page]
+    ms = []
+    seq = []
+    for i in ids:
+        a, _, b = i.partition(b"-")
+        ms.append(_signed(int(a)))
+        seq.append(_signed(int(b)))
+    keys: list[bytes] = []
+    vals: list[bytes] = []
+    offsets = [0]
+    for e in page:
+        f = e[1]
+        keys += f[0::2]
+        vals += f[1::2]
+        offsets.append(len(keys))
+    fields = pa.MapArray.from_arrays(pa.array(offsets, pa.int32()), _column(keys, binary),
+                                     _column(vals, binary))
+    n = len(page)
+    s = stream if binary else stream.decode("utf-8", "replace")
+    return pa.RecordBatch.from_arrays(
+        [pa.array([s] * n, pa.binary() if binary else pa.string()),
+         pa.array([i.decode() for i in ids], pa.string()), pa.array(ms, pa.int64()),
+         pa.array(seq, pa.int64()), fields],
+        names=["stream", "id", "ms", "seq", "fields"])
+
+
+def _raw(c: redis.Redis) -> redis.Redis:
+    """No reply callbacks for the commands we parse ourselves (XRANGE: keep repeated fields)."""
+    for name in ("XRANGE", "XREVRANGE"):
+        c.set_response_callback(name, lambda r, **kw: r)
+    return c
+
+
+def _source_addr(topo: Topology, part: Range, replicas: bool) -> tuple[str, int]:
+    """A replica that already has `hi` (waiting briefly), else the primary."""
+    shard = topo.shard_of(part.stream)
+    if not replicas or not topo.shards[shard].replicas:
+        return topo.node(shard)
+    addr = topo.node(shard, True, part.pick)
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        try:
+            c = topo.conn(addr)
+            last = c.execute_command("XINFO", "STREAM", part.stream)
+            d = {last[i]: last[i + 1] for i in range(0, len(last), 2)}
+            if parse_id(d[b"last-generated-id"]) >= part.hi:
+                return addr
+        except redis.ResponseError as e:
+            if "no such key" not in str(e):
+                break
+        except redis.RedisError:
+            break
+        time.sleep(0.05)
+    return topo.node(shard)
+
+
+def read_range(topo: Topology, part: Range, count: int, replicas: bool
+               ) -> Iterator[list[Any]]:
+    """Pages of entries of one range; every page starts after the previous one's last ID."""
+    if part.points is not None:
+        for p in part.points:
+            if part.lo <= p <= part.hi:
+                ident = format_id(p)
+                page = topo.call(lambda ident=ident: _raw(topo.conn(topo.node(
+                    topo.shard_of(part.stream)))).execute_command(
+                    "XRANGE", part.stream, ident, ident), "XRANGE")
+                if page:
+                    yield page
+        return
+    if part.lo > part.hi:
+        return
+    start = format_id(part.lo)
+    end = format_id(part.hi)
+    while True:
+        def page_fn(start: str = start) -> list[Any]:
+            return _raw(topo.conn(_source_addr(topo, part, replicas))).execute_command(
+                "XRANGE", part.stream, start, end, "COUNT", count)
+        page = topo.call(page_fn, "XRANGE")
+        if not page:
+            return
+        yield page
+        last = parse_id(page[-1][0])
+        if len(page) < count or last >= part.hi:
+            return
+        start = "(" + format_id(last)
+
+
+def read_batches(topo: Topology, opts: Options, part: Range) -> Iterator[pa.RecordBatch]:
+    try:
+        for page in read_range(topo, part, opts.count, opts.from_replicas):
+            yield to_arrow(part.stream, page, opts.binary)
+    finally:
+        topo.close()
+
+
+# -- batch ----------------------------------------------------------------------------------------
+class XShardBatchReader(DataSourceReader):
+    def __init__(self, opts: Options) -> None:
+        if opts.starting == "latest":
+            raise XShardError("option startingOffsets: 'latest' is for streaming queries; a "
+                              "batch read starts at 'earliest' or at JSON offsets")
+        self.opts = opts
+        self.topo = Topology.discover(opts.url, opts.retry_timeout)
+        self.ms_lo = 0
+        self.ms_hi = SEQ_MAX
+        self.points: set[int] | None = None
+        self.only: set[bytes] | None = None
+
+    def partitions(self) -> list[Range]:
+        o = self.opts
+        streams = resolve(self.topo, o.streams, o.from_replicas)
+        if self.only is not None:
+            streams = [s for s in streams if s in self.only]
+        last = self.topo.last_ids(streams)
+        starting = o.starting if isinstance(o.starting, dict) else {}
+        ending = o.ending if isinstance(o.ending, dict) else {}
+        lens = self._lengths(streams)
+        parts: list[Range] = []
+        for s in streams:
+            name = name_of(s)
+            lo = max(starting[name] + 1 if name in starting else 0, self.ms_lo << 64)
+            hi = min(ending.get(name, last[s]), last[s], self.ms_hi << 64 | SEQ_MAX)
+            if lo > hi or not last[s]:
+                continue
+            pts = tuple(sorted(self.points)) if self.points is not None else None
+            pieces = -(-lens[s] // o.split_entries) if pts is None else 1
+            lo_ms, hi_ms = lo >> 64, hi >> 64
+            pieces = max(1, min(pieces, hi_ms - lo_ms + 1))
+            start = lo
+            for i in range(1, pieces + 1):
+                end = hi if i == pieces else \
+                    (lo_ms + (hi_ms - lo_ms) * i // pieces) << 64 | SEQ_MAX
+                if start <= end:
+                    parts.append(Range(s, start, end, len(parts), pts))
+                start = end + 1
+        return parts
+
+    def _lengths(self, streams: list[bytes]) -> dict[bytes, int]:
+        by_shard: dict[int, list[bytes]] = {}
+        for s in streams:
+            by_shard.setdefault(self.topo.shard_of(s), []).append(s)
+        out: dict[bytes, int] = {}
+        for shard, keys in by_shard.items():
+            def one(shard: int = shard, keys: list[bytes] = keys) -> list[int]:
+                p = self.topo.conn(self.topo.node(shard)).pipeline(transaction=False)
+                for k in keys:
+                    p.xlen(k)
+                return p.execute()
+            out.update(zip(keys, self.topo.call(one, "XLEN"), strict=True))
+        return out
+
+    def pushFilters(self, filters: list[Filter]) -> Iterator[Filter]:
+        """ms ranges, id equality and stream equality become the partitions' ranges; the rest
+        (and anything we could not express exactly) is left to Spark."""
+        for f in filters:
+            if not self._push(f):
+                yield f
+
+    def _push(self, f: Filter) -> bool:
+        col = f.attribute[0] if len(f.attribute) == 1 else None
+        if col == "ms" and isinstance(f, EqualTo | GreaterThan | GreaterThanOrEqual | LessThan
+                                      | LessThanOrEqual) and isinstance(f.value, int):
+            v = f.value
+            if v < 0 or v > SEQ_MAX:
+                return False
+            if isinstance(f, EqualTo | GreaterThanOrEqual):
+                self.ms_lo = max(self.ms_lo, v)
+            if isinstance(f, GreaterThan):
+                self.ms_lo = max(self.ms_lo, v + 1)
+            if isinstance(f, EqualTo | LessThanOrEqual):
+                self.ms_hi = min(self.ms_hi, v)
+            if isinstance(f, LessThan):
+                if v == 0:
+                    self.ms_lo, self.ms_hi = 1, 0  # nothing
+                else:
+                    self.ms_hi = min(self.ms_hi, v - 1)
+            return True
+        if col == "id" and isinstance(f, EqualTo | In):
+            vals = [f.value] if isinstance(f, EqualTo) else list(f.value)
+            ids = set()
+            for v in vals:
+                # Only canonical IDs: Spark compares the strings, so "5" must match nothing.
+                if not isinstance(v, str):
+                    return False
+                try:
+                    sid = parse_id(v)
+                except ValueError:
+                    return False
+                if format_id(sid) != v:
+                    return False
+                ids.add(sid)
+            self.points = ids if self.points is None else self.points & ids
+            return True
+        if col == "stream" and isinstance(f, EqualTo | In) and not self.opts.binary:
+            vals = [f.value] if isinstance(f, EqualTo) else list(f.value)
+            if not all(isinstance(v, str) for v in vals):
+                return False
+            names = {key_of(v) for v in vals}
+            self.only = names if self.only is None else self.only & names
+            return True
+        return False
+
+    def read(self, partition: Range) -> Iterator[pa.RecordBatch]:  # type: ignore[override]
+        return read_batches(self.topo, self.opts, partition)
+
+
+class XShardBatchReaderNoPushdown(XShardBatchReader):
+    """The same reader for sessions without spark.sql.python.filterPushdown.enabled (Spark
+    refuses a reader that implements pushFilters there)."""
+
+    pushFilters = DataSourceReader.pushFilters  # type: ignore[assignment]
+
+
+# -- streaming --------------------------------------------------------------------------------
+class XShardStreamReader(DataSourceStreamReader):
+    def __init__(self, opts: Options) -> None:
+        self.opts = opts
+        self.topo = Topology.discover(opts.url, opts.retry_timeout)
+        self._last_end: dict[str, str] | None = None
+
+    def initialOffset(self) -> dict[str, str]:
+        o = self.opts
+        streams = resolve(self.topo, o.streams, o.from_replicas)
+        if o.starting == "latest":
+            return {name_of(k): format_id(v) for k, v in self.topo.last_ids(streams).items()}
+        given = o.starting if isinstance(o.starting, dict) else {}
+        out = {name_of(k): "0-0" for k in streams}
+        out.update({k: format_id(v) for k, v in given.items()})
+        return out
+
+    def latestOffset(self, start: dict[str, str] | None = None,
+                     limit: Any = None) -> dict[str, str]:
+        """The end of the next micro-batch. Spark 4.0/4.1 call it without arguments."""
+        if start is None:
+            start = self._last_end if self._last_end is not None else self.initialOffset()
+        o = self.opts
+        streams = set(resolve(self.topo, o.streams, o.from_replicas))
+        streams.update(key_of(k) for k in start)
+        latest = self.topo.last_ids(sorted(streams))
+        cur = {name_of(k): parse_id(start.get(name_of(k), "0-0")) for k in streams}
+        end = {n: max(cur[n], latest[key_of(n)]) for n in cur}
+        cap = o.max_entries
+        if limit is not None:
+            cap = getattr(limit, "max_rows", None)  # ReadAllAvailable: no cap
+        if cap is not None:
+            end = self._admit(cur, end, cap)
+        out = {n: format_id(v) for n, v in sorted(end.items())}
+        self._last_end = out
+        return out
+
+    def getDefaultReadLimit(self) -> Any:
+        from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
+
+        if self.opts.max_entries is None:
+            return ReadAllAvailable()
+        return ReadMaxRows(self.opts.max_entries)
+
+    def _admit(self, cur: dict[str, int], end: dict[str, int], cap: int) -> dict[str, int]:
+        """At most max(cap, streams) new entries: each stream with news gets cap // streams."""
+        busy = sorted(n for n in end if end[n] > cur[n])
+        if not busy:
+            return end
+        share = max(1, cap // len(busy))
+        by_shard: dict[int, list[str]] = {}
+        for n in busy:
+            by_shard.setdefault(self.topo.shard_of(key_of(n)), []).append(n)
+        out = dict(end)
+        for shard, names in by_shard.items():
+            def one(shard: int = shard, names: list[str] = names) -> list[Any]:
+                p = _raw(self.topo.conn(self.topo.node(shard))).pipeline(transaction=False)
+                for n in names:
+                    p.execute_command("XRANGE", key_of(n), "(" + format_id(cur[n]),
+                                      format_id(end[n]), "COUNT", share)
+                return p.execute()
+            for n, page in zip(names, self.topo.call(one, "XRANGE"), strict=True):
+                out[n] = parse_id(page[-1][0]) if page else cur[n]
+        return out
+
+    def partitions(self, start: dict[str, str], end: dict[str, str]) -> list[Range]:
+        parts = []
+        for n in sorted(end):
+            lo = parse_id(start.get(n, "0-0")) + 1
+            hi = parse_id(end[n])
+            if lo <= hi:
+                parts.append(Range(key_of(n), lo, hi, len(parts)))
+        return parts
+
+    def read(self, partition: Range) -> Iterator[pa.RecordBatch]:  # type: ignore[override]
+        return read_batches(self.topo, self.opts, partition)
+
+    def commit(self, end: dict[str, str]) -> None:
+        if self.opts.group:
+            for n, ident in sorted(end.items()):
+                if parse_id(ident):
+                    self.topo.call(lambda n=n, ident=ident: self._move_group(key_of(n), ident),
+                                   "XGROUP SETID")
+
+    def _move_group(self, key: bytes, ident: str) -> None:
+        """XGROUP SETID key group id ENTRIESREAD n, n counted in one transaction with the
+        stream's counters (created at id if missing). Without an exact n (entries deleted past
+        id, or too many to count) ENTRIESREAD is left out and Redis estimates the lag."""
+        group = self.opts.group
+        c = _raw(self.topo.conn(self.topo.node(self.topo.shard_of(key))))
+        p = c.pipeline(transaction=True)
+        p.execute_command("XINFO", "STREAM", key)
+        p.execute_command("XRANGE", key, "(" + ident, "+", "COUNT", _ENTRIES_READ_CAP)
+        p.execute_command("XINFO", "GROUPS", key)
+        info, after, groups = p.execute()
+        d = info if isinstance(info, dict) else \
+            {info[i]: info[i + 1] for i in range(0, len(info), 2)}
+        d = {(k.decode() if isinstance(k, bytes) else k): v for k, v in d.items()}
+        sid = parse_id(ident)
+        exact = (len(after) < _ENTRIES_READ_CAP
+                 and parse_id(d["max-deleted-entry-id"]) <= sid)
+        extra = ["ENTRIESREAD", int(d["entries-added"]) - len(after)] if exact else []
+        names = set()
+        for g in groups:
+            gd = g if isinstance(g, dict) else {g[i]: g[i + 1] for i in range(0, len(g), 2)}
+            names.add(gd.get(b"name", gd.get("name")))
+        if group.encode() in names or group in names:
+            c.execute_command("XGROUP", "SETID", key, group, ident, *extra)
+        else:
+            c.execute_command("XGROUP", "CREATE", key, group, ident, *extra)
+
+    def stop(self) -> None:
+        self.topo.close()
+
+
+__all__ = ["MAX_ID", "Range", "XShardBatchReader", "XShardBatchReaderNoPushdown",
+           "XShardStreamReader", "resolve", "schema", "to_arrow"]

@@ -1,0 +1,58 @@
+"""Fixtures for the Spark tests: ONE local[2] SparkSession for the whole run, and clusters.
+
+- `spark` (session): local[2], small shuffles, no UI, Python filter pushdown on, the xshard
+  source registered. Its Python workers import this worktree (PYTHONPATH).
+- `cluster3` (module): 3 shards x (primary + replica) in the session's etcd, no controller
+  (tests/support/cluster.py), shared by the tests of a module that only read and write;
+  `router3` (module): a router in front of it. `etcd_url` and `xcluster` come from
+  tests/conftest.py.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Iterator
+
+import pytest
+
+from tests.conftest import REPO, NodeHandle
+from tests.support.cluster import Cluster, start_cluster
+
+pyspark = pytest.importorskip("pyspark", reason="the Spark tests need `pip install -e '.[spark]'`")
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[object]:
+    from pyspark.sql import SparkSession
+
+    import pipeline
+
+    os.environ["PYTHONPATH"] = os.pathsep.join(
+        p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p)
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    s = (SparkSession.builder.master("local[2]").appName("xshard-tests")
+         .config("spark.ui.enabled", "false")
+         .config("spark.sql.shuffle.partitions", "2")
+         .config("spark.sql.python.filterPushdown.enabled", "true")
+         .config("spark.driver.memory", "1g")
+         .config("spark.task.maxFailures", "4")
+         .config("spark.sql.streaming.stopTimeout", "30s")
+         .getOrCreate())
+    s.sparkContext.setLogLevel("ERROR")
+    pipeline.register(s)
+    yield s
+    s.stop()
+
+
+@pytest.fixture(scope="module")
+def cluster3(etcd_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    c = start_cluster(tmp_path_factory.mktemp("cluster3"), 3, 1, etcd_url=etcd_url)
+    yield c
+    c.stop()
+
+
+@pytest.fixture(scope="module")
+def router3(cluster3: Cluster) -> NodeHandle:
+    """A router in front of cluster3 (stopped with it)."""
+    return cluster3.start_router("--cluster-down-timeout-ms", "8000")
