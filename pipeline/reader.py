@@ -194,6 +194,8 @@ def read_range(topo: Topology, part: Range, count: int, replicas: bool
 
 
 def read_batches(topo: Topology, opts: Options, part: Range) -> Iterator[pa.RecordBatch]:
+    if not isinstance(part, Range):  # Spark's stand-in when partitions() returned none
+        return
     try:
         for page in read_range(topo, part, opts.count, opts.from_replicas):
             yield to_arrow(part.stream, page, opts.binary)

@@ -1,6 +1,6 @@
 """Fixtures for the Spark tests: ONE local[2] SparkSession for the whole run, and clusters.
 
-- `spark` (session): local[2], small shuffles, no UI, Python filter pushdown on, the xshard
+- `spark` (session): local[2,4], small shuffles, no UI, Python filter pushdown on, the xshard
   source registered. Its Python workers import this worktree (PYTHONPATH).
 - `cluster3` (module): 3 shards x (primary + replica) in the session's etcd, no controller
   (tests/support/cluster.py), shared by the tests of a module that only read and write;
@@ -31,12 +31,13 @@ def spark() -> Iterator[object]:
     os.environ["PYTHONPATH"] = os.pathsep.join(
         p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p)
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    s = (SparkSession.builder.master("local[2]").appName("xshard-tests")
+    # local[2,4]: 2 threads, and a failed task is retried (local[2] would fail the job at once;
+    # the sink's exactly-once test needs a retry).
+    s = (SparkSession.builder.master("local[2,4]").appName("xshard-tests")
          .config("spark.ui.enabled", "false")
          .config("spark.sql.shuffle.partitions", "2")
          .config("spark.sql.python.filterPushdown.enabled", "true")
          .config("spark.driver.memory", "1g")
-         .config("spark.task.maxFailures", "4")
          .config("spark.sql.streaming.stopTimeout", "30s")
          .getOrCreate())
     s.sparkContext.setLogLevel("ERROR")

@@ -1,0 +1,1 @@
+"""Example Spark jobs on xshard streams (run them with `python -m pipeline.examples.<name>`)."""
