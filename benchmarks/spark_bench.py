@@ -16,7 +16,6 @@ import argparse
 import os
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -24,43 +23,29 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import redis  # noqa: E402
 
-from benchmarks.harness import HOST, REPO_ROOT, free_port, start_server, wait_for_ping  # noqa: E402
+from benchmarks.harness import HOST, REPO_ROOT, start_server  # noqa: E402
+from benchmarks.router_bench import Procs  # noqa: E402
+from pipeline.cluster import Topology  # noqa: E402
 
 
-class Cluster3:
+class Cluster3(Procs):
     """etcd + `xshard create` + 3 primaries in cluster mode (no replicas)."""
 
     def __init__(self) -> None:
         from control.etcd import EtcdProcess
 
-        self.dir = Path(tempfile.mkdtemp(prefix="spark-bench-"))
+        super().__init__()
         self.etcd = EtcdProcess(self.dir / "etcd", fast=True)
         self.etcd.start()
         env = dict(os.environ, PYTHONPATH=str(REPO_ROOT))
         subprocess.run([sys.executable, "-m", "control.cli", "create", "--etcd", self.etcd.url,
                         "--cluster", "bench", "--shards", "3", "--replicas", "0"], check=True,
                        cwd=REPO_ROOT, env=env, capture_output=True)
-        self.procs: list[subprocess.Popen] = []
-        self.ports = []
-        for i in range(3):
-            port = free_port()
-            d = self.dir / f"n{i}"
-            d.mkdir()
-            log = open(d / "node.log", "wb")
-            self.procs.append(subprocess.Popen(
-                [sys.executable, "-m", "control.cli", "node", "--port", str(port), "--dir",
-                 str(d), "--etcd", self.etcd.url, "--cluster", "bench", "--shard", str(i),
-                 "--node-id", f"n{i}"], stdout=log, stderr=subprocess.STDOUT, cwd=REPO_ROOT,
-                env=env, stdin=subprocess.DEVNULL))
-            log.close()
-            wait_for_ping(port, 30, self.procs[-1])
-            self.ports.append(port)
+        self.ports = [self.node(f"n{i}", "--etcd", self.etcd.url, "--cluster", "bench",
+                                "--shard", str(i), "--node-id", f"n{i}") for i in range(3)]
         deadline = time.monotonic() + 30
-        r = redis.Redis(host=HOST, port=self.ports[0])
         while True:
             try:
-                from pipeline.cluster import Topology
-
                 t = Topology.discover(f"redis://{HOST}:{self.ports[0]}", 1)
                 t.close()
                 if len(t.shards) == 3 and all(s.primary for s in t.shards):
@@ -70,16 +55,9 @@ class Cluster3:
             if time.monotonic() > deadline:
                 raise RuntimeError("the cluster did not come up")
             time.sleep(0.1)
-        r.close()
 
     def stop(self) -> None:
-        for p in self.procs:
-            p.terminate()
-        for p in self.procs:
-            try:
-                p.wait(10)
-            except subprocess.TimeoutExpired:
-                p.kill()
+        super().stop()
         self.etcd.stop()
 
 
