@@ -95,7 +95,11 @@ class Topology:
     @classmethod
     def discover(cls, url: str, retry_timeout: float = 60.0) -> Topology:
         topo = cls(url, retry_timeout)
+        deadline = time.monotonic() + min(retry_timeout, 10.0)
         try:
+            # A router that has just started may not have read the topology yet.
+            while topo._seeds() == ([], True) and time.monotonic() < deadline:
+                time.sleep(0.1)
             topo.refresh()
         except redis.AuthenticationError as e:
             raise XShardError(f"option url: {url}: {e}") from None

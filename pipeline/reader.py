@@ -40,7 +40,7 @@ from pyspark.sql.datasource import (
     LessThanOrEqual,
 )
 
-from pipeline.cluster import MAX_ID, SEQ_MAX, Topology, XShardError, format_id, parse_id
+from pipeline.cluster import SEQ_MAX, Topology, XShardError, format_id, parse_id
 from pipeline.options import Options
 
 _GLOB = set("*?[")
@@ -436,5 +436,5 @@ class XShardStreamReader(DataSourceStreamReader):
         self.topo.close()
 
 
-__all__ = ["MAX_ID", "Range", "XShardBatchReader", "XShardBatchReaderNoPushdown",
+__all__ = ["Range", "XShardBatchReader", "XShardBatchReaderNoPushdown",
            "XShardStreamReader", "resolve", "schema", "to_arrow"]
