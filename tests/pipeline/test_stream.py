@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 import redis
 
-from tests.control.conftest import Cluster
 from tests.pipeline.test_read import fill, node_url
+from tests.support.cluster import Cluster
 from tests.support.procs import wait_until
 
 pytestmark = [pytest.mark.spark, pytest.mark.etcd, pytest.mark.timeout(300)]
