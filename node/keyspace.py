@@ -2,6 +2,11 @@
 
 Values are typed by their Python class: `Stream` for streams, `bytes` for strings, `deque` for
 lists and `set` for sets (the non-stream types exist so that mixed workloads produce WRONGTYPE).
+
+Like Redis in cluster mode, the key space keeps the keys of each hash slot (`slots`): moving a
+slot, dropping one and CLUSTER COUNTKEYSINSLOT/GETKEYSINSLOT then touch that slot's keys only,
+never the whole key space. It changes only when a key is created or removed (an XADD to an
+existing stream does not touch it).
 """
 
 from __future__ import annotations
@@ -13,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from node import errors
 from node.resp import ReplyError
+from node.slots import key_slot
 from node.stream import Stream
 
 if TYPE_CHECKING:
@@ -27,10 +33,12 @@ def type_name(value: Any) -> bytes:
 
 
 class Keyspace:
-    __slots__ = ("data", "expires", "watchers", "server", "expired_keys", "_expire_cursor")
+    __slots__ = ("data", "expires", "watchers", "server", "expired_keys", "_expire_cursor",
+                 "slots")
 
     def __init__(self, server: DataContext) -> None:
         self.data: dict[bytes, Any] = {}
+        self.slots: dict[int, set[bytes]] = {}  # hash slot -> its keys (only non-empty slots)
         self.expires: dict[bytes, int] = {}  # key -> unix ms
         self.watchers: dict[bytes, set[Client]] = {}
         self.server = server
@@ -82,7 +90,10 @@ class Keyspace:
 
     # --- modification -----------------------------------------------------------------------
     def set(self, key: bytes, value: Any, keep_ttl: bool = False) -> None:
-        self.data[key] = value
+        data = self.data
+        if key not in data:
+            self._index(key)
+        data[key] = value
         if not keep_ttl and self.expires:
             self.expires.pop(key, None)
         self.changed(key, ready=True)
@@ -90,10 +101,42 @@ class Keyspace:
     def delete(self, key: bytes) -> bool:
         if self.get(key) is None:
             return False
-        del self.data[key]
-        self.expires.pop(key, None)
+        self.remove(key)
         self.changed(key, ready=True)
         return True
+
+    def remove(self, key: bytes) -> None:
+        """Take an existing key out (value, expiry, slot index); no signals, no effects."""
+        del self.data[key]
+        self.expires.pop(key, None)
+        slot = key_slot(key)
+        keys = self.slots[slot]
+        keys.discard(key)
+        if not keys:
+            del self.slots[slot]
+
+    def _index(self, key: bytes) -> None:
+        slot = key_slot(key)
+        keys = self.slots.get(slot)
+        if keys is None:
+            self.slots[slot] = {key}
+        else:
+            keys.add(key)
+
+    def load(self, data: dict[bytes, Any], expires: dict[bytes, int]) -> None:
+        """Add loaded keys in bulk (a snapshot, a full sync): values, expiries and the index."""
+        self.data.update(data)
+        self.expires.update(expires)
+        for key in data:
+            self._index(key)
+
+    def keys_in_slot(self, slot: int) -> list[bytes]:
+        """The keys of one hash slot (expired ones included until they are removed)."""
+        return list(self.slots.get(slot, ()))
+
+    def count_in_slot(self, slot: int) -> int:
+        keys = self.slots.get(slot)
+        return len(keys) if keys else 0
 
     def changed(self, key: bytes, ready: bool = False) -> None:
         """Every modification calls this: it breaks WATCHes and can wake blocked readers."""
@@ -112,6 +155,7 @@ class Keyspace:
         keys = list(self.data)
         self.data.clear()
         self.expires.clear()
+        self.slots.clear()
         for key in keys:
             self.server.blocking.signal_ready(key)
         return n
@@ -122,8 +166,7 @@ class Keyspace:
         self.changed(key)
 
     def _expire(self, key: bytes) -> None:
-        del self.data[key]
-        del self.expires[key]
+        self.remove(key)
         self.expired_keys += 1
         self.changed(key, ready=True)
         self.server.propagate([b"DEL", key])

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any, BinaryIO
 
 from node.groups import dump_groups, load_groups
 from node.idmp import IdmpMap
-from node.stream import Block, Stream
+from node.stream import Stream
 
 if TYPE_CHECKING:
     from node.keyspace import Keyspace
@@ -169,19 +169,12 @@ def read(path: str) -> Snapshot:
                                 f"server's {VERSION}")
         stream: Stream | None = None
         blocks_left = 0
-        prev_master: tuple | None = None
         for kind, pos, value in _read_records(f, path):
             try:
                 if kind == ord("B"):
                     if stream is None or blocks_left < len(value):
                         raise SnapshotError(f"{path}: unexpected block record at offset {pos}")
-                    for st in value:
-                        b = Block.from_state(st)
-                        if b.master == prev_master:
-                            b.master = prev_master  # share the field-name tuple like the writer
-                        prev_master = b.master
-                        stream._nodes.append(b)
-                        stream._firsts.append(b.first)
+                    stream.add_blocks(value)
                     blocks_left -= len(value)
                     continue
                 if blocks_left:
@@ -197,7 +190,6 @@ def read(path: str) -> Snapshot:
                     (stream.length, stream.last_id, stream.first_id,
                      stream.max_deleted_entry_id, stream.entries_added) = counters
                     load_groups(stream, groups)
-                    prev_master = None
                     snap.entries += stream.length
                     _put(snap, key, stream, exp)
                 elif kind == ord("K"):
@@ -228,8 +220,7 @@ def install(server: Server, snap: Snapshot) -> None:
     """Replace the key space with a loaded snapshot (blocked readers of vanished keys wake)."""
     db = server.db
     db.flush()
-    db.data.update(snap.data)
-    db.expires.update(snap.expires)
+    db.load(snap.data, snap.expires)
     for key in snap.data:
         db.changed(key, ready=True)
 
