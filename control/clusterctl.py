@@ -221,13 +221,18 @@ def cmd_controller(argv: list[str]) -> int:
     p = parser("controller", "Run a controller (one leader is elected in etcd).", nodes=True)
     p.add_argument("--id", default=None, help="controller id (default: host:pid)")
     p.add_argument("--logfile", default=None, help="log to this file (default: stderr)")
+    p.add_argument("--move-timeout", type=float, default=30.0, metavar="SECONDS",
+                   help="roll a started slot move back when its source or target shard has "
+                   "had no live primary this long (default: 30)")
     a = p.parse_args(argv)
+    if a.move_timeout <= 0:
+        raise CliError("--move-timeout must be > 0")
     conn = conn_from(a)
     logging.basicConfig(level=logging.INFO, filename=a.logfile,
                         format=f"{os.getpid()}:C %(asctime)s %(levelname).1s %(message)s")
     from control.controller import run
 
-    return run(conn, a.cluster, a.id, a.node_password)
+    return run(conn, a.cluster, a.id, a.node_password, a.move_timeout)
 
 
 COMMANDS = {

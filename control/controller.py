@@ -147,8 +147,10 @@ class Controller:
     reconcile on every view until the session or the leadership is lost, and start over."""
 
     def __init__(self, store: BaseStore, cid: str | None = None,
-                 nodes: NodeOps | None = None) -> None:
+                 nodes: NodeOps | None = None,
+                 move_timeout: float = reshard.MOVE_TIMEOUT) -> None:
         self.store = store
+        self.resharder = reshard.Resharder(move_timeout)
         self.nodes = nodes or NodeOps()
         self.id = cid or f"{socket.gethostname()}:{os.getpid()}"
         self.session: LeaseSession | None = None
@@ -215,7 +217,7 @@ class Controller:
     async def _tick(self, view: View) -> None:
         leader_guard = self.store.created(self.store.key("controller", "leader"),
                                           self.leader_rev)
-        await reshard.tick(self.store, view, leader_guard)
+        await self.resharder.tick(self.store, view, leader_guard)
         for sid in view.shard_ids():
             rec = view.shards[sid].value
             if rec.primary is None:
@@ -248,7 +250,7 @@ class Controller:
 
 
 def run(conn: EtcdConfig | str, cluster: str, cid: str | None = None,
-        node_password: str = "") -> int:
+        node_password: str = "", move_timeout: float = reshard.MOVE_TIMEOUT) -> int:
     """Run a controller until SIGINT/SIGTERM."""
     import signal
 
@@ -257,7 +259,7 @@ def run(conn: EtcdConfig | str, cluster: str, cid: str | None = None,
     from control.store import Store
 
     async def main() -> int:
-        c = Controller(Store(conn, cluster), cid, NodeOps(node_password))
+        c = Controller(Store(conn, cluster), cid, NodeOps(node_password), move_timeout)
         task = asyncio.ensure_future(c.run())
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):

@@ -28,8 +28,15 @@ async def call(host: str, port: int, *argv: bytes | str | int, timeout: float = 
     """Send one command (after AUTH when `password` is set) and return the decoded reply;
     raises NodeError on an error reply, OSError / TimeoutError when the node cannot be
     reached."""
-    args = [a if isinstance(a, bytes) else str(a).encode() for a in argv]
-    cmds = ([[b"AUTH", password.encode()]] if password else []) + [args]
+    return (await call_all(host, port, [argv], timeout=timeout, password=password))[-1]
+
+
+async def call_all(host: str, port: int, commands: list[tuple | list], timeout: float = 1.0,
+                   password: str = "") -> list[object]:
+    """Send `commands` in one write on one connection (after AUTH when `password` is set), so
+    that they run back to back; their decoded replies, or NodeError for the first error."""
+    cmds = ([[b"AUTH", password.encode()]] if password else []) + [
+        [a if isinstance(a, bytes) else str(a).encode() for a in argv] for argv in commands]
 
     async def run() -> list[object]:
         reader, writer = await asyncio.open_connection(host, port)
@@ -56,7 +63,7 @@ async def call(host: str, port: int, *argv: bytes | str | int, timeout: float = 
     for reply in replies:
         if isinstance(reply, hiredis.ReplyError):
             raise NodeError(str(reply))
-    return replies[-1]
+    return replies[len(replies) - len(commands):]
 
 
 def parse_info(raw: bytes) -> dict[str, str]:

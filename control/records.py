@@ -187,8 +187,9 @@ def ranges_of(owner: list[str | None]) -> list[list[Any]]:
     return out
 
 
-def move_slot(ranges: list[list[Any]], slot: int, shard: str) -> list[list[Any]]:
-    """The slot map with `slot` given to `shard`."""
+def move_slots(ranges: list[list[Any]], slots: Iterable[int], shard: str) -> list[list[Any]]:
+    """The slot map with `slots` given to `shard`."""
     owner = owners(ranges)
-    owner[slot] = shard
+    for slot in slots:
+        owner[slot] = shard
     return ranges_of(owner)

@@ -3,19 +3,25 @@
 A move is a `migrations/<slot>` record `{"from", "to", "state"}`. The CLI (add-shard,
 move-slots, rebalance, remove-shard) writes records in state "queued", in transactions that
 require each record to be absent (a second migration of a slot is refused) and the slot map
-to be the one the plan was made from. The leader controller (`tick`) starts up to
-PER_SOURCE moves per source shard (state "moving") and deletes records that can no longer
-complete (a shard that was removed, a slot whose owner changed). From "moving" on, the nodes
-finish the move by themselves (control/slotmover.py): the source commits the flip, which
-deletes the record. So a move survives the death of the controller (queued ones wait for the
-next leader), of the source or of the target (their successors start it over).
+to be the one the plan was made from. The leader controller (`Resharder.tick`)
+starts up to PER_SOURCE moves per source shard (state "moving") and deletes records that can
+no longer complete (a shard that was removed, a slot whose owner changed). From "moving" on,
+the nodes finish the move by themselves (control/slotmover.py): the source commits the flip,
+which deletes the record. So a move survives the death of the controller (queued ones wait
+for the next leader), of the source or of the target (their successors start it over after a
+failover). A move whose source or target shard stays without a live primary longer than the
+controller's --move-timeout is rolled back: its record goes, the source keeps the slot and
+the target drops what it had imported. Either way it ends from what etcd holds.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from control.records import Compare, ShardRecord, View, owners
 from control.store import BaseStore
@@ -23,8 +29,10 @@ from node.slots import SLOTS
 
 log = logging.getLogger("xshard.controller")
 
-PER_SOURCE = 4  # moves in flight per source shard
+PER_SOURCE = 200  # moves in flight per source shard (a node moves up to 100 slots at once)
+MOVE_TIMEOUT = 30.0  # seconds a move may wait for a missing participant before it rolls back
 _TXN_OPS = 100  # etcd allows 128 operations per transaction
+_QUEUE_TRIES = 50  # attempts at queueing one chunk while the slot map keeps moving
 
 
 class ReshardError(Exception):
@@ -64,59 +72,80 @@ def live_shards(v: View) -> list[str]:
     return [s for s in v.shard_ids() if v.live(v.shards[s].value.primary)]
 
 
+def _cost(weight: dict[int, int] | None):  # noqa: ANN202 - slot -> its weight
+    """A slot's weight: 1 each, or its key bytes (+1, so that empty slots still spread)."""
+    if weight is None:
+        return lambda s: 1
+    return lambda s: weight.get(s, 0) + 1
+
+
+def _fill(pool: list[tuple[int, str]], shards: list[str], load: dict[str, float],
+          target: float, cost) -> list[Move]:  # noqa: ANN001
+    """Give the pooled (slot, source) pairs, in slot order, to `shards` in contiguous runs:
+    the least loaded shard first, up to `target`. What is left (rounding) goes one by one to
+    the least loaded, its own source first on a tie."""
+    moves: list[Move] = []
+    pool = sorted(pool)
+    i = 0
+    for dst in sorted(shards, key=lambda x: (load[x], x)):
+        while i < len(pool) and load[dst] + cost(pool[i][0]) / 2 <= target:
+            slot, src = pool[i]
+            i += 1
+            load[dst] += cost(slot)
+            if dst != src:
+                moves.append(Move(slot, src, dst))
+    for slot, src in pool[i:]:
+        dst = min(shards, key=lambda x: (load[x], x != src, x))
+        load[dst] += cost(slot)
+        if dst != src:
+            moves.append(Move(slot, src, dst))
+    return moves
+
+
 def plan_even(owner: list[str | None], shards: list[str],
               weight: dict[int, int] | None = None) -> list[Move]:
     """Moves that even out `shards`: by slot count, or by the per-slot `weight` (key bytes).
     Slots of shards not in `shards` go to them too. Takes slots from the top of each
-    over-full shard's ranges, so ranges stay contiguous where they can."""
+    over-full shard's ranges and hands them out in runs, so ranges stay contiguous."""
     if not shards:
         raise ReshardError("no shard with a live primary to give slots to")
-    w = weight or {}
-    cost = (lambda s: w.get(s, 0) + 1) if weight is not None else (lambda s: 1)
-    load = {s: 0 for s in shards}
+    cost = _cost(weight)
+    load: dict[str, float] = {s: 0 for s in shards}
     held: dict[str, list[int]] = {s: [] for s in shards}
-    orphans = []
+    pool: list[tuple[int, str]] = []
     for slot, sid in enumerate(owner):
         if sid in load:
             load[sid] += cost(slot)
             held[sid].append(slot)
         else:
-            orphans.append(slot)
-    total = sum(load.values()) + sum(cost(s) for s in orphans)
-    target = total / len(shards)
-    moves: list[Move] = []
-    pool: list[tuple[int, str]] = [(s, str(owner[s])) for s in orphans]
+            pool.append((slot, str(sid)))
+    target = (sum(load.values()) + sum(cost(s) for s, _ in pool)) / len(shards)
     for sid in shards:
         slots = held[sid]
         while slots and load[sid] - cost(slots[-1]) / 2 > target:
             s = slots.pop()
             load[sid] -= cost(s)
             pool.append((s, sid))
-    pool.sort()
-    for s, src in pool:
-        dst = min(shards, key=lambda x: (load[x], x))
-        load[dst] += cost(s)
-        if dst != src:
-            moves.append(Move(s, src, dst))
-    return moves
+    return _fill(pool, shards, load, target, cost)
 
 
-def plan_remove(owner: list[str | None], shard: str, others: list[str]) -> list[Move]:
-    """Every slot of `shard`, spread evenly over `others` (the least loaded first)."""
+def plan_remove(owner: list[str | None], gone: list[str], others: list[str],
+                weight: dict[int, int] | None = None) -> list[Move]:
+    """Every slot of the shards in `gone`, handed to `others` in runs so that their loads
+    even out as far as these slots allow (the others' own slots stay where they are)."""
     if not others:
-        raise ReshardError(f"shard {shard} is the only shard with a live primary; "
-                           "there is nowhere to move its slots")
-    load = {s: 0 for s in others}
-    for sid in owner:
-        if sid in load:
-            load[sid] += 1
-    moves = []
+        raise ReshardError(f"no other shard with a live primary to move the slots of shard "
+                           f"{', '.join(gone)} to")
+    cost = _cost(weight)
+    load: dict[str, float] = {s: 0 for s in others}
+    pool: list[tuple[int, str]] = []
     for slot, sid in enumerate(owner):
-        if sid == shard:
-            dst = min(others, key=lambda x: (load[x], x))
-            load[dst] += 1
-            moves.append(Move(slot, shard, dst))
-    return moves
+        if sid in load:
+            load[sid] += cost(slot)
+        elif sid in gone:
+            pool.append((slot, sid))
+    target = (sum(load.values()) + sum(cost(s) for s, _ in pool)) / len(others)
+    return _fill(pool, others, load, target, cost)
 
 
 # --- queueing -----------------------------------------------------------------------------------
@@ -143,14 +172,29 @@ async def queue(store: BaseStore, v: View, moves: list[Move], resume: bool = Fal
                                  "shard)"))
     for i in range(0, len(fresh), _TXN_OPS):
         chunk = fresh[i:i + _TXN_OPS]
-        compares = [store.guard(store.key("slots"), v.slots.mod)]
-        compares += [store.guard(store.key("migrations", str(m.slot)), 0) for m in chunk]
-        puts = [(store.key("migrations", str(m.slot)), json.dumps(
-            {"from": m.src, "to": m.dst, "state": "queued"}).encode(), 0) for m in chunk]
-        if not await store.commit(compares, puts):
-            raise ReshardError("the cluster changed while queueing (a slot moved or another "
-                               "migration was queued); nothing more queued, run it again"
-                               + (f" with --resume ({i} moves were queued)" if i else ""))
+        for attempt in range(_QUEUE_TRIES):
+            if i or attempt:
+                # The moves queued so far are running and flip slots, so the map moves on:
+                # re-check that these slots are still where the plan found them.
+                v = await store.view()
+                assert v.slots is not None
+                owner = owners(v.slots.value)
+                for m in chunk:
+                    if owner[m.slot] != m.src or m.slot in v.migrations:
+                        raise ReshardError(
+                            f"the cluster changed while queueing (slot {m.slot} moved or got "
+                            f"a migration of its own); {i} moves were queued, run it again "
+                            "with --resume")
+            assert v.slots is not None
+            compares = [store.guard(store.key("slots"), v.slots.mod)]
+            compares += [store.guard(store.key("migrations", str(m.slot)), 0) for m in chunk]
+            puts = [(store.key("migrations", str(m.slot)), json.dumps(
+                {"from": m.src, "to": m.dst, "state": "queued"}).encode(), 0) for m in chunk]
+            if await store.commit(compares, puts):
+                break
+        else:
+            raise ReshardError("the slot map kept changing while queueing; "
+                               f"{i} moves were queued, run it again with --resume")
     return fresh, adopted
 
 
@@ -186,39 +230,81 @@ async def retire_shard(store: BaseStore, shard: str) -> None:
 
 
 # --- the controller's part ----------------------------------------------------------------------
-async def tick(store: BaseStore, v: View, guard: Compare) -> None:
-    """Start queued moves (PER_SOURCE per source shard) and drop records that cannot finish.
-    Every write also compares the leader key (`guard`)."""
-    if not v.migrations or v.slots is None:
-        return
-    owner = owners(v.slots.value)
-    moving: dict[str, int] = {}
-    stale = []
-    for slot, e in sorted(v.migrations.items()):
-        rec = e.value
-        src, dst = rec.get("from"), rec.get("to")
-        if src not in v.shards or dst not in v.shards or owner[slot] != src:
-            stale.append((slot, e))
-        elif rec.get("state") == "moving":
+class Resharder:
+    """The leader controller's part (`tick` on every view): start queued moves whose source
+    and target have live primaries, up to PER_SOURCE per source shard, and drop the records
+    of moves that cannot finish: a shard that is gone, a slot whose owner changed, and a
+    started move whose source or target shard has had no live primary for `timeout` seconds
+    (a rollback: the source keeps the slot, the target drops what it imported). The clock is
+    this leader's: a new leader starts it again. Every write also compares the leader key
+    (`guard`)."""
+
+    def __init__(self, timeout: float = MOVE_TIMEOUT,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.timeout = timeout
+        self.clock = clock
+        self.stuck: dict[int, float] = {}  # slot -> when a participant was first seen missing
+
+    async def tick(self, store: BaseStore, v: View, guard: Compare) -> None:
+        if not v.migrations or v.slots is None:
+            self.stuck.clear()
+            return
+        owner = owners(v.slots.value)
+        now = self.clock()
+        moving: dict[str, int] = {}
+        drop: list[tuple[int, Any, str]] = []
+        for slot, e in sorted(v.migrations.items()):
+            rec = e.value
+            src, dst = rec.get("from"), rec.get("to")
+            if src not in v.shards or dst not in v.shards:
+                drop.append((slot, e, "a shard is gone"))
+            elif owner[slot] != src:
+                drop.append((slot, e, f"its owner is now shard {owner[slot]}"))
+            elif not (v.live(v.shards[src].value.primary) and v.live(v.shards[dst].value.primary)):
+                if rec.get("state") != "moving":
+                    continue  # a queued move costs nothing: it waits for both primaries
+                since = self.stuck.setdefault(slot, now)
+                if now - since >= self.timeout:
+                    drop.append((slot, e, f"shard {dst if v.live(v.shards[src].value.primary) else src} "
+                                          f"has had no live primary for {now - since:.0f}s"))
+            else:
+                self.stuck.pop(slot, None)
+                if rec.get("state") == "moving":
+                    moving[src] = moving.get(src, 0) + 1
+        for slot in [s for s in self.stuck if s not in v.migrations]:
+            del self.stuck[slot]
+        if drop:
+            why = sorted({w for _s, _e, w in drop})
+            log.warning("controller: rolling back %d slot moves (%s): %s", len(drop),
+                        "; ".join(why), _slots_text([s for s, _e, _w in drop]))
+            for i in range(0, len(drop), _TXN_OPS):
+                chunk = drop[i:i + _TXN_OPS]
+                await store.commit(
+                    [store.guard(store.key("migrations", str(s)), e.mod) for s, e, _w in chunk]
+                    + [guard], [], tuple(store.key("migrations", str(s)) for s, _e, _w in chunk))
+            gone = {s for s, _e, _w in drop}
+        else:
+            gone = set()
+        start: list[tuple[int, Any]] = []
+        for slot, e in sorted(v.migrations.items()):
+            rec = e.value
+            if slot in gone or rec.get("state") != "queued":
+                continue
+            src, dst = rec["from"], rec["to"]
+            if not (v.live(v.shards[src].value.primary) and v.live(v.shards[dst].value.primary)):
+                continue
+            if moving.get(src, 0) >= PER_SOURCE:
+                continue
             moving[src] = moving.get(src, 0) + 1
-    for slot, e in stale:
-        why = (f"its owner is now shard {owner[slot]}" if owner[slot] != e.value.get("from")
-               else "a shard is gone")
-        log.warning("controller: dropping the move of slot %d %s (%s)", slot, e.value, why)
-        await store.commit([store.guard(store.key("migrations", str(slot)), e.mod), guard],
-                           [], (store.key("migrations", str(slot)),))
-    gone = {s for s, _ in stale}
-    for slot, e in sorted(v.migrations.items()):
-        rec = e.value
-        if slot in gone or rec.get("state") != "queued":
-            continue
-        src = rec["from"]
-        if moving.get(src, 0) >= PER_SOURCE:
-            continue
-        if not (v.live(v.shards[src].value.primary) and v.live(v.shards[rec["to"]].value.primary)):
-            continue
-        new = dict(rec, state="moving")
-        if await store.commit([store.guard(store.key("migrations", str(slot)), e.mod), guard],
-                              [(store.key("migrations", str(slot)), json.dumps(new).encode(),
-                                0)]):
-            moving[src] = moving.get(src, 0) + 1
+            start.append((slot, e))
+        for i in range(0, len(start), _TXN_OPS):
+            chunk = start[i:i + _TXN_OPS]
+            await store.commit(
+                [store.guard(store.key("migrations", str(s)), e.mod) for s, e in chunk] + [guard],
+                [(store.key("migrations", str(s)), json.dumps(dict(e.value, state="moving")).encode(),
+                  0) for s, e in chunk])
+
+
+def _slots_text(slots: list[int]) -> str:
+    shown = ", ".join(map(str, slots[:8]))
+    return f"slots {shown}" + (f" (+{len(slots) - 8} more)" if len(slots) > 8 else "")

@@ -8,11 +8,13 @@ with `--resume` waits for the moves it had queued.
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import sys
 import time
 
 from control.clusterctl import CliError, conn_from, open_store, parser
+from control.nodeclient import NodeError, call_all
 from control.records import View, owners
 from control.reshard import (
     Move,
@@ -26,6 +28,7 @@ from control.reshard import (
     retire_shard,
 )
 from control.store import BaseStore
+from node.slots import SLOTS, key_slot
 
 
 def _wait_args(p) -> None:  # noqa: ANN001 - argparse.ArgumentParser
@@ -69,7 +72,7 @@ async def wait_moves(store: BaseStore, moves: list[Move], timeout: float = 0,
     last = ""
     while True:
         v = await store.view()
-        owner = owners(v.slots.value) if v.slots else [None] * 16384
+        owner = owners(v.slots.value) if v.slots else [None] * SLOTS
         done = 0
         failed = []
         for m in moves:
@@ -111,14 +114,18 @@ async def wait_moves(store: BaseStore, moves: list[Move], timeout: float = 0,
         await asyncio.sleep(0.3)
 
 
-async def _run(a, plan) -> int:  # noqa: ANN001
-    """Open the store, plan (a function of the view), queue, print, maybe wait."""
+async def _run(a, plan, weights=None) -> int:  # noqa: ANN001
+    """Open the store, plan (a function of the view and the slot weights), queue, print,
+    maybe wait."""
     store = await open_store(conn_from(a), a.cluster)
     try:
         v = await store.view()
         if not v.shards:
             raise CliError(f"cluster '{a.cluster}' does not exist (run xshard create)")
-        moves = plan(v)
+        w = await weights(v) if weights is not None else None
+        if w is not None:
+            v = await store.view()  # queue against the map as it is after the sizing
+        moves = plan(v, w)
         if getattr(a, "dry_run", False):
             for m in moves:
                 print(f"slot {m.slot}: shard {m.src} -> shard {m.dst}")
@@ -142,11 +149,14 @@ def _need_shard(v: View, shard: str) -> None:
         raise ReshardError(f"unknown shard '{shard}' (shards: {', '.join(v.shard_ids())})")
 
 
+def add_shard_parser() -> argparse.ArgumentParser:
+    return parser("add-shard", "Register a new, empty shard and print its id (on the last "
+                  "line). Start its nodes with `xshard node ... --shard ID` (the first one "
+                  "becomes the primary), then move slots to it (move-slots or rebalance).")
+
+
 def cmd_add_shard(argv: list[str]) -> int:
-    p = parser("add-shard", "Register a new, empty shard and print its id (on the last line). "
-               "Start its nodes with `xshard node ... --shard ID` (the first one becomes the "
-               "primary), then move slots to it (move-slots or rebalance).")
-    a = p.parse_args(argv)
+    a = add_shard_parser().parse_args(argv)
 
     async def go() -> str:
         store = await open_store(conn_from(a), a.cluster)
@@ -161,7 +171,7 @@ def cmd_add_shard(argv: list[str]) -> int:
     return 0
 
 
-def cmd_move_slots(argv: list[str]) -> int:
+def move_slots_parser() -> argparse.ArgumentParser:
     p = parser("move-slots", "Move slots to a shard, online.", nodes=True)
     p.add_argument("--to", required=True, metavar="SHARD", help="the shard to move them to")
     g = p.add_mutually_exclusive_group(required=True)
@@ -169,11 +179,15 @@ def cmd_move_slots(argv: list[str]) -> int:
     g.add_argument("--from", dest="src", metavar="SHARD", help="move --count slots of this shard")
     p.add_argument("--count", type=int, default=0, help="with --from: how many slots")
     _wait_args(p)
-    a = p.parse_args(argv)
+    return p
+
+
+def cmd_move_slots(argv: list[str]) -> int:
+    a = move_slots_parser().parse_args(argv)
     if a.src is not None and a.count <= 0:
         raise CliError("--from needs --count N (N > 0)")
 
-    def plan(v: View) -> list[Move]:
+    def plan(v: View, _w: object) -> list[Move]:
         _need_shard(v, a.to)
         owner = owners(v.slots.value) if v.slots else []
         if a.slots:
@@ -192,52 +206,107 @@ def cmd_move_slots(argv: list[str]) -> int:
     return asyncio.run(_run(a, plan))
 
 
-def cmd_rebalance(argv: list[str]) -> int:
-    p = parser("rebalance", "Even out slots over every shard that has a live primary "
-               "(weighted by slot count).", nodes=True)
+async def slot_weights(v: View, password: str = "", batch: int = 500) -> dict[int, int]:
+    """Key bytes per slot (MEMORY USAGE of every key), from each live primary's own slots:
+    SCAN, then the sizes asked in pipelined batches."""
+    owner = owners(v.slots.value) if v.slots else [None] * SLOTS
+    weight: dict[int, int] = {}
+    for sid in live_shards(v):
+        n = v.nodes[v.shards[sid].value.primary].value  # type: ignore[index]
+        try:
+            await _shard_weights(n.host, n.port, sid, owner, weight, password, batch)
+        except (OSError, TimeoutError, NodeError) as e:
+            raise CliError(f"cannot size the keys of shard {sid} on {n.id}: {e!r}") from None
+    return weight
+
+
+async def _shard_weights(host: str, port: int, sid: str, owner: list[str | None],
+                         weight: dict[int, int], password: str, batch: int) -> None:
+    cursor = b"0"
+    while True:
+        got = (await call_all(host, port, [["SCAN", cursor, "COUNT", batch]], timeout=10,
+                              password=password))[0]
+        if not isinstance(got, list):
+            raise NodeError(f"SCAN failed: {got}")
+        cursor, keys = got
+        keys = [k for k in keys if owner[key_slot(k)] == sid]
+        sizes = await call_all(host, port, [["MEMORY", "USAGE", k] for k in keys], timeout=30,
+                               password=password) if keys else []
+        for k, size in zip(keys, sizes, strict=True):
+            if isinstance(size, int):
+                slot = key_slot(k)
+                weight[slot] = weight.get(slot, 0) + size
+        if cursor == b"0":
+            return
+
+
+def rebalance_parser() -> argparse.ArgumentParser:
+    p = parser("rebalance", "Even out slots over every shard that has a live primary: by slot "
+               "count, or by the bytes of their keys (--by memory).", nodes=True)
+    p.add_argument("--by", choices=("slots", "memory"), default="slots",
+                   help="what to even out: the number of slots (default) or the key bytes "
+                   "(MEMORY USAGE of every key, asked of each primary)")
     p.add_argument("--dry-run", action="store_true", help="print the moves, queue nothing")
     _wait_args(p)
-    a = p.parse_args(argv)
+    return p
 
-    def plan(v: View) -> list[Move]:
-        owner = owners(v.slots.value) if v.slots else [None] * 16384
-        return plan_even(owner, live_shards(v))
 
-    return asyncio.run(_run(a, plan))
+def cmd_rebalance(argv: list[str]) -> int:
+    a = rebalance_parser().parse_args(argv)
+
+    async def weights(v: View) -> dict[int, int] | None:
+        return await slot_weights(v, a.node_password) if a.by == "memory" else None
+
+    def plan(v: View, w: dict[int, int] | None) -> list[Move]:
+        owner = owners(v.slots.value) if v.slots else [None] * SLOTS
+        return plan_even(owner, live_shards(v), w)
+
+    return asyncio.run(_run(a, plan, weights))
+
+
+def remove_shard_parser() -> argparse.ArgumentParser:
+    p = parser("remove-shard", "Move every slot of the shards to the others, then retire them "
+               "(their records go; stop their nodes afterwards).", nodes=True)
+    p.add_argument("shards", nargs="+", metavar="SHARD", help="the shards to remove")
+    _wait_args(p)
+    return p
 
 
 def cmd_remove_shard(argv: list[str]) -> int:
-    p = parser("remove-shard", "Move every slot of a shard to the others, then retire it "
-               "(its record goes; stop its nodes afterwards).", nodes=True)
-    p.add_argument("shard", help="the shard to remove")
-    _wait_args(p)
-    a = p.parse_args(argv)
+    a = remove_shard_parser().parse_args(argv)
+    gone = list(dict.fromkeys(a.shards))
 
-    def plan(v: View) -> list[Move]:
-        _need_shard(v, a.shard)
-        owner = owners(v.slots.value) if v.slots else [None] * 16384
-        return plan_remove(owner, a.shard, [s for s in live_shards(v) if s != a.shard])
+    def plan(v: View, _w: object) -> list[Move]:
+        for sid in gone:
+            _need_shard(v, sid)
+        owner = owners(v.slots.value) if v.slots else [None] * SLOTS
+        return plan_remove(owner, gone, [s for s in live_shards(v) if s not in gone])
 
     rc = asyncio.run(_run(a, plan))
 
-    async def retire() -> bool:
+    async def retire() -> list[str]:
         store = await open_store(conn_from(a), a.cluster)
         try:
             v = await store.view()
-            if any(o == a.shard for o in owners(v.slots.value if v.slots else [])):
-                return False
-            await retire_shard(store, a.shard)
-            return True
+            held = set(owners(v.slots.value if v.slots else []))
+            done = []
+            for sid in gone:
+                if sid not in held:
+                    await retire_shard(store, sid)
+                    done.append(sid)
+            return done
         except ReshardError as e:
             raise CliError(str(e)) from None
         finally:
             await store.close()
 
-    if asyncio.run(retire()):
-        print(f"shard {a.shard} retired")
-    else:
-        print(f"shard {a.shard} is retired once its slots have moved: run `xshard "
-              f"remove-shard {a.shard}` again then (or use --wait)")
+    retired = asyncio.run(retire())
+    for sid in gone:
+        if sid in retired:
+            print(f"shard {sid} retired")
+        else:
+            print(f"shard {sid} is retired once its slots have moved: run `xshard "
+                  f"remove-shard {sid}` again then (or use --wait)")
     return rc
 
 

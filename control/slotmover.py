@@ -1,29 +1,34 @@
 """A node's part in moving slots, driven by etcd's `migrations/<slot>` records.
 
-The controller queues moves and starts a few at a time (`state: moving`, control/reshard.py);
-from then on the nodes finish them by themselves, so a move survives the controller's death.
-The primary of the source shard runs one task per moving slot:
+The controller queues moves and starts a number of them per source shard (`state: moving`,
+control/reshard.py); from then on the nodes finish them by themselves, so a move survives the
+controller's death. The primary of the source shard runs one task per target shard, which
+moves the target's slots in batches of up to BATCH:
 
-1. connect to the target shard's primary; `CLUSTER SETSLOT slot IMPORTING me` makes the link
-   the slot's importer there and drops what an earlier, unfinished attempt left;
-2. in one loop turn: start following the slot's effects (node/slotmove.py SlotTap) and send
-   every key of the slot as RESTORE-ASKING; then forward each later effect of the slot as it
-   happens, so the target (and, through its effect stream, its replicas) keeps up;
-3. once everything sent is acknowledged: pause the slot's writes (node/writepause.py), have the
+1. connect to the target shard's primary; `CLUSTER SETSLOT slot IMPORTING me` for each slot
+   makes the link the slots' importer there and drops what an earlier, unfinished attempt
+   left;
+2. take the image of the slots' keys and start following their effects, in one loop turn
+   (node/slotmove.py SlotCopy); send the image in bounded steps, IMAGE_WINDOW bytes in flight
+   at most, then the effects that came meanwhile, then each later effect as it happens, so the
+   target (and, through its effect stream, its replicas) keeps up;
+3. once everything sent is acknowledged: pause the slots' writes (node/writepause.py), have the
    target WAIT for one of its replicas (when it has one), and commit the flip in etcd, one
-   transaction: the slot map gives the slot to the target and the migration record goes,
-   guarded by the record, the map and this shard's record (so a failover or a rollback in
+   transaction: the slot map gives the slots to the target and their migration records go,
+   guarded by the records, the map and this shard's record (so a failover or a rollback in
    between makes it fail, and then nothing changed);
-4. tell the target the slot is its own (CLUSTER SETSLOT slot NODE target), drop the keys (DEL
-   effects: the source's replicas drop them too), answer -MOVED to clients blocked on them,
-   and end the pause: the postponed writes run again and get -MOVED. The pause is logged and
-   shown in INFO cluster (slot_move_last_pause_ms / slot_move_longest_pause_ms).
+4. tell the target the slots are its own (CLUSTER SETSLOT slot NODE target), answer -MOVED to
+   clients blocked on their keys and end the pause: the postponed writes run again and get
+   -MOVED. Then drop the keys (DEL effects: the source's replicas drop them too). The pause is logged
+   and shown in INFO cluster (slot_move_last_pause_ms / slot_move_longest_pause_ms).
 
 The source commits the flip itself because it holds the pause: waiting for the controller to
 notice would stretch it by a watch round trip or two. Anything that fails before the commit
 starts the attempt over (a new source or target primary after a failover included); after
-the commit the move is done whatever happens next. If a record disappears without a flip (a
-rollback), the target drops the keys it had imported for that slot.
+the commit the move is done whatever happens next. A primary drops the keys of every slot its
+shard neither owns nor imports (`sweep`): what a rolled-back import left on a target, and
+what a source that died between its flip and its drop left behind, once its successor sees
+the new map.
 """
 
 from __future__ import annotations
@@ -33,19 +38,23 @@ import contextlib
 import json
 import logging
 import time
+from collections import deque
 from typing import TYPE_CHECKING
 
 import hiredis
 
-from control.records import View, move_slot
+from control.records import View, move_slots, owners
 from node.resp import encode_command
-from node.slotmove import SlotTap, drop_slot, restore_commands
+from node.slotmove import SlotCopy, drop_slot, unblock_slot
 
 if TYPE_CHECKING:
     from control.agent import Agent
 
 log = logging.getLogger("xshard.agent")
 
+BATCH = 100  # slots moved together: one image, one pause, one etcd transaction (< 128 ops)
+IMAGE_WINDOW = 8 << 20  # image bytes sent and not yet acknowledged by the target, at most
+IMAGE_STEP = 256 << 10  # image bytes serialized per loop turn
 RETRY = 0.5  # seconds between attempts of a move that failed
 DRAIN_TIMEOUT = 5.0  # seconds for the target to acknowledge what was sent
 SWITCH_TIMEOUT = 2.0  # seconds the switch (WAIT, etcd) may take before it is abandoned
@@ -64,9 +73,11 @@ class Link:
         self.sent = 0
         self.acked = 0
         self.bytes = 0
+        self.acked_bytes = 0  # bytes of the commands answered so far
         self.error: str | None = None
         self.replies: list[object] = []  # replies of commands whose answer is wanted
         self._want: set[int] = set()
+        self._ends: deque[int] = deque()  # `bytes` after each unanswered command
         self._parser = hiredis.Reader()
         self._changed = asyncio.Event()
         self._task = asyncio.ensure_future(self._read())
@@ -80,13 +91,21 @@ class Link:
         return link
 
     def send(self, argv: list[bytes], want: bool = False) -> int:
-        data = encode_command(argv)
-        self.writer.write(data)
-        self.bytes += len(data)
-        self.sent += 1
+        self.send_raw(encode_command(argv))
         if want:
             self._want.add(self.sent)
         return self.sent
+
+    def send_raw(self, data: bytes) -> None:
+        """Send one encoded command."""
+        self.writer.write(data)
+        self.bytes += len(data)
+        self.sent += 1
+        self._ends.append(self.bytes)
+
+    @property
+    def in_flight(self) -> int:
+        return self.bytes - self.acked_bytes
 
     async def _read(self) -> None:
         try:
@@ -98,6 +117,8 @@ class Link:
                 self._parser.feed(data)
                 while (r := self._parser.gets()) is not False:
                     self.acked += 1
+                    if self._ends:
+                        self.acked_bytes = self._ends.popleft()
                     if isinstance(r, hiredis.ReplyError) and self.error is None:
                         self.error = f"target error: {r}"
                     if self.acked in self._want:
@@ -108,11 +129,11 @@ class Link:
         finally:
             self._changed.set()
 
-    async def drain(self, timeout: float) -> None:
-        """Wait until every command sent so far is answered (raises MoveAborted); what is
-        sent meanwhile is not waited for."""
+    async def drain(self, timeout: float, upto: int | None = None) -> None:
+        """Wait until every command sent so far (or the first `upto`) is answered; raises
+        MoveAborted. What is sent meanwhile is not waited for."""
         deadline = time.monotonic() + timeout
-        upto = self.sent
+        upto = self.sent if upto is None else upto
         await self.writer.drain()
         while self.acked < upto:
             if self.error:
@@ -126,6 +147,18 @@ class Link:
         if self.error:
             raise MoveAborted(self.error)
 
+    async def window(self, limit: int, timeout: float) -> None:
+        """Wait until at most `limit` of the bytes sent are unanswered."""
+        floor = self.bytes - limit
+        if self.acked_bytes >= floor:
+            return
+        n = 0
+        for end in self._ends:  # answers needed: up to the first command ending past `floor`
+            n += 1
+            if end >= floor:
+                break
+        await self.drain(timeout, self.acked + n)
+
     def close(self) -> None:
         self._task.cancel()
         self.writer.close()
@@ -137,130 +170,153 @@ class SlotMover:
     def __init__(self, agent: Agent) -> None:
         self.agent = agent
         self.server = agent.server
-        self.tasks: dict[int, asyncio.Task] = {}
-        self.importing: set[int] = set()  # slots whose records named this shard as target
+        self.tasks: dict[str, asyncio.Task] = {}  # target shard -> the task moving slots there
+        self.importing: set[int] = set()  # slots whose records name this shard as target
         # One switch at a time: every flip rewrites the slot map, so concurrent ones would
         # only fail each other's transactions while their slots stay paused.
         self.switching = asyncio.Lock()
-        self._owner: list[str | None] | None = None  # the slot owners of the last view
 
     # --- views ----------------------------------------------------------------------------------
     def on_view(self, v: View) -> None:
-        """Start a task for each slot this node must move; clean up rolled-back imports."""
+        """Start a task for each target shard this node has slots to move to; forget imports
+        whose records went; as a primary, drop the keys of slots that are not ours."""
         shard = self.agent.shard
         primary = self.agent.named_primary
-        wanted = set()
+        targets = set()
         importing = set()
         for slot, e in v.migrations.items():
             rec = e.value
             if rec.get("to") == shard:
                 importing.add(slot)
             if primary and rec.get("from") == shard and rec.get("state") == "moving":
-                wanted.add(slot)
-        for slot in wanted - set(self.tasks):
-            self.tasks[slot] = asyncio.ensure_future(self._move(slot))
+                targets.add(str(rec.get("to")))
+        for to in targets - set(self.tasks):
+            self.tasks[to] = asyncio.ensure_future(self._run(to))
         if not primary:  # a running move ends by itself once its record is gone
             self.stop()
         cl = self.server.cluster
-        # Slots that left this shard: drop what is left of them here (a move that was
-        # interrupted between its flip and its drop, by a failover or a restart).
-        owner = cl.owner
-        if primary and self._owner is not None and owner is not self._owner:
-            for slot, (was, now) in enumerate(zip(self._owner, owner, strict=True)):
-                if was == shard and now != shard and slot not in self.tasks:
-                    n = drop_slot(self.server, slot, b"-%s\r\n" % cl.redirect(slot))
-                    if n:
-                        log.warning("slot %d now belongs to shard %s: dropped %d keys left "
-                                    "here", slot, now, n)
-        self._owner = owner
-        for slot in self.importing - importing:
-            # The record went. If the slot is not ours now, the move was rolled back: what
-            # we imported is orphaned.
-            if primary and cl.owner_of(slot) != shard:
-                n = drop_slot(self.server, slot, b"")
-                if n:
-                    log.warning("slot %d: move to shard %s rolled back; dropped %d imported "
-                                "keys", slot, shard, n)
-            cl.importing.pop(slot, None)
+        if cl.importing:
+            # A slot stops being imported when its record went (a flip or a rollback); one
+            # whose record this node never saw (its view lagged) once no link imports it.
+            linked = set().union(*(c.import_slots for c in self.server.clients.values()))
+            for slot in list(cl.importing):
+                if slot not in importing and (slot in self.importing or slot not in linked):
+                    del cl.importing[slot]
         self.importing = importing
+        if primary and v.slots is not None:
+            self.sweep()
+
+    def sweep(self) -> int:
+        """Drop the keys of every slot this shard neither owns nor imports; returns how many."""
+        server = self.server
+        cl = server.cluster
+        shard = self.agent.shard
+        total = 0
+        slots = []
+        for slot in list(server.db.slots):
+            if cl.owner_of(slot) == shard or slot in self.importing or slot in cl.importing:
+                continue
+            total += drop_slot(server, slot, b"-%s\r\n" % cl.redirect(slot))
+            slots.append(slot)
+        if slots:
+            log.warning("slots %s belong to other shards: dropped the %d keys left here",
+                        _span(slots), total)
+        return total
 
     def stop(self) -> None:
         for t in self.tasks.values():
             t.cancel()
         self.tasks.clear()
 
-    # --- one slot -------------------------------------------------------------------------------
-    async def _move(self, slot: int) -> None:
+    # --- one target -----------------------------------------------------------------------------
+    def _wanted(self, to: str) -> list[int]:
+        """The next slots to move to shard `to`: moving records from this shard that this node
+        has not flipped already."""
+        v = self.agent.view
+        if v is None or not self.agent.named_primary:
+            return []
+        shard = self.agent.shard
+        owner_of = self.server.cluster.owner_of
+        out = [slot for slot, e in sorted(v.migrations.items())
+               if e.value.get("from") == shard and e.value.get("to") == to
+               and e.value.get("state") == "moving" and owner_of(slot) == shard]
+        return out[:BATCH]
+
+    async def _run(self, to: str) -> None:
         stats = self.server.move_stats
-        stats.running += 1
         try:
-            while True:
+            while slots := self._wanted(to):
+                stats.running = len(slots)
                 try:
-                    if await self._attempt(slot):
-                        return
+                    await self._attempt(to, slots)
+                    continue
                 except MoveAborted as e:
-                    log.warning("slot %d: move attempt abandoned (%s); retrying", slot, e)
+                    log.warning("slots %s: move attempt to shard %s abandoned (%s); retrying",
+                                _span(slots), to, e)
                 except (OSError, TimeoutError) as e:
-                    log.warning("slot %d: move attempt failed (%s); retrying", slot,
-                                type(e).__name__)
+                    log.warning("slots %s: move attempt to shard %s failed (%s); retrying",
+                                _span(slots), to, type(e).__name__)
                 await asyncio.sleep(RETRY)
         except asyncio.CancelledError:
             raise
         except Exception:  # a bug must not kill the agent; the next view restarts the move
-            log.exception("slot %d: move failed", slot)
+            log.exception("moves to shard %s failed", to)
         finally:
-            stats.running -= 1
-            if self.tasks.get(slot) is asyncio.current_task():
-                del self.tasks[slot]
+            stats.running = 0
+            if self.tasks.get(to) is asyncio.current_task():
+                del self.tasks[to]
 
-    def _target(self, slot: int) -> tuple[dict, str, str, int, int]:
-        """(record, target node id, host, port, live replicas of the target shard)."""
+    def _target(self, to: str) -> tuple[str, str, int, int]:
+        """(target node id, host, port, live replicas of the target shard)."""
         v = self.agent.view
-        e = v.migrations.get(slot) if v is not None else None
-        if e is None:
-            raise MoveAborted("the migration record is gone")
-        rec = e.value
-        sh = v.shards.get(rec["to"])
-        if sh is None or sh.value.primary is None or sh.value.primary not in v.nodes:
-            raise MoveAborted(f"shard {rec['to']} has no live primary")
+        sh = v.shards.get(to) if v is not None else None
+        if v is None or sh is None or sh.value.primary is None or sh.value.primary not in v.nodes:
+            raise MoveAborted(f"shard {to} has no live primary")
         n = v.nodes[sh.value.primary].value
         replicas = sum(1 for r in sh.value.replicas if r in v.nodes and r != n.id)
-        return rec, n.id, n.host, n.port, replicas
+        return n.id, n.host, n.port, replicas
 
-    async def _attempt(self, slot: int) -> bool:
-        """One try at moving `slot`; True when it is done (or no longer ours to move)."""
-        rec, tid, host, port, replicas = self._target(slot)
+    async def _attempt(self, to: str, slots: list[int]) -> None:
+        """One try at moving `slots` to shard `to`."""
+        tid, host, port, replicas = self._target(to)
         server = self.server
         stats = server.move_stats
         cfg = server.config
         link = await Link.open(host, port, cfg.masterauth or cfg.requirepass)
-        tap: SlotTap | None = None
-        paused = False
+        copy: SlotCopy | None = None
+        paused: list[int] = []
         try:
-            link.send([b"CLUSTER", b"SETSLOT", b"%d" % slot, b"IMPORTING",
-                       self.agent.node_id.encode()])
-            # One loop turn: the image and the tap start at the same point of the effects.
-            tap = SlotTap(slot, link.send)
-            server.taps.append(tap)
-            cmds = restore_commands(server, slot)
-            for cmd in cmds:
-                link.send(cmd)
-            keys, sent0 = len(cmds), link.bytes
-            log.info("slot %d: moving %d keys (%d bytes) to shard %s (%s)", slot, keys,
-                     link.bytes, rec["to"], tid)
-            await link.drain(DRAIN_TIMEOUT + link.bytes / 5e6)
+            me = self.agent.node_id.encode()
+            for slot in slots:
+                link.send([b"CLUSTER", b"SETSLOT", b"%d" % slot, b"IMPORTING", me])
+            # One loop turn: the image and the effects that follow start at the same point.
+            copy = SlotCopy(server, set(slots), link.send_raw)
+            keys = copy.keys
+            t0 = time.monotonic()
+            while copy.next_image(IMAGE_STEP):
+                if link.error:
+                    raise MoveAborted(link.error)
+                if link.in_flight > IMAGE_WINDOW:
+                    await link.window(IMAGE_WINDOW, DRAIN_TIMEOUT)
+                else:
+                    await asyncio.sleep(0)  # let the loop serve clients between steps
+            image = link.bytes
+            await link.drain(DRAIN_TIMEOUT)
+            log.info("slots %s: sent %d keys (%d bytes) to shard %s (%s) in %.0f ms", _span(slots),
+                     keys, image, to, tid, (time.monotonic() - t0) * 1000)
             # Catch up with the writes that came meanwhile, then switch.
             for _ in range(50):
-                if tap.broken:
+                if copy.broken:
                     raise MoveAborted("a FLUSHALL ran during the move")
                 if link.sent - link.acked < 64:
                     break
                 await link.drain(DRAIN_TIMEOUT)
             async with self.switching:
                 v = await self.agent.store.view()  # read before the pause, not in it
-                server.pauses.pause_slot(slot)
-                paused = True
-                t0 = time.perf_counter()
+                for slot in slots:
+                    server.pauses.pause_slot(slot)
+                    paused.append(slot)
+                t1 = time.perf_counter()
                 need = min(replicas, 1)
                 if need:
                     link.send([b"WAIT", b"%d" % need, b"%d" % int(SWITCH_TIMEOUT * 500)],
@@ -269,63 +325,119 @@ class SlotMover:
                 if need and (not link.replies or not isinstance(link.replies[-1], int)
                              or link.replies[-1] < need):
                     raise MoveAborted("the target's replica did not acknowledge in time")
-                if tap.broken:
+                if copy.broken:
                     raise MoveAborted("a FLUSHALL ran during the move")
-                server.taps.remove(tap)
-                tap = None
-                t1 = time.perf_counter()
-                done = await asyncio.wait_for(self._commit(slot, rec, v), SWITCH_TIMEOUT)
+                copy.remove(server)
+                effects = copy.forwarded
+                copy = None
                 t2 = time.perf_counter()
+                try:
+                    done = await asyncio.wait_for(self._commit(to, slots, v), SWITCH_TIMEOUT)
+                except (MoveAborted, asyncio.CancelledError):
+                    raise
+                except Exception as e:  # noqa: BLE001 - etcd slow or away
+                    # The transaction may have gone through: the pause holds until etcd says.
+                    log.warning("slots %s: the flip's outcome is unknown (%r); asking etcd",
+                                _span(slots), e)
+                    done = await self._outcome(to, slots)
+                t3 = time.perf_counter()
             if not done:
-                return True  # rolled back or taken over: nothing more to do here
-            # The slot is the target's now: say so there first, so that the clients we
-            # redirect are served at once.
+                return  # rolled back, or this node is no longer the source's primary
+            # The slots are the target's now: say so there first (the redirected clients
+            # get there after it, as the link is already open), answer -MOVED to the
+            # clients blocked on their keys, end the pause (the postponed writes get
+            # -MOVED), then drop the keys.
             cl = server.cluster
-            cl.set_owner(slot, rec["to"])
-            link.send([b"CLUSTER", b"SETSLOT", b"%d" % slot, b"NODE", tid.encode()])
-            with contextlib.suppress(MoveAborted):
-                await link.drain(1.0)
-            dropped = drop_slot(server, slot, b"-%s\r\n" % cl.redirect(slot))
-            ms = server.pauses.resume_slot(slot)
-            paused = False
-            stats.done += 1
+            for slot in done:
+                cl.set_owner(slot, to)
+                link.send([b"CLUSTER", b"SETSLOT", b"%d" % slot, b"NODE", tid.encode()])
+            for slot in done:
+                unblock_slot(server, slot, b"-%s\r\n" % cl.redirect(slot))
+            ms = max(server.pauses.resume_slot(slot) for slot in paused)
+            paused = []
+            dropped = sum(drop_slot(server, slot) for slot in done)
+            stats.done += len(done)
             stats.keys += keys
-            stats.bytes += sent0
-            stats.effects += link.sent - keys
+            stats.bytes += image
+            stats.effects += effects
             stats.last_pause_ms = ms
-            log.info("slot %d: moved to shard %s; writes paused %.1f ms (drain and WAIT %.1f, "
-                     "etcd %.1f), %d keys dropped here", slot, rec["to"], ms,
-                     (t1 - t0) * 1000, (t2 - t1) * 1000, dropped)
-            return True
+            log.info("slots %s: moved to shard %s; writes paused %.1f ms (drain and WAIT %.1f, "
+                     "etcd %.1f), %d keys dropped here", _span(done), to, ms,
+                     (t2 - t1) * 1000, (t3 - t2) * 1000, dropped)
+            with contextlib.suppress(MoveAborted):
+                await link.drain(1.0)  # let SETSLOT NODE arrive before the link closes
         finally:
-            if tap is not None and tap in server.taps:
-                server.taps.remove(tap)
-            if paused:
+            if copy is not None:
+                copy.remove(server)
+            for slot in paused:
                 server.pauses.resume_slot(slot)
             link.close()
 
-    async def _commit(self, slot: int, rec: dict, v: View) -> bool:
-        """The flip: one etcd transaction, first against the view `v` read just before the
-        pause. False when the record is gone or changed (a rollback, or another node's
-        move) or this node is no longer the source's primary; retried on a fresh view while
-        only the slot map moved (other shards' flips)."""
+    async def _commit(self, to: str, slots: list[int], v: View) -> list[int]:
+        """The flip: one etcd transaction for the slots whose records still stand, first
+        against the view `v` read just before the pause. Returns the slots flipped: none when
+        this node is no longer the source's primary or every record is gone (rolled back).
+        Retried on a fresh view while only the slot map moved (other shards' flips); a retry
+        that finds the slots already given to `to` learns that an earlier try went through
+        (only this node, as the source's primary, flips them)."""
         store = self.agent.store
+        shard = self.agent.shard
         for i in range(30):
             if i:
                 v = await store.view()
-            e = v.migrations.get(slot)
-            if e is None or e.value.get("from") != rec["from"] or e.value.get("to") != rec["to"]:
-                return False
-            sh = v.shards.get(rec["from"])
-            if sh is None or sh.value.primary != self.agent.node_id or v.slots is None:
-                return False
-            new = move_slot(v.slots.value, slot, rec["to"])
-            ok = await store.commit(
-                [store.guard(store.key("migrations", str(slot)), e.mod),
-                 store.guard(store.key("slots"), v.slots.mod),
-                 store.guard(store.key("shards", rec["from"]), sh.mod)],
-                [(store.key("slots"), json.dumps(new).encode(), 0)],
-                (store.key("migrations", str(slot)),))
-            if ok:
-                return True
+            if v.slots is None:
+                return []
+            if i:
+                owner = owners(v.slots.value)
+                flipped = [s for s in slots if owner[s] == to]
+                if flipped:
+                    return flipped
+            sh = v.shards.get(shard)
+            if sh is None or sh.value.primary != self.agent.node_id:
+                return []
+            recs = {s: e for s in slots if (e := v.migrations.get(s)) is not None
+                    and e.value.get("from") == shard and e.value.get("to") == to}
+            if not recs:
+                return []
+            new = move_slots(v.slots.value, recs, to)
+            compares = [store.guard(store.key("migrations", str(s)), e.mod)
+                        for s, e in recs.items()]
+            compares += [store.guard(store.key("slots"), v.slots.mod),
+                         store.guard(store.key("shards", shard), sh.mod)]
+            if await store.commit(compares, [(store.key("slots"), json.dumps(new).encode(), 0)],
+                                  tuple(store.key("migrations", str(s)) for s in recs)):
+                return list(recs)
+        done = await self._outcome(to, slots)  # the last try may have gone through unseen
+        if done:
+            return done
         raise MoveAborted("the slot map kept changing under the flip")
+
+    async def _outcome(self, to: str, slots: list[int]) -> list[int]:
+        """The slots that a flip whose answer was lost gave to `to`, read from etcd as soon as
+        it answers (the slots stay paused meanwhile). Gives up only once this node is no
+        longer named primary: then the fence refuses the writes anyway."""
+        while self.agent.named_primary:
+            try:
+                v = await asyncio.wait_for(self.agent.store.view(), SWITCH_TIMEOUT)
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # noqa: BLE001 - etcd still away: ask again
+                await asyncio.sleep(0.2)
+                continue
+            if v.slots is None:
+                return []
+            owner = owners(v.slots.value)
+            return [s for s in slots if owner[s] == to]
+        return []
+
+
+def _span(slots: list[int]) -> str:
+    """`5` or `5-9` or `5,7-9,... (+12 more)` for logs."""
+    runs: list[list[int]] = []
+    for s in sorted(slots):
+        if runs and runs[-1][1] == s - 1:
+            runs[-1][1] = s
+        else:
+            runs.append([s, s])
+    parts = [f"{a}" if a == b else f"{a}-{b}" for a, b in runs]
+    return ",".join(parts[:4]) + (f" (+{len(parts) - 4} more)" if len(parts) > 4 else "")

@@ -17,7 +17,7 @@ class Client:
         "last_interaction_ms", "last_cmd", "in_multi", "multi_queue", "multi_failed", "in_exec",
         "watched", "dirty_cas", "blocked", "rerunning", "readonly", "asking", "lib_name",
         "lib_ver", "close_after_reply", "obuf_soft_since", "no_evict", "is_master", "woff",
-        "import_slot",
+        "import_slots",
     )
 
     def __init__(self, server: ClientContext, conn: RespConnection | None, client_id: int,
@@ -52,7 +52,7 @@ class Client:
         self.no_evict = False
         self.is_master = False  # the client that applies a primary's effects (or the AOF)
         self.woff = 0  # effect-log offset after this client's last write (WAIT, WAITAOF)
-        self.import_slot = -1  # the slot this link imports (CLUSTER SETSLOT IMPORTING on it)
+        self.import_slots: set[int] = set()  # slots this link imports (SETSLOT IMPORTING on it)
 
     @property
     def db(self) -> Keyspace:

@@ -212,7 +212,7 @@ class ClusterState(SlotMap):
                 shard: str | None) -> bytes | None:
         """Redis's rules for a slot in CLUSTER SETSLOT MIGRATING/IMPORTING state: b"" to
         serve, an error, or None for the ordinary owner check."""
-        if slot in self.importing and (c.asking or c.import_slot == slot
+        if slot in self.importing and (c.asking or slot in c.import_slots
                                        or argv[0].lower() == b"restore-asking"):
             return b""
         to = self.migrating.get(slot)
@@ -358,8 +358,3 @@ class ClusterState(SlotMap):
             ("total_cluster_links_buffer_limit_exceeded", 0),
         ]
         return "".join(f"{k}:{v}\r\n" for k, v in fields).encode()
-
-    def keys_in_slot(self, slot: int) -> list[bytes]:
-        # A scan: per-slot key indexes would cost memory on every write, and these commands
-        # are rare (resharding tools, debugging).
-        return [k for k in self.server.db.data if key_slot(k) == slot]

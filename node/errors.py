@@ -418,6 +418,12 @@ IOERR_WRITE = b"IOERR error or timeout writing to target instance"
 IOERR_READ = b"IOERR error or timeout reading to target instance"
 
 
+SLOT_RESTORE_NOT_IMPORTING = (b"ERR XSHARD.RESTORE is a slot move's own command: only a connection "
+                              b"that sent CLUSTER SETSLOT <slot> IMPORTING for the key's slot may "
+                              b"send it")
+SLOT_RESTORE_NO_HEAD = b"ERR XSHARD.RESTORE BLOCKS needs a stream made by XSHARD.RESTORE HEAD"
+
+
 def restore_unsupported(kind: str) -> bytes:
     """A well-formed payload of a type xshard does not store (hashes, sorted sets, ...)."""
     return b"ERR Bad data format: xshard does not store %s values" % kind.encode()

@@ -1,27 +1,48 @@
-"""The node-local half of moving a slot: what a source sends and what it drops.
+"""The node-local half of moving slots: what a source sends, what a target rebuilds, and what
+a source drops.
 
-The move itself is driven from etcd (control/slotmover.py): the source primary copies the
-slot's keys to the target primary as RESTORE-ASKING commands, then forwards the effects of
-every later write to the slot (`SlotTap`), so the target applies the same deterministic
-commands the source's replicas get. The target applies them as ordinary commands, so its
-own effect stream (AOF, replicas) carries the imported data. For the switch the source
-pauses the slot's writes (node/writepause.py), drains the link, commits the flip in etcd,
-drops the keys (`drop_slot`: DELs, so its replicas drop them too) and answers -MOVED,
-also to clients that were blocked on a key of the slot.
+The move itself is driven from etcd (control/slotmover.py). The source primary copies the
+keys of a batch of slots to the target primary as one consistent image and then forwards the
+effects of every later write to those slots (`SlotCopy`), so the target applies the same
+deterministic commands that the source's replicas get. The target applies them as ordinary
+commands, so its own effect stream (AOF, replicas) carries the imported data. For the switch
+the source pauses the slots' writes (node/writepause.py), drains the link, commits the flip
+in etcd, answers -MOVED (also to clients blocked on a key of the slots) and drops the keys
+(`drop_slot`: DEL effects, so its replicas drop them too).
+
+The image is taken in one loop turn, but cheaply: a stream's sealed nodes are immutable
+bytes, so taking one is a tuple of references per node (`Block.state()`), not a walk over its
+entries. It is then sent in bounded steps: XSHARD.RESTORE key HEAD (the value, or a stream's
+counters and consumer groups) and XSHARD.RESTORE key BLOCKS (up to BLOCKS_PER_CHUNK nodes at
+a time, in the snapshot's own marshal format, node/snapshot.py), so neither side ever
+serializes or loads a long stream in one go. Effects of the slots that happen while the image
+is on its way wait in a queue and follow it, in order. (Redis's RESTORE format, node/rdb.py,
+re-encodes every entry: ~100x slower, so it is used for DUMP/RESTORE/MIGRATE only.)
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import TYPE_CHECKING
+import marshal
+import zlib
+from collections import deque
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any
 
-from node import command_table, rdb
+from node import command_table, errors
+from node.groups import ConsumerGroup
+from node.resp import ReplyError, encode_command
 from node.slots import key_slot
+from node.stream import Block, Stream
 
 if TYPE_CHECKING:
+    from node.client import Client
     from node.server import Server
 
+RESTORE = b"XSHARD.RESTORE"
+IMAGE_VERSION = 1
+BLOCKS_PER_CHUNK = 256  # nodes per XSHARD.RESTORE BLOCKS (~25k entries of 100 per node)
 _FLUSH = frozenset((b"flushall", b"flushdb"))
+_KINDS: dict[type, str] = {bytes: "string", deque: "list", set: "set"}
 
 
 class MoveStats:
@@ -45,39 +66,69 @@ class MoveStats:
                 ("slot_move_longest_pause_ms", f"{longest_pause_ms:.2f}")]
 
 
-def slot_keys(server: Server, slot: int) -> list[bytes]:
-    """The keys of one slot (a scan: the key space keeps no per-slot index)."""
-    return [k for k in server.db.data if key_slot(k) == slot]
+# --- the image ----------------------------------------------------------------------------------
+def _pack(obj: Any) -> bytes:
+    data = marshal.dumps(obj, 4)
+    return data + zlib.crc32(data).to_bytes(4, "little")
 
 
-def restore_commands(server: Server, slot: int) -> list[list[bytes]]:
-    """RESTORE-ASKING of every live key of the slot, with its absolute expiry (ABSTTL), as
-    one consistent image: call it in the same loop turn as the tap is installed."""
-    db = server.db
-    out = []
-    for key in slot_keys(server, slot):
-        v = db.get(key)  # expires a key that is due (its DEL effect reaches the tap)
-        if v is None:
-            continue
-        when = db.expires.get(key)
-        cmd = [b"RESTORE-ASKING", key, b"%d" % (when or 0), rdb.dump_payload(v), b"REPLACE"]
-        if when:
-            cmd.append(b"ABSTTL")
-        out.append(cmd)
-    return out
+def _unpack(payload: bytes) -> Any:
+    data = payload[:-4]
+    if len(payload) < 5 or zlib.crc32(data).to_bytes(4, "little") != payload[-4:]:
+        raise ReplyError(errors.BAD_DATA_FORMAT)
+    try:
+        return marshal.loads(data)
+    except (ValueError, EOFError, TypeError):
+        raise ReplyError(errors.BAD_DATA_FORMAT) from None
 
 
-class SlotTap:
-    """Forwards every effect that touches `slot` to `send` (installed in Server.taps).
+def _image(key: bytes, value: Any, exp: int) -> Iterator[list[bytes]]:
+    """The XSHARD.RESTORE commands that rebuild one key, from its `_capture`."""
+    kind, v = value
+    if kind == "stream":
+        counters, groups, states = v
+        yield [RESTORE, key, b"HEAD", _pack((IMAGE_VERSION, "stream", exp,
+                                             (counters, groups, len(states))))]
+        for i in range(0, len(states), BLOCKS_PER_CHUNK):
+            chunk = states[i:i + BLOCKS_PER_CHUNK]
+            yield [RESTORE, key, b"BLOCKS", _pack((chunk, i + len(chunk) == len(states)))]
+    else:
+        yield [RESTORE, key, b"HEAD", _pack((IMAGE_VERSION, kind, exp, v))]
 
-    Effects without keys that wipe data (FLUSHALL) cannot be forwarded per slot: `broken`
-    is set and the move starts over."""
 
-    def __init__(self, slot: int, send: Callable[[list[bytes]], None]) -> None:
-        self.slot = slot
+def _capture(value: Any) -> Any:
+    """A frozen copy of a value: for a stream, references to its immutable node bytes."""
+    if type(value) is Stream:
+        return "stream", ((value.length, value.last_id, value.first_id,
+                           value.max_deleted_entry_id, value.entries_added),
+                          [(name, g.dump_state()) for name, g in value.groups.items()],
+                          [b.state() for b in value.blocks()])
+    kind = _KINDS[type(value)]
+    return kind, value if kind == "string" else list(value)
+
+
+class SlotCopy:
+    """The source's side of moving the keys of `slots`: installed in `server.taps`, it takes
+    the image at once, hands it out in bounded steps (`next_image`) and then forwards every
+    effect of the slots to `send` (encoded commands), in the order they happened."""
+
+    def __init__(self, server: Server, slots: set[int], send: Callable[[bytes], None]) -> None:
+        self.slots = slots
         self.send = send
-        self.broken = False
+        self.broken = False  # a FLUSHALL ran: the image is void, start over
         self.forwarded = 0
+        self._queue: list[bytes] | None = []  # effects held while the image is on its way
+        server.taps.append(self)
+        db = server.db
+        self._keys: list[tuple[bytes, Any, int]] = []
+        for slot in slots:
+            for key in db.keys_in_slot(slot):
+                v = db.get(key)  # expires a key that is due (its DEL is queued: harmless)
+                if v is not None:
+                    self._keys.append((key, _capture(v), db.expires.get(key) or 0))
+        self.keys = len(self._keys)
+        self._cmds: Iterator[list[bytes]] = (
+            cmd for key, v, exp in self._keys for cmd in _image(key, v, exp))
 
     def __call__(self, argv: list[bytes]) -> None:
         name = argv[0].lower()
@@ -85,24 +136,147 @@ class SlotTap:
             self.broken = True
             return
         positions = command_table.get_keys(argv)
-        if positions and key_slot(argv[positions[0]]) == self.slot:
+        if positions and key_slot(argv[positions[0]]) in self.slots:
             self.forwarded += 1
-            self.send(argv)
+            data = encode_command(argv)
+            if self._queue is not None:
+                self._queue.append(data)
+            else:
+                self.send(data)
+
+    def next_image(self, budget: int) -> int:
+        """Send image commands worth about `budget` bytes; returns the bytes sent, 0 when the
+        image is complete (then the queued effects have been sent and later ones follow)."""
+        sent = 0
+        for cmd in self._cmds:
+            data = encode_command(cmd)
+            self.send(data)
+            sent += len(data)
+            if sent >= budget:
+                return sent
+        if self._queue is not None:
+            queued, self._queue = self._queue, None
+            for data in queued:
+                self.send(data)
+            self._keys = []
+        return sent
+
+    def remove(self, server: Server) -> None:
+        if self in server.taps:
+            server.taps.remove(self)
 
 
-def drop_slot(server: Server, slot: int, moved: bytes) -> int:
-    """After the flip: delete the slot's keys (as DEL effects) and give the clients blocked
-    on them `moved` (a -MOVED reply). Returns the number of keys dropped."""
+# --- the target's side ---------------------------------------------------------------------------
+def _check_groups(groups: Any) -> bool:
+    if type(groups) is not list:
+        return False
+    for g in groups:
+        if type(g) is not tuple or len(g) != 2 or type(g[0]) is not bytes:
+            return False
+        st = g[1]
+        if type(st) is not tuple or len(st) != 4:
+            return False
+        last, read, consumers, pel = st
+        if type(last) is not int or not (read is None or type(read) is int):
+            return False
+        if type(consumers) is not list or type(pel) is not list:
+            return False
+        names = set()
+        for c in consumers:
+            if (type(c) is not tuple or len(c) != 3 or type(c[0]) is not bytes
+                    or type(c[1]) is not int or type(c[2]) is not int):
+                return False
+            names.add(c[0])
+        for p in pel:
+            if (type(p) is not tuple or len(p) != 2 or type(p[0]) is not int
+                    or type(p[1]) is not tuple or len(p[1]) != 3 or type(p[1][0]) is not int
+                    or type(p[1][1]) is not int or p[1][2] not in names):
+                return False
+    return True
+
+
+def _stream_head(head: Any) -> Stream:
+    if type(head) is not tuple or len(head) != 3:
+        raise ReplyError(errors.BAD_DATA_FORMAT)
+    counters, groups, _nodes = head
+    if (type(counters) is not tuple or len(counters) != 5
+            or not all(type(x) is int and x >= 0 for x in counters) or not _check_groups(groups)):
+        raise ReplyError(errors.BAD_DATA_FORMAT)
+    s = Stream()
+    (s.length, s.last_id, s.first_id, s.max_deleted_entry_id, s.entries_added) = counters
+    s.groups = {name: ConsumerGroup.from_state(st) for name, st in groups}
+    return s
+
+
+def _value(kind: Any, v: Any) -> Any:
+    if kind == "string" and type(v) is bytes:
+        return v
+    if kind in ("list", "set") and type(v) is list and v and all(type(x) is bytes for x in v):
+        return deque(v) if kind == "list" else set(v)
+    raise ReplyError(errors.BAD_DATA_FORMAT)
+
+
+def restore_part(c: Client, key: bytes, part: bytes, payload: bytes) -> None:
+    """XSHARD.RESTORE key HEAD|BLOCKS payload on the target (or on its replicas and in its
+    AOF, where it is an effect like any other). HEAD replaces the key; BLOCKS appends nodes to
+    the stream its HEAD made, and the last chunk checks the whole stream. Only a link that
+    imports the key's slot (CLUSTER SETSLOT IMPORTING) may send it."""
+    if not c.is_master and key_slot(key) not in c.import_slots:
+        raise ReplyError(errors.SLOT_RESTORE_NOT_IMPORTING)
+    data = _unpack(payload)
+    db = c.db
+    if part == b"head":
+        if type(data) is not tuple or len(data) != 4 or data[0] != IMAGE_VERSION \
+                or type(data[2]) is not int:
+            raise ReplyError(errors.BAD_DATA_FORMAT)
+        _v, kind, exp, body = data
+        value = _stream_head(body) if kind == "stream" else _value(kind, body)
+        if db.data.get(key) is not None:
+            db.remove(key)
+        db.set(key, value)
+        if exp:
+            db.set_expire(key, exp)
+        return
+    if part != b"blocks":
+        raise ReplyError(errors.SYNTAX)
+    s = db.data.get(key)
+    if type(s) is not Stream:
+        raise ReplyError(errors.SLOT_RESTORE_NO_HEAD)
+    if (type(data) is not tuple or len(data) != 2 or type(data[0]) is not list
+            or not all(Block.check_state(st) for st in data[0])):
+        raise ReplyError(errors.BAD_DATA_FORMAT)
+    states, last = data
+    firsts = s.node_keys()
+    prev = firsts[-1] if firsts else -1
+    for st in states:
+        if st[0] <= prev:
+            raise ReplyError(errors.BAD_DATA_FORMAT)
+        prev = st[0]
+    s.add_blocks(states)
+    if last and (sum(b.live for b in s.blocks()) != s.length or prev > s.last_id):
+        db.remove(key)  # a stream that does not add up is not kept
+        raise ReplyError(errors.BAD_DATA_FORMAT)
+
+
+# --- after the flip ----------------------------------------------------------------------------
+def unblock_slot(server: Server, slot: int, moved: bytes) -> None:
+    """Give the clients blocked on keys of `slot` the reply `moved` (a -MOVED error)."""
     blocking = server.blocking
-    for key, q in list(blocking.waiting.items()) if moved else ():
+    for key, q in list(blocking.waiting.items()):
         if key[:1] != b"\x00" and key_slot(key) == slot:
             for c in list(q):
                 blocking.unblock(c, moved)
-    n = 0
-    for key in slot_keys(server, slot):
-        del server.db.data[key]
-        server.db.expires.pop(key, None)
-        server.db.changed(key)
+
+
+def drop_slot(server: Server, slot: int, moved: bytes = b"") -> int:
+    """Delete the slot's keys (as DEL effects, so the replicas drop them too) and, with
+    `moved`, first give the clients blocked on them that reply. Returns the keys dropped."""
+    if moved:
+        unblock_slot(server, slot, moved)
+    db = server.db
+    keys = db.keys_in_slot(slot)
+    for key in keys:
+        db.remove(key)
+        db.changed(key)
         server.propagate([b"DEL", key])
-        n += 1
-    return n
+    return len(keys)

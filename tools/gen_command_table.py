@@ -75,6 +75,7 @@ SERVED: dict[str, list[str] | None] = {
                 "getkeysinslot", "setslot", "help"],
     # moving keys between servers (node/rdb.py, node/commands/migrate.py)
     "dump": None, "restore": None, "restore-asking": None, "migrate": None,
+    "xshard.restore": None,
     "role": None, "replicaof": None, "slaveof": None, "replconf": None, "psync": None,
     "sync": None,
     # a few non-stream types so that tools and WRONGTYPE tests work
@@ -101,6 +102,30 @@ HAND_WRITTEN: dict[str, dict[str, Any]] = {
                           {"name": "timeout", "type": "integer"}],
         },
         "origin": "hand-written (Redis 7.2+; redis-server 7.0 has no WAITAOF)",
+    },
+    # xshard's own: a slot move's copy of one key (node/slotmove.py), shaped like RESTORE-ASKING.
+    "xshard.restore": {
+        "name": "xshard.restore", "arity": 4, "flags": ["write", "denyoom", "asking"],
+        "first_key": 1, "last_key": 1, "step": 1,
+        "acl_categories": ["@keyspace", "@write", "@slow", "@dangerous"],
+        "tips": [],
+        "key_specs": [{"flags": ["OW", "update"],
+                       "begin_search": {"type": "index", "spec": {"index": 1}},
+                       "find_keys": {"type": "range",
+                                     "spec": {"lastkey": 0, "keystep": 1, "limit": 0}}}],
+        "docs": {
+            "summary": "An internal command for moving slots between xshard nodes: one part "
+                       "of a key's copy, in xshard's own format",
+            "since": "xshard", "group": "server",
+            "complexity": "O(N) where N is the number of stream nodes in the part",
+            "doc_flags": ["syscmd"],
+            "arguments": [{"name": "key", "type": "key", "key_spec_index": 0},
+                          {"name": "part", "type": "oneof", "arguments": [
+                              {"name": "head", "type": "pure-token", "token": "HEAD"},
+                              {"name": "blocks", "type": "pure-token", "token": "BLOCKS"}]},
+                          {"name": "payload", "type": "string"}],
+        },
+        "origin": "hand-written (xshard's own; no Redis has it)",
     },
     # CLIENT SETINFO is new in 7.2 (client-setinfo.json); redis-py and redis-cli send it on
     # connect, so answering it with the real arity/flags keeps them quiet.

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 from node import errors
 from node.client import Client
 from node.commands import command
@@ -54,13 +56,14 @@ def cluster(c: Client, argv: list[bytes]) -> bytes:
     if sub == b"info":
         return encode(Verbatim(state.info_text()), c.proto)
     if sub == b"countkeysinslot":
-        return integer(len(state.keys_in_slot(_slot_arg(argv[2]))))
+        return integer(c.db.count_in_slot(_slot_arg(argv[2])))
     if sub == b"getkeysinslot":
         slot = errors.parse_int_or_error(argv[2])
         count = errors.parse_int_or_error(argv[3])
         if not 0 <= slot < SLOTS or count < 0:
             raise ReplyError(errors.INVALID_SLOT_OR_COUNT)
-        return encode(state.keys_in_slot(slot)[:count], c.proto)
+        keys = c.db.slots.get(slot, ())
+        return encode(list(itertools.islice(keys, count)), c.proto)
     if sub == b"setslot":
         return _setslot(c, state, argv)
     raise ReplyError(errors.unknown_subcommand(argv[1], b"CLUSTER"))
@@ -71,7 +74,7 @@ def _setslot(c: Client, state, argv: list[bytes]) -> bytes:  # noqa: ANN001 - Cl
     (the slot map itself changes in etcd, control/slotmover.py). IMPORTING on a slot this
     node does not own also marks the connection as the importer of the slot and drops keys
     a previous, unfinished import left there, so a move that starts over starts clean."""
-    from node.slotmove import drop_slot, slot_keys
+    from node.slotmove import drop_slot
 
     slot = errors.string2ll(argv[2])
     if slot is None or not 0 <= slot < SLOTS:
@@ -96,9 +99,9 @@ def _setslot(c: Client, state, argv: list[bytes]) -> bytes:  # noqa: ANN001 - Cl
             raise ReplyError(errors.setslot_already_owner(slot))
         drop_slot(c.server, slot, b"")
         state.importing[slot] = node.id
-        c.import_slot = slot
+        c.import_slots.add(slot)
     else:
-        if node.shard != state.myshard and mine and slot_keys(c.server, slot):
+        if node.shard != state.myshard and mine and c.db.count_in_slot(slot):
             raise ReplyError(errors.setslot_still_has_keys(slot))
         state.set_owner(slot, node.shard)
     return OK

@@ -19,7 +19,7 @@ import logging
 
 import hiredis
 
-from node import errors, rdb
+from node import errors, rdb, slotmove
 from node.blocking import Blocked
 from node.client import Client
 from node.commands import command
@@ -102,6 +102,17 @@ def restore(c: Client, argv: list[bytes]) -> bytes:
         db.set_expire(key, ttl)
         effect.append(b"ABSTTL")
     c.server.propagate(effect)
+    return OK
+
+
+@command(b"xshard.restore")
+def xshard_restore(c: Client, argv: list[bytes]) -> bytes:
+    """XSHARD.RESTORE key HEAD|BLOCKS payload: one step of a slot move's copy of a key, in
+    xshard's own format (node/slotmove.py). It goes out as its own effect: the target's
+    replicas and AOF rebuild the key the same way."""
+    slotmove.restore_part(c, argv[1], argv[2].lower(), argv[3])
+    c.server.dirty += 1
+    c.server.propagate(argv)
     return OK
 
 
