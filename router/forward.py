@@ -8,7 +8,8 @@ connection (router/upstream.py), so a request costs one object and no closures:
   connection, a write retried that way is at-least-once.
 - `BlockedRead`: a single-slot XREAD/XREADGROUP with BLOCK. It takes a dedicated upstream
   connection and the client's later requests wait, as on a node; a failover or a slot move
-  re-issues it at the new owner with the time that is left. CLIENT UNBLOCK and a disconnect end
+  (-MOVED, or -ASK: then with ASKING) re-issues it at the new owner with the time that is
+  left, an XREAD's `$` pinned to the entry it stood for. CLIENT UNBLOCK and a disconnect end
   it: closing the upstream connection is how a node forgets a blocked client.
 - `Gather`: several requests whose replies are merged into one, in request order.
 """
@@ -19,6 +20,8 @@ import time
 from collections.abc import Callable, Sequence
 from functools import partial
 from typing import TYPE_CHECKING
+
+import hiredis
 
 from node import errors
 from node.resp import encode_command, error, error_code, null_array, parse_redirect
@@ -114,13 +117,24 @@ class Forward:
 
 class BlockedRead:
     """A single-slot XREAD/XREADGROUP BLOCK; see the module docstring. It is also what
-    `client.blocked` holds while it waits (CLIENT UNBLOCK, INFO blocked_clients)."""
+    `client.blocked` holds while it waits (CLIENT UNBLOCK, INFO blocked_clients), unless it
+    is one part of a multi-shard XREAD (router/xread.py), which gets its reply via `done`.
+
+    XREAD's `$` means "what is added after now", and a node says what that was only by the
+    entries it returns. So that a re-issue elsewhere starts from the same point, the first
+    issue is preceded, on the same connection, by `XREVRANGE key + - COUNT 1` for each `$`
+    key: the last entry then (or 0-0), which is what the re-issue asks for instead of `$`.
+    Nothing can exist between that entry and the stream's last ID, so the read is the same;
+    an entry added between the two commands is one added after the client's request, which
+    the read may well return."""
 
     __slots__ = ("router", "c", "argv", "block_at", "slot", "write", "cell", "deadline", "up",
-                 "pool", "over", "issued", "attempt")
+                 "pool", "over", "issued", "attempt", "done", "dollars", "since")
 
     def __init__(self, router: Router, c: RouterClient, argv: list[bytes], block_at: int,
-                 block_ms: int, slot: int, write: bool, cell: Cell) -> None:
+                 block_ms: int, slot: int, write: bool, cell: Cell | None,
+                 dollars: list[tuple[int, int]] | None = None,
+                 done: Callable[[bytes], None] | None = None) -> None:
         self.router = router
         self.c = c
         self.argv = argv
@@ -128,12 +142,15 @@ class BlockedRead:
         self.slot = slot
         self.write = write
         self.cell = cell
+        self.done = done  # a part of a multi-shard read: the reply goes here
         self.deadline = time.monotonic() + block_ms / 1000 if block_ms else 0.0
         self.up: Upstream | None = None
         self.pool: Pool | None = None
         self.over = False
         self.issued = False
         self.attempt = 0
+        self.dollars = dollars or []  # (key index, ID index) of each `$` ID in argv
+        self.since: dict[int, bytes] = {}  # ID index -> the entry `$` stood for
 
     def start(self) -> None:
         self.c.blocked = self
@@ -143,7 +160,7 @@ class BlockedRead:
     def timeout_reply(self, proto: int) -> bytes:
         return null_array(proto)
 
-    def issue(self, addr: tuple[str, int] | None = None) -> None:
+    def issue(self, addr: tuple[str, int] | None = None, asking: bool = False) -> None:
         if self.over:
             return
         router, c = self.router, self.c
@@ -154,18 +171,41 @@ class BlockedRead:
                 router.loop.call_later(RETRY_DELAY, self.issue)
                 return
         argv = self.argv
-        if self.deadline and self.issued:  # a re-issue gets only the time that is left
-            left = int((self.deadline - time.monotonic()) * 1000)
-            if left <= 0:
-                return self.finish(null_array(c.proto))
+        if self.issued and (self.deadline or self.since):
             argv = list(argv)
-            argv[self.block_at] = b"%d" % max(left, 1)
+            if self.deadline:  # a re-issue gets only the time that is left
+                left = int((self.deadline - time.monotonic()) * 1000)
+                if left <= 0:
+                    return self.finish(null_array(c.proto))
+                argv[self.block_at] = b"%d" % max(left, 1)
+            for i, sid in self.since.items():
+                argv[i] = sid
         self.issued = True
         self.pool = router.pool(addr, c.proto, replica)
-        self.up = self.pool.get_dedicated()
+        self.up = up = self.pool.get_dedicated()
         if self.write:
             c.written.add(addr)
-        self.up.send(encode_command(argv), self)
+        for ki, ii in self.dollars:
+            if ii not in self.since:
+                if asking:  # ASKING covers the next command only
+                    up.send(_ASKING, _ignore)
+                up.send(encode_command([b"XREVRANGE", argv[ki], b"+", b"-", b"COUNT", b"1"]),
+                        partial(self._last_entry, ii))
+        if asking:
+            up.send(_ASKING, _ignore)
+        up.send(encode_command(argv), self)
+
+    def _last_entry(self, ii: int, r: bytes | None) -> None:
+        """The reply of the XREVRANGE that pins down a `$`: [[id, fields]] or []."""
+        if r is None or r[:1] not in (b"*", b"~"):
+            return  # an error (-MOVED...): the read fails the same way and is re-issued
+        if r[:2] == b"*0" or r[:2] == b"~0":
+            self.since[ii] = b"0-0"
+            return
+        rd = hiredis.Reader()
+        rd.feed(r)
+        entries = rd.gets()
+        self.since[ii] = entries[0][0] if entries else b"0-0"
 
     def __call__(self, r: bytes | None) -> None:
         if self.over:
@@ -177,9 +217,11 @@ class BlockedRead:
             self.router.loop.call_later(RETRY_DELAY, self.issue)
             return
         redirect = parse_redirect(r) if self.attempt < MAX_REDIRECTS else None
-        if redirect is not None:
+        if redirect is not None:  # a failover or a slot move: read there
             self.attempt += 1
-            return self.issue((redirect[2], redirect[3]))
+            kind, _slot, host, port = redirect
+            self.router.redirects["moved" if kind == b"MOVED" else "ask"] += 1
+            return self.issue((host, port), asking=kind == b"ASK")
         return self.finish(r)
 
     def finish(self, reply: bytes | None) -> None:
@@ -190,10 +232,14 @@ class BlockedRead:
         if self.up is not None:
             self.up.close()
             self.up = None
+        if self.done is not None:
+            if reply is not None:
+                self.done(reply)
+            return
         c = self.c
         c.blocked = None
         if reply is not None and c.conn is not None:
-            c.conn.fill(self.cell, reply)
+            c.conn.fill(self.cell, reply)  # type: ignore[arg-type]
             c.conn.resume()
 
 

@@ -42,7 +42,7 @@ from router.commands import ROUTER_COMMANDS
 from router.forward import BlockedRead, Forward
 from router.routes import Kind, Route, build
 from router.upstream import Pool
-from router.xread import xread_fanout
+from router.xread import dollar_ids, xread_fanout
 
 if TYPE_CHECKING:
     from node.context import Waiting
@@ -233,7 +233,7 @@ class Router:
                 options = None  # the node phrases the error
             if options is not None and options[0] >= 0:
                 return BlockedRead(self, c, argv, options[7], options[0], slot, route.write,
-                                   cell).start()
+                                   cell, dollars=dollar_ids(argv, options)).start()
         return Forward(self, c, encode_command(argv), slot, route.write, cell=cell).send()
 
     # --- clients --------------------------------------------------------------------------------

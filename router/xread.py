@@ -23,13 +23,12 @@ from node.resp import ReplyError, encode_command, error, error_code, null_array
 from node.slots import key_slot
 from node.streamid import parse_id
 from router import merge
-from router.forward import Gather
+from router.forward import BlockedRead, Gather
 from router.routes import split_by_slot
 
 if TYPE_CHECKING:
     from router.client import Cell, ClientConn, RouterClient
     from router.proxy import Router
-    from router.upstream import Upstream
 
 __all__ = ["xread_fanout", "BlockedFanout"]
 
@@ -68,13 +67,22 @@ def xread_fanout(router: Router, c: RouterClient, argv: list[bytes], cell: Cell,
             conn.fill(cell, error(errors.CROSSSLOT))
             conn.resume()
         else:
-            blocking = [(slot, encode_command(argv[:first] + [keys[i] for i in idx]
-                                              + [ids[i] for i in idx]))
-                        for (slot, _), idx in slots]
-            BlockedFanout(router, c, keys, order, cell).start(blocking)
+            parts = [(slot, argv[:first] + [keys[i] for i in idx] + [ids[i] for i in idx])
+                     for (slot, _), idx in slots]
+            BlockedFanout(router, c, keys, order, cell).start(parts, first, block_at, timeout)
 
     Gather.send(router, c, probe, xreadgroup, merged, probed)
     return None
+
+
+def dollar_ids(argv: list[bytes], options: tuple) -> list[tuple[int, int]]:
+    """(key index, ID index) of every `$` ID of an XREAD (none for XREADGROUP): what a
+    blocked read pins down before it may be re-issued elsewhere (router/forward.py)."""
+    first, nkeys, group = options[3], options[4], options[5]
+    if group is not None:
+        return []
+    return [(first + i, first + nkeys + i) for i in range(nkeys)
+            if argv[first + nkeys + i] == b"$"]
 
 
 def _merge(keys: list[bytes], order: list[list[int]], proto: int, replies: list[bytes]) -> bytes:
@@ -83,10 +91,11 @@ def _merge(keys: list[bytes], order: list[list[int]], proto: int, replies: list[
 
 
 class BlockedFanout:
-    """A multi-shard XREAD BLOCK: every shard blocks on a dedicated connection, the first
-    non-empty answer (or error) wins and the other waits are cancelled by closing them."""
+    """A multi-shard XREAD BLOCK: every slot's part blocks as a BlockedRead of its own (which
+    follows a slot move or a failover like a single blocked read), the first non-empty
+    answer (or error) wins and the other parts are cancelled by closing their connections."""
 
-    __slots__ = ("router", "c", "cell", "keys", "order", "ups", "over", "left")
+    __slots__ = ("router", "c", "cell", "keys", "order", "parts", "over", "left")
 
     def __init__(self, router: Router, c: RouterClient, keys: list[bytes],
                  order: list[list[int]], cell: Cell) -> None:
@@ -94,34 +103,33 @@ class BlockedFanout:
         self.cell = cell
         self.keys = keys
         self.order = order
-        self.ups: list[Upstream] = []
+        self.parts: list[BlockedRead] = []
         self.over = False
         self.left = len(order)
         self.router = router
 
-    def start(self, reqs: list[tuple[int, bytes]]) -> None:
-        c, router = self.c, self.router
-        c.blocked = self
-        for i, (slot, data) in enumerate(reqs):
-            addr = router.node_for(slot, c.readonly)
-            if addr is None:
-                return self.finish(error(errors.SLOT_NOT_SERVED))
-            up = router.pool(addr, c.proto, c.readonly and addr not in router.primaries()) \
-                .get_dedicated()
-            self.ups.append(up)
-            up.send(data, partial(self.got, i))
-        return None
+    def start(self, parts: list[tuple[int, list[bytes]]], first: int, block_at: int,
+              block_ms: int) -> None:
+        """`parts`: (slot, XREAD argv of that slot's keys); `first`: where the keys start."""
+        self.c.blocked = self
+        for i, (slot, argv) in enumerate(parts):
+            n = (len(argv) - first) // 2
+            dollars = [(first + j, first + n + j) for j in range(n) if argv[first + n + j] == b"$"]
+            self.parts.append(BlockedRead(self.router, self.c, argv, block_at, block_ms, slot,
+                                          False, None, dollars, partial(self.got, i)))
+        for part in self.parts:
+            part.issue()
 
     def timeout_reply(self, proto: int) -> bytes:
         return null_array(proto)
 
-    def got(self, i: int, r: bytes | None) -> None:
+    def got(self, i: int, r: bytes) -> None:
         if self.over:
             return
         self.left -= 1
-        if r is not None and error_code(r) is not None:
+        if error_code(r) is not None:
             return self.finish(r)
-        if r is not None and merge.stream_items(r):
+        if merge.stream_items(r):
             return self.finish(merge.merge_stream_replies(self.keys, [self.order[i]], [r],
                                                           self.c.proto))
         if self.left == 0:
@@ -132,8 +140,8 @@ class BlockedFanout:
         if self.over:
             return
         self.over = True
-        for up in self.ups:
-            up.close()
+        for part in self.parts:
+            part.finish(None)
         c = self.c
         c.blocked = None
         if reply is not None and c.conn is not None:

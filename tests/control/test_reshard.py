@@ -14,24 +14,10 @@ import redis
 from redis.cluster import RedisCluster
 
 from control.records import owners
-from node.slots import key_slot
-from tests.support.cluster import run_cli
+from tests.support.cluster import keys_in_slots, run_cli
 from tests.support.procs import wait_until
 
 pytestmark = pytest.mark.etcd
-
-
-def keys_for_slots(slots: list[int], per_slot: int = 2) -> list[str]:
-    """Key names that hash to the given slots (found by counting)."""
-    want = {s: [] for s in slots}
-    i = 0
-    while any(len(v) < per_slot for v in want.values()):
-        k = f"k{i}"
-        s = key_slot(k.encode())
-        if s in want and len(want[s]) < per_slot:
-            want[s].append(k)
-        i += 1
-    return [k for v in want.values() for k in v]
 
 
 def full(c, key: str) -> list:
@@ -59,7 +45,7 @@ def test_move_slots_cli(xcluster) -> None:
     try:
         owner = owners(c.view().slots.value)
         slots = [s for s in range(16384) if owner[s] == "0"][-5:]
-        keys = keys_for_slots(slots)
+        keys = keys_in_slots(slots, per_slot=2)
         fill(rc, keys)
         src = node_client(c, "s0n0")
         before = {k: full(src, k) for k in keys}
@@ -125,7 +111,7 @@ def test_moves_under_load(xcluster) -> None:
     h = c.nodes["s0n0"]
     owner = owners(c.view().slots.value)
     slots = [s for s in range(16384) if owner[s] == "0"][-12:]
-    keys = keys_for_slots(slots, per_slot=1)
+    keys = keys_in_slots(slots, per_slot=1)
     setup = RedisCluster(host=h.host, port=h.port)
     for k in keys:
         setup.xgroup_create(k, "g", "$", mkstream=True)

@@ -30,7 +30,7 @@ from node.slots import key_slot
 from tests.conftest import REPO, NodeHandle, _node_env, spawn_node
 from tests.support.procs import LOCALHOST, ServerProcess, wait_until
 
-__all__ = ["Cluster", "run_cli", "start_cluster"]
+__all__ = ["Cluster", "keys_in_slots", "run_cli", "start_cluster"]
 
 _names = itertools.count()
 
@@ -40,6 +40,19 @@ def run_cli(*args: str, timeout: float = 60,
     """`xshard ARGS` as a subprocess of this interpreter, output captured as text."""
     return subprocess.run([sys.executable, "-m", "control.cli", *args], capture_output=True,
                           text=True, timeout=timeout, cwd=cwd or REPO)
+
+
+def keys_in_slots(slots: list[int], per_slot: int = 1, prefix: str = "k") -> list[str]:
+    """`per_slot` key names in each of `slots` (found by counting), slot by slot."""
+    want: dict[int, list[str]] = {s: [] for s in slots}
+    i = 0
+    while any(len(v) < per_slot for v in want.values()):
+        k = f"{prefix}{i}"
+        s = key_slot(k.encode())
+        if s in want and len(want[s]) < per_slot:
+            want[s].append(k)
+        i += 1
+    return [k for v in want.values() for k in v]
 
 
 class Cluster:
@@ -146,14 +159,14 @@ class Cluster:
             and all(n in v.nodes and n in v.shards[s].value.members()
                     for n, s in self.node_shard.items()), timeout, "cluster ready")
 
-    def start_controller(self) -> ServerProcess:
+    def start_controller(self, *args: str) -> ServerProcess:
         assert self.url is not None, "a controller needs etcd"
         i = len(self.controllers)
         url = self.url
         p = ServerProcess(
             f"controller{i}",
             lambda port: [sys.executable, "-m", "control.cli", "controller", "--etcd", url,
-                          "--cluster", self.name, "--id", f"ctl{i}"],
+                          "--cluster", self.name, "--id", f"ctl{i}", *args],
             self.base / f"controller{i}.log", cwd=REPO, env=_node_env(),
             probe=lambda h, p: True)
         p.start()
