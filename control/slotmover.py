@@ -17,9 +17,10 @@ moves the target's slots in batches of up to BATCH:
    transaction: the slot map gives the slots to the target and their migration records go,
    guarded by the records, the map and this shard's record (so a failover or a rollback in
    between makes it fail, and then nothing changed);
-4. tell the target the slots are its own (CLUSTER SETSLOT slot NODE target), answer -MOVED to
-   clients blocked on their keys and end the pause: the postponed writes run again and get
-   -MOVED. Then drop the keys (DEL effects: the source's replicas drop them too). The pause is logged
+4. tell the target the slots are its own (CLUSTER SETSLOT slot NODE target) and wait for its
+   answer, answer -MOVED to clients blocked on their keys and end the pause: the postponed
+   writes run again and get -MOVED. Then drop the keys (DEL effects: the source's replicas
+   drop them too). The pause is logged
    and shown in INFO cluster (slot_move_last_pause_ms / slot_move_longest_pause_ms).
 
 The source commits the flip itself because it holds the pause: waiting for the controller to
@@ -343,14 +344,16 @@ class SlotMover:
                 t3 = time.perf_counter()
             if not done:
                 return  # rolled back, or this node is no longer the source's primary
-            # The slots are the target's now: say so there first (the redirected clients
-            # get there after it, as the link is already open), answer -MOVED to the
-            # clients blocked on their keys, end the pause (the postponed writes get
-            # -MOVED), then drop the keys.
+            # The slots are the target's now: say so there first and wait for its answer,
+            # so that no redirected client finds it still naming us (a ping-pong of
+            # -MOVED); answer -MOVED to the clients blocked on their keys, end the pause
+            # (the postponed writes get -MOVED), then drop the keys.
             cl = server.cluster
             for slot in done:
                 cl.set_owner(slot, to)
                 link.send([b"CLUSTER", b"SETSLOT", b"%d" % slot, b"NODE", tid.encode()])
+            with contextlib.suppress(MoveAborted):
+                await link.drain(1.0)  # a target that does not answer learns it from etcd
             for slot in done:
                 unblock_slot(server, slot, b"-%s\r\n" % cl.redirect(slot))
             ms = max(server.pauses.resume_slot(slot) for slot in paused)
@@ -364,8 +367,6 @@ class SlotMover:
             log.info("slots %s: moved to shard %s; writes paused %.1f ms (drain and WAIT %.1f, "
                      "etcd %.1f), %d keys dropped here", _span(done), to, ms,
                      (t2 - t1) * 1000, (t3 - t2) * 1000, dropped)
-            with contextlib.suppress(MoveAborted):
-                await link.drain(1.0)  # let SETSLOT NODE arrive before the link closes
         finally:
             if copy is not None:
                 copy.remove(server)

@@ -115,9 +115,11 @@ class ClusterState(SlotMap):
         # CLUSTER SETSLOT states (Redis's, node-local): slot -> the other node's id.
         self.importing: dict[int, str] = {}
         self.migrating: dict[int, str] = {}
-        # Owners set here before etcd says so (a flip this node committed, SETSLOT NODE):
-        # slot -> (shard, slot-map version when set); a newer etcd map replaces them.
-        self.overrides: dict[int, tuple[str, int]] = {}
+        # Owners set here before etcd says so (a flip this node committed, SETSLOT NODE from
+        # the source of a move): slot -> shard. Kept while etcd's view still shows the slot's
+        # migration record: a view without it was read after the flip (which deletes the
+        # record), however many other flips came between (a map version cannot tell).
+        self.overrides: dict[int, str] = {}
         self.migrations: dict[int, dict] = {}  # etcd migrations/<slot> values
 
 
@@ -126,10 +128,11 @@ class ClusterState(SlotMap):
                slots: list[list[Any]] | None = None, version: int | None = None,
                migrations: dict[int, dict] | None = None) -> None:
         super().update(nodes, shards, slots, version)
-        if self.overrides:
-            self.overrides = {s: o for s, o in self.overrides.items() if o[1] >= self.version}
         if migrations is not None:
             self.migrations = migrations
+            if self.overrides:
+                self.overrides = {s: o for s, o in self.overrides.items()
+                                  if s in migrations and self.owner[s] != o}
         self.last_seen.update(self.nodes)
         named = {m for sh in self.shards.values() for m in (sh.primary, *sh.replicas) if m}
         for nid in [n for n in self.last_seen if n not in named and n not in self.nodes]:
@@ -149,12 +152,13 @@ class ClusterState(SlotMap):
         if self.overrides:
             o = self.overrides.get(slot)
             if o is not None:
-                return o[0]
+                return o
         return self.owner[slot]
 
     def set_owner(self, slot: int, shard: str) -> None:
-        """Serve (or stop serving) a slot before etcd's map says so: until a newer map."""
-        self.overrides[slot] = (shard, self.version)
+        """Serve (or stop serving) a slot before etcd's map says so: until a view shows the
+        slot without a migration record (see `overrides`)."""
+        self.overrides[slot] = shard
         self.importing.pop(slot, None)
         self.migrating.pop(slot, None)
 
@@ -238,7 +242,7 @@ class ClusterState(SlotMap):
         if not self.overrides:
             return self.ranges
         owner = list(self.owner)
-        for slot, (shard, _v) in self.overrides.items():
+        for slot, shard in self.overrides.items():
             owner[slot] = shard
         out: list[tuple[int, int, str]] = []
         start = 0

@@ -11,11 +11,14 @@ from __future__ import annotations
 
 import pytest
 import redis
+from redis.backoff import ExponentialBackoff
 from redis.cluster import RedisCluster
+from redis.retry import Retry
 
 from control.records import owners
 from tests.support.cluster import keys_in_slots, run_cli
 from tests.support.procs import wait_until
+from tests.support.streamload import StreamLoad
 
 pytestmark = pytest.mark.etcd
 
@@ -104,84 +107,37 @@ def test_second_migration_refused(xcluster) -> None:
 def test_moves_under_load(xcluster) -> None:
     """Writers (XADD + WAIT 1) and XREADGROUP BLOCK consumers through RedisCluster while
     slots move 0 -> 1 and back: every acknowledged entry is there once, every entry is
-    delivered to the group exactly once, and the streams equal their replay on one node."""
-    import threading
-
+    delivered to the group exactly once (the long version: tests/control/
+    test_reshard_load.py)."""
     c = xcluster(shards=2, replicas=1)
     h = c.nodes["s0n0"]
     owner = owners(c.view().slots.value)
     slots = [s for s in range(16384) if owner[s] == "0"][-12:]
-    keys = keys_in_slots(slots, per_slot=1)
-    setup = RedisCluster(host=h.host, port=h.port)
-    for k in keys:
-        setup.xgroup_create(k, "g", "$", mkstream=True)
-    setup.close()
-    stop = threading.Event()
-    acked: dict[str, list[bytes]] = {k: [] for k in keys}
-    delivered: list[tuple[str, bytes]] = []
-    errors: list[str] = []
 
-    def writer(i: int) -> None:
-        rc = RedisCluster(host=h.host, port=h.port, cluster_error_retry_attempts=20)
-        n = 0
-        while not stop.is_set():
-            k = keys[(n * 7 + i) % len(keys)]
-            try:
-                sid = rc.xadd(k, {"w": str(i), "n": str(n)})
-                if rc.get_redis_connection(rc.get_node_from_key(k)).wait(1, 2000) < 1:
-                    errors.append(f"WAIT 1 failed for {k} {sid}")
-                acked[k].append(sid)
-            except redis.RedisError as e:  # not acknowledged: allowed, but counted
-                errors.append(f"writer {i}: {e!r}")
-            n += 1
-        rc.close()
+    def connect() -> RedisCluster:
+        return RedisCluster(host=h.host, port=h.port,
+                            retry=Retry(ExponentialBackoff(cap=0.5, base=0.02), 30))
 
-    def consumer(i: int) -> None:
-        rc = RedisCluster(host=h.host, port=h.port, cluster_error_retry_attempts=20)
-        while not stop.is_set():
-            for k in keys[i::3]:
-                try:
-                    got = rc.xreadgroup("g", f"c{i}", {k: ">"}, count=50, block=20)
-                except redis.RedisError as e:
-                    errors.append(f"consumer {i}: {e!r}")
-                    continue
-                for _k, entries in got or []:
-                    for sid, _f in entries:
-                        delivered.append((k, sid))
-                        rc.xack(k, "g", sid)
-        rc.close()
-
-    threads = [threading.Thread(target=writer, args=(i,)) for i in range(2)]
-    threads += [threading.Thread(target=consumer, args=(i,)) for i in range(3)]
-    for t in threads:
-        t.start()
+    load = StreamLoad(connect, keys_in_slots(slots), writers=2, consumers=3)
+    load.setup()
+    load.start()
     try:
+        wait_until(lambda: len(load.acked) >= 50, 30, what="writes acknowledged")
         spec = ",".join(map(str, slots))
         for to in ("1", "0"):
             r = run_cli("move-slots", "--etcd", c.url, "--cluster", c.name, "--to", to,
                         "--slots", spec, "--wait", "--timeout", "90", timeout=120)
             assert r.returncode == 0, r.stdout + r.stderr
     finally:
-        stop.set()
-        for t in threads:
-            t.join(30)
-    rc = RedisCluster(host=h.host, port=h.port)
+        load.stop()
+    load.drain()
+    rc = connect()
     try:
-        for k in keys:  # let the consumers' last reads finish: drain what is left
-            while got := rc.xreadgroup("g", "drain", {k: ">"}, count=1000):
-                for _k, entries in got:
-                    delivered.extend((k, sid) for sid, _f in entries)
-        for k in keys:
-            have = [sid for sid, _f in rc.xrange(k)]
-            assert set(acked[k]) <= set(have), f"{k}: acknowledged entries lost"
-            assert len(have) == len(set(have))
-        assert len(delivered) == len(set(delivered)), "an entry was delivered twice"
-        assert set(delivered) == {(k, sid) for k in keys for sid, _f in rc.xrange(k)}
-        assert sum(map(len, acked.values())) > 100
+        load.check(rc)
     finally:
         rc.close()
     log = c.nodes["s0n0"].log + c.nodes["s1n0"].log
     pauses = [float(x.split("writes paused ")[1].split(" ms")[0])
               for x in log.splitlines() if "writes paused" in x]
     print(f"moves: {len(pauses)}, longest write pause {max(pauses):.1f} ms, "
-          f"errors seen by clients: {len(errors)}: {errors[:3]}")
+          f"errors seen by clients: {len(load.errors)}: {load.errors[:3]}")
