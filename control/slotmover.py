@@ -98,8 +98,13 @@ class Link:
         return self.sent
 
     def send_raw(self, data: bytes) -> None:
-        """Send one encoded command."""
-        self.writer.write(data)
+        """Send one encoded command. Never raises (it runs inside the commands whose effects
+        it forwards): a link that is gone only records the error."""
+        if self.error is None:
+            try:
+                self.writer.write(data)
+            except (RuntimeError, OSError) as e:  # uvloop: "the handler is closed"
+                self.error = f"link lost ({type(e).__name__})"
         self.bytes += len(data)
         self.sent += 1
         self._ends.append(self.bytes)
@@ -308,7 +313,7 @@ class SlotMover:
             # Catch up with the writes that came meanwhile, then switch.
             for _ in range(50):
                 if copy.broken:
-                    raise MoveAborted("a FLUSHALL ran during the move")
+                    raise MoveAborted("the copy broke (a FLUSHALL, or the link failed)")
                 if link.sent - link.acked < 64:
                     break
                 await link.drain(DRAIN_TIMEOUT)
@@ -327,7 +332,7 @@ class SlotMover:
                              or link.replies[-1] < need):
                     raise MoveAborted("the target's replica did not acknowledge in time")
                 if copy.broken:
-                    raise MoveAborted("a FLUSHALL ran during the move")
+                    raise MoveAborted("the copy broke (a FLUSHALL, or the link failed)")
                 copy.remove(server)
                 effects = copy.forwarded
                 copy = None

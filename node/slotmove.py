@@ -115,7 +115,7 @@ class SlotCopy:
     def __init__(self, server: Server, slots: set[int], send: Callable[[bytes], None]) -> None:
         self.slots = slots
         self.send = send
-        self.broken = False  # a FLUSHALL ran: the image is void, start over
+        self.broken = False  # a FLUSHALL ran, or sending failed: the copy is void, start over
         self.forwarded = 0
         self._queue: list[bytes] | None = []  # effects held while the image is on its way
         server.taps.append(self)
@@ -141,8 +141,11 @@ class SlotCopy:
             data = encode_command(argv)
             if self._queue is not None:
                 self._queue.append(data)
-            else:
+                return
+            try:
                 self.send(data)
+            except Exception:  # noqa: BLE001 - a tap runs inside a command: never raise there
+                self.broken = True
 
     def next_image(self, budget: int) -> int:
         """Send image commands worth about `budget` bytes; returns the bytes sent, 0 when the

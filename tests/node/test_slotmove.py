@@ -157,6 +157,29 @@ def test_a_flushall_breaks_the_copy() -> None:
     assert copy.broken
 
 
+def test_a_failing_link_breaks_the_copy_not_the_command() -> None:
+    """The tap runs inside the command whose effects it forwards: if sending raises (uvloop
+    raises on a closed transport), the command must still emit every effect."""
+    src = Source()
+    fill(src)
+
+    gone = False
+
+    def send(_data: bytes) -> None:
+        if gone:
+            raise RuntimeError("the handler is closed")
+
+    copy = SlotCopy(src, {SLOT}, send)
+    while copy.next_image(1 << 20):
+        pass
+    gone = True
+    n = len(src.recorded)
+    got = run(src, [b"XREADGROUP", b"GROUP", b"g1", b"dave", b"COUNT", b"2", b"STREAMS",
+                    TAG + b"big", b">"])
+    assert got.startswith(b"*1\r\n") and copy.broken
+    assert [e[0] for e in src.recorded[n:]] == [b"XGROUP", b"XCLAIM", b"XCLAIM", b"XGROUP"]
+
+
 def _state(n: int = 3) -> tuple:
     s = Stream()
     for i in range(1, n + 1):

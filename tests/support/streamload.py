@@ -143,7 +143,9 @@ class StreamLoad:
         assert not any(t.is_alive() for t in self.threads), "a load thread did not stop"
 
     def drain(self) -> None:
-        """Deliver (and acknowledge) whatever the consumers had not read yet."""
+        """Deliver (and acknowledge) whatever the consumers had not read yet, and claim what
+        was delivered without the consumer hearing of it (its reply lost), as a consumer
+        does with XAUTOCLAIM: that is a second delivery."""
         c = self.connect()
         try:
             for k in self.keys:
@@ -153,6 +155,12 @@ class StreamLoad:
                     self.delivered += [(k, sid, name) for sid in ids]
                     c.xack(k, GROUP, *ids)
                     self.xacked.update((k, sid) for sid in ids)
+                pending = [p["message_id"] for p in c.xpending_range(k, GROUP, "-", "+", 10_000)]
+                if pending:
+                    claimed = c.xclaim(k, GROUP, name, 0, pending, justid=True)
+                    self.delivered += [(k, sid, name) for sid in claimed]
+                    c.xack(k, GROUP, *claimed)
+                    self.xacked.update((k, sid) for sid in claimed)
         finally:
             c.close()
 
