@@ -9,11 +9,13 @@ moves the target's slots in batches of up to BATCH:
    makes the link the slots' importer there and drops what an earlier, unfinished attempt
    left;
 2. take the image of the slots' keys and start following their effects, in one loop turn
-   (node/slotmove.py SlotCopy); send the image in bounded steps, IMAGE_WINDOW bytes in flight
-   at most, then the effects that came meanwhile, then each later effect as it happens, so the
-   target (and, through its effect stream, its replicas) keeps up;
-3. once everything sent is acknowledged: pause the slots' writes (node/writepause.py), have the
-   target WAIT for one of its replicas (when it has one), and commit the flip in etcd, one
+   (node/slotmove.py SlotCopy); send the image in bounded steps, IMAGE_WINDOW bytes and
+   IMAGE_COMMANDS parts in flight at most, then the effects that came meanwhile, then each
+   later effect as it happens, so the target (and, through its effect stream, its replicas)
+   keeps up;
+3. once everything sent is acknowledged, and the target's replica (when it has one) has it
+   too: pause the slots' writes (node/writepause.py), drain what came meanwhile, have the
+   target WAIT for its replica again (for that tail), and commit the flip in etcd, one
    transaction: the slot map gives the slots to the target and their migration records go,
    guarded by the records, the map and this shard's record (so a failover or a rollback in
    between makes it fail, and then nothing changed);
@@ -54,7 +56,10 @@ if TYPE_CHECKING:
 log = logging.getLogger("xshard.agent")
 
 BATCH = 100  # slots moved together: one image, one pause, one etcd transaction (< 128 ops)
-IMAGE_WINDOW = 8 << 20  # image bytes sent and not yet acknowledged by the target, at most
+# Image sent and not yet answered by the target, at most: the target runs what it has read
+# in one go, so these bound how long it stops serving its other clients.
+IMAGE_WINDOW = 1 << 20  # bytes
+IMAGE_COMMANDS = 4  # XSHARD.RESTORE parts
 IMAGE_STEP = 256 << 10  # image bytes serialized per loop turn
 RETRY = 0.5  # seconds between attempts of a move that failed
 DRAIN_TIMEOUT = 5.0  # seconds for the target to acknowledge what was sent
@@ -153,17 +158,19 @@ class Link:
         if self.error:
             raise MoveAborted(self.error)
 
-    async def window(self, limit: int, timeout: float) -> None:
-        """Wait until at most `limit` of the bytes sent are unanswered."""
+    async def window(self, limit: int, commands: int, timeout: float) -> None:
+        """Wait until at most `limit` of the bytes sent, and at most `commands` commands,
+        are unanswered."""
         floor = self.bytes - limit
-        if self.acked_bytes >= floor:
-            return
         n = 0
-        for end in self._ends:  # answers needed: up to the first command ending past `floor`
-            n += 1
-            if end >= floor:
-                break
-        await self.drain(timeout, self.acked + n)
+        if self.acked_bytes < floor:
+            for end in self._ends:  # answers needed: up to the first command ending past floor
+                n += 1
+                if end >= floor:
+                    break
+        n = max(n, self.sent - self.acked - commands)
+        if n > 0:
+            await self.drain(timeout, self.acked + n)
 
     def close(self) -> None:
         self._task.cancel()
@@ -302,8 +309,8 @@ class SlotMover:
             while copy.next_image(IMAGE_STEP):
                 if link.error:
                     raise MoveAborted(link.error)
-                if link.in_flight > IMAGE_WINDOW:
-                    await link.window(IMAGE_WINDOW, DRAIN_TIMEOUT)
+                if link.in_flight > IMAGE_WINDOW or link.sent - link.acked > IMAGE_COMMANDS:
+                    await link.window(IMAGE_WINDOW, IMAGE_COMMANDS, DRAIN_TIMEOUT)
                 else:
                     await asyncio.sleep(0)  # let the loop serve clients between steps
             image = link.bytes
@@ -317,13 +324,19 @@ class SlotMover:
                 if link.sent - link.acked < 64:
                     break
                 await link.drain(DRAIN_TIMEOUT)
+            need = min(replicas, 1)
+            if need:  # let the target's replica catch up before the pause, not in it
+                link.send([b"WAIT", b"%d" % need, b"%d" % int(DRAIN_TIMEOUT * 1000)],
+                          want=True)
+                await link.drain(DRAIN_TIMEOUT + 1)
+                if not isinstance(link.replies[-1], int) or link.replies[-1] < need:
+                    raise MoveAborted("the target's replica did not catch up")
             async with self.switching:
                 v = await self.agent.store.view()  # read before the pause, not in it
                 for slot in slots:
                     server.pauses.pause_slot(slot)
                     paused.append(slot)
                 t1 = time.perf_counter()
-                need = min(replicas, 1)
                 if need:
                     link.send([b"WAIT", b"%d" % need, b"%d" % int(SWITCH_TIMEOUT * 500)],
                               want=True)

@@ -147,6 +147,19 @@ class ConsumerGroup:
         _extend_tail(cons.pel, sids)
         return nack
 
+    def add_pending(self, sids: list[int], nacks: list[Nack]) -> None:
+        """Pending entries with their NACKs, `sids` ascending and above every pending ID (a
+        slot move's copy, node/slotmove.py): appended to the tails of the group's PEL and of
+        its consumers' PELs, no insertion one by one."""
+        pel = self.pel
+        dict.update(pel, zip(sids, nacks, strict=True))
+        _extend_tail(pel._list, sids)
+        by_owner: dict[bytes, list[int]] = {}
+        for sid, nack in zip(sids, nacks, strict=True):
+            by_owner.setdefault(nack[2], []).append(sid)
+        for owner, own in by_owner.items():
+            _extend_tail(self.consumers[owner].pel, own)
+
     def redeliver(self, sid: int, now_ms: int) -> Nack:
         """A history read (XREADGROUP with an explicit ID) delivers a pending entry again."""
         t, n, name = self.pel[sid]

@@ -117,12 +117,14 @@ HAND_WRITTEN: dict[str, dict[str, Any]] = {
             "summary": "An internal command for moving slots between xshard nodes: one part "
                        "of a key's copy, in xshard's own format",
             "since": "xshard", "group": "server",
-            "complexity": "O(N) where N is the number of stream nodes in the part",
+            "complexity": "O(N) where N is the number of stream nodes or pending entries in "
+                          "the part",
             "doc_flags": ["syscmd"],
             "arguments": [{"name": "key", "type": "key", "key_spec_index": 0},
                           {"name": "part", "type": "oneof", "arguments": [
                               {"name": "head", "type": "pure-token", "token": "HEAD"},
-                              {"name": "blocks", "type": "pure-token", "token": "BLOCKS"}]},
+                              {"name": "blocks", "type": "pure-token", "token": "BLOCKS"},
+                              {"name": "pel", "type": "pure-token", "token": "PEL"}]},
                           {"name": "payload", "type": "string"}],
         },
         "origin": "hand-written (xshard's own; no Redis has it)",

@@ -13,7 +13,7 @@ import pytest
 from node import errors, rdb
 from node.commands import load_all
 from node.resp import ReplyError
-from node.slotmove import BLOCKS_PER_CHUNK, SlotCopy, _pack
+from node.slotmove import BLOCKS_PER_CHUNK, PEL_PER_CHUNK, SlotCopy, _pack
 from node.slots import key_slot
 from node.stream import Stream
 from tests.support.inproc import InprocClient, InprocServer, run
@@ -73,6 +73,8 @@ def fill(src: InprocServer) -> None:
     run(src, [b"XREADGROUP", b"GROUP", b"g1", b"alice", b"COUNT", b"50", b"STREAMS", k, b">"])
     run(src, [b"XREADGROUP", b"GROUP", b"g1", b"bob", b"COUNT", b"20", b"STREAMS", k, b">"])
     run(src, [b"XACK", k, b"g1", b"3-0", b"10-1"])
+    run(src, [b"XGROUP", b"CREATE", k, b"g3", b"0"])  # a PEL of several parts
+    run(src, [b"XREADGROUP", b"GROUP", b"g3", b"carl", b"COUNT", b"25000", b"STREAMS", k, b">"])
     run(src, [b"XDEL", k, b"5-2", b"29999-2", b"30000-0"])
     k2 = TAG + b"small"
     run(src, [b"XADD", k2, b"1-1", b"a", b"b"])
@@ -109,9 +111,10 @@ def test_image_rebuilds_every_key_of_the_slot_and_nothing_else() -> None:
     copy = SlotCopy(src, {SLOT}, sent.append)
     cmds = image(copy, sent)
     assert {c[0] for c in cmds} == {b"XSHARD.RESTORE"}
-    big = [c for c in cmds if c[1] == TAG + b"big"]
-    assert [c[2] for c in big] == [b"HEAD"] + [b"BLOCKS"] * (len(big) - 1)
-    assert len(big) - 1 == -(-src.db.data[TAG + b"big"].num_blocks() // BLOCKS_PER_CHUNK) >= 2
+    big = [c[2] for c in cmds if c[1] == TAG + b"big"]
+    nodes = -(-src.db.data[TAG + b"big"].num_blocks() // BLOCKS_PER_CHUNK)
+    pel = 1 + -(-25_000 // PEL_PER_CHUNK)  # g1's 70 pending entries, g3's 25000
+    assert big == [b"HEAD"] + [b"BLOCKS"] * nodes + [b"PEL"] * pel and nodes >= 2
     assert all(r == b"+OK\r\n" for r in _apply(dst, cmds))
     keys = sorted(src.db.keys_in_slot(SLOT))
     assert sorted(dst.db.data) == keys and copy.keys == len(keys) == 6
@@ -192,10 +195,11 @@ def _state(n: int = 3) -> tuple:
     (b"HEAD", _pack((99, "string", 0, b"v")), errors.BAD_DATA_FORMAT),  # unknown version
     (b"HEAD", _pack((1, "hash", 0, [b"v"])), errors.BAD_DATA_FORMAT),
     (b"HEAD", _pack((1, "list", 0, [])), errors.BAD_DATA_FORMAT),  # empty collection
-    (b"HEAD", _pack((1, "stream", 0, ((1, 2, 3, 4), [], 0))), errors.BAD_DATA_FORMAT),
-    (b"HEAD", _pack((1, "stream", 0, ((0,) * 5, [(b"g", (0, None, [], [(1, (0, 1, b"x"))]))],
-                                      0))), errors.BAD_DATA_FORMAT),  # PEL of no consumer
+    (b"HEAD", _pack((1, "stream", 0, ((1, 2, 3, 4), [], 0, 0))), errors.BAD_DATA_FORMAT),
+    (b"HEAD", _pack((1, "stream", 0, ((0,) * 5, [(b"g", 0, None, [(b"c", 1)])], 0, 0))),
+     errors.BAD_DATA_FORMAT),  # a consumer without its active-time
     (b"BLOCKS", _pack(([_state()], True)), errors.SLOT_RESTORE_NO_HEAD),
+    (b"PEL", _pack((b"g", [1], [(0, 1, b"c")], True)), errors.SLOT_RESTORE_NO_HEAD),
     (b"OTHER", _pack(1), errors.SYNTAX),
 ])
 def test_bad_parts_are_refused(part: bytes, payload: bytes, why: bytes) -> None:
@@ -208,20 +212,25 @@ def test_bad_parts_are_refused(part: bytes, payload: bytes, why: bytes) -> None:
 def test_bad_blocks_are_refused_and_a_stream_that_does_not_add_up_is_not_kept() -> None:
     dst = InprocServer()
     k = TAG + b"k"
-    head = _pack((1, "stream", 0, ((3, 3 << 64, 1 << 64, 0, 3), [], 1)))
+    head = _pack((1, "stream", 0, ((3, 3 << 64, 1 << 64, 0, 3), [(b"g", 0, None, [(b"c", 1, 1)])],
+                                   1, 1)))
     st = list(_state())
     st[7] = st[7][:-1]  # one ms-delta byte short
     bad = [[b"XSHARD.RESTORE", k, b"HEAD", head],
            [b"XSHARD.RESTORE", k, b"BLOCKS", _pack(([tuple(st)], True))]]
     assert _apply(dst, bad) == [b"+OK\r\n", b"-" + errors.BAD_DATA_FORMAT]
     short = [[b"XSHARD.RESTORE", k, b"HEAD", _pack((1, "stream", 0,
-                                                     ((4, 3 << 64, 1 << 64, 0, 4), [], 1)))],
+                                                     ((4, 3 << 64, 1 << 64, 0, 4), [], 1, 0)))],
              [b"XSHARD.RESTORE", k, b"BLOCKS", _pack(([_state()], True))]]
     assert _apply(dst, short) == [b"+OK\r\n", b"-" + errors.BAD_DATA_FORMAT]
     assert k not in dst.db.data  # length 4 announced, 3 entries came: dropped
-    good = [short[0][:3] + [head], short[1]]
-    assert _apply(dst, good) == [b"+OK\r\n", b"+OK\r\n"]
+    pel = [b"XSHARD.RESTORE", k, b"PEL", _pack((b"g", [2 << 64], [(5, 1, b"c")], True))]
+    nobody = [b"XSHARD.RESTORE", k, b"PEL", _pack((b"g", [2 << 64], [(5, 1, b"x")], True))]
+    good = [short[0][:3] + [head], [*short[1][:3], _pack(([_state()], False))]]
+    assert _apply(dst, [*good, nobody]) == [b"+OK\r\n"] * 2 + [b"-" + errors.BAD_DATA_FORMAT]
+    assert _apply(dst, [*good, pel]) == [b"+OK\r\n"] * 3
     assert run(dst, [b"XLEN", k]) == b":3\r\n"
+    assert run(dst, [b"XPENDING", k, b"g"]).startswith(b"*4\r\n:1\r\n$3\r\n2-0")
 
 
 def test_only_the_importing_link_or_the_primary_may_send_it() -> None:
