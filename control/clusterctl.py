@@ -142,6 +142,10 @@ async def status_rows(conn: EtcdConfig | str, cluster: str,
     head = [f"cluster {cluster} at {store.url}: {len(v.shards)} shards, slot map revision "
             f"{v.slots.mod if v.slots else 0}, controller leader: "
             f"{v.leader.value if v.leader else 'none'}"]
+    if v.migrations:
+        states = [e.value.get("state") for e in v.migrations.values()]
+        head.append(f"slot moves: {states.count('moving')} moving, {states.count('queued')} "
+                    "queued")
     head += [f"offset unknown for {e}" for e in sorted(errors)]
     rows = [["SHARD", "EPOCH", "SLOTS", "NODE", "ROLE", "ADDRESS", "LIVE", "OFFSET", "LAG"]]
     for sid in v.shard_ids():

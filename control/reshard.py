@@ -73,10 +73,10 @@ def live_shards(v: View) -> list[str]:
 
 
 def _cost(weight: dict[int, int] | None):  # noqa: ANN202 - slot -> its weight
-    """A slot's weight: 1 each, or its key bytes (+1, so that empty slots still spread)."""
+    """A slot's weight: 1 each, or its key bytes."""
     if weight is None:
         return lambda s: 1
-    return lambda s: weight.get(s, 0) + 1
+    return lambda s: weight.get(s, 0)
 
 
 def _fill(pool: list[tuple[int, str]], shards: list[str], load: dict[str, float],
@@ -105,8 +105,9 @@ def _fill(pool: list[tuple[int, str]], shards: list[str], load: dict[str, float]
 def plan_even(owner: list[str | None], shards: list[str],
               weight: dict[int, int] | None = None) -> list[Move]:
     """Moves that even out `shards`: by slot count, or by the per-slot `weight` (key bytes).
-    Slots of shards not in `shards` go to them too. Takes slots from the top of each
-    over-full shard's ranges and hands them out in runs, so ranges stay contiguous."""
+    Slots of shards not in `shards` go to them too. By count it takes slots from the top of
+    each over-full shard's ranges and hands them out in runs, so ranges stay contiguous; by
+    bytes it moves as few slots as it can, the heaviest first."""
     if not shards:
         raise ReshardError("no shard with a live primary to give slots to")
     cost = _cost(weight)
@@ -121,11 +122,19 @@ def plan_even(owner: list[str | None], shards: list[str],
             pool.append((slot, str(sid)))
     target = (sum(load.values()) + sum(cost(s) for s, _ in pool)) / len(shards)
     for sid in shards:
-        slots = held[sid]
+        # By count: from the top of the shard's ranges. By bytes: the heaviest first, and
+        # only slots with keys (moving an empty slot changes nothing there).
+        slots = held[sid] if weight is None else sorted(
+            (s for s in held[sid] if cost(s)), key=lambda s: (cost(s), s))
         while slots and load[sid] - cost(slots[-1]) / 2 > target:
             s = slots.pop()
             load[sid] -= cost(s)
             pool.append((s, sid))
+        if weight is not None:  # lighter ones may still bring it closer
+            for s in reversed(slots):
+                if load[sid] - cost(s) / 2 > target:
+                    load[sid] -= cost(s)
+                    pool.append((s, sid))
     return _fill(pool, shards, load, target, cost)
 
 
@@ -208,6 +217,28 @@ async def add_shard(store: BaseStore) -> str:
                               [(store.key("shards", sid), ShardRecord().encode(), 0)]):
             return sid
     raise ReshardError("could not add a shard: etcd kept changing")
+
+
+async def add_shards(store: BaseStore, ids: list[str]) -> list[str]:
+    """Empty shard records with these ids (`xshard up --shards N` growing a cluster); the ones
+    that exist already are left alone. Returns the ids added."""
+    v = await store.view()
+    new = [sid for sid in ids if sid not in v.shards]
+    if new and not await store.commit(
+            [store.guard(store.key("shards", sid), 0) for sid in new],
+            [(store.key("shards", sid), ShardRecord().encode(), 0) for sid in new]):
+        raise ReshardError("could not add the shards: etcd changed meanwhile; run it again")
+    return new
+
+
+async def queue_rebalance(store: BaseStore) -> list[Move]:
+    """Plan an even split over the shards with a live primary and queue it (`up`)."""
+    v = await store.view()
+    if v.slots is None:
+        raise ReshardError(f"cluster '{store.cluster}' has no slot map (run xshard create)")
+    moves = plan_even(owners(v.slots.value), live_shards(v))
+    fresh, _ = await queue(store, v, moves)
+    return fresh
 
 
 async def retire_shard(store: BaseStore, shard: str) -> None:

@@ -9,6 +9,10 @@ the same shape (values not given on the command line default to what the last `u
 used), and every node is started at once, taking the role etcd gives it, so that a failover
 that happened before the restart stands. The controller starts only once the primaries etcd
 names are back: started earlier, it would fail over to whichever replica came up first.
+With a larger --shards it grows the cluster: it adds the shard records, starts the new
+shards' nodes (each shard's first node first, so that it becomes the primary) and, once
+everything is up, queues a rebalance onto them (control/reshard.py) that the nodes carry out
+while `up` supervises.
 """
 
 from __future__ import annotations
@@ -59,7 +63,9 @@ def build_parser() -> argparse.ArgumentParser:
         "when they die; Ctrl-C (or xshard down, with --detach) stops it. Started again in the "
         "same directory it resumes the same cluster: options not given default to what the "
         "last up there used."))
-    p.add_argument("--shards", type=int, help=f"number of shards (default: {d.shards})")
+    p.add_argument("--shards", type=int, help=f"number of shards; more than an existing "
+                   f"cluster here has adds shards and rebalances onto them (default: "
+                   f"{d.shards})")
     p.add_argument("--replicas", type=int,
                    help=f"replicas per shard (default: {d.replicas})")
     p.add_argument("--port", type=int, help=f"first node port; the nodes take consecutive "
@@ -281,12 +287,15 @@ class LocalCluster:
         try:
             print(asyncio.run(create(self.url, s.cluster, s.shards)), flush=True)
             fresh = True
+            grow: list[str] = []
         except ClusterExists as e:
-            if e.shards != s.shards:
+            if e.shards > s.shards:
                 raise CliError(f"cluster '{s.cluster}' in {self.base} has {e.shards} shards; "
-                               f"start it with --shards {e.shards}") from None
+                               f"start it with --shards {e.shards} (xshard remove-shard "
+                               "makes it smaller)") from None
             print(f"using the existing {e.describe()}", flush=True)
             fresh = False
+            grow = self._grow(e.shards)
         for nid, shard, port in s.node_ids():
             d = self.base / nid
             d.mkdir(exist_ok=True)
@@ -294,18 +303,20 @@ class LocalCluster:
                 "node", "--port", str(port), "--dir", str(d), "--appendonly", "yes",
                 "--etcd", self.url, "--cluster", s.cluster, "--shard", str(shard),
                 "--node-id", nid), d / "node.log"))
-        first = self.nodes[:s.shards]
-        # A new cluster: every shard's first node first, so that it becomes the primary. A
-        # cluster that exists: all at once, and etcd names the primaries.
-        for c in (first if fresh else self.nodes):
-            c.start()
-        if fresh:
+        # A new cluster (or new shards): every shard's first node first, so that it becomes
+        # the primary. A cluster that exists: all at once, and etcd names the primaries.
+        later = [c for c in self.nodes[s.shards:]
+                 if fresh or int(c.name[1:c.name.index("n")]) >= s.shards - len(grow)]
+        for c in self.nodes:
+            if c not in later:
+                c.start()
+        if later:
             if not self.wait(self.primaries_live, PRIMARY_WAIT, "the primaries"):
                 raise CliError(f"the primaries did not come up; see {self.base}/s*n0/node.log")
-            for c in self.nodes[s.shards:]:
+            for c in later:
                 c.start()
-        elif not self.wait(lambda: self.primaries_live(all_nodes=True), PRIMARY_WAIT,
-                           "the nodes"):
+        if not fresh and not self.wait(lambda: self.primaries_live(all_nodes=True),
+                                       PRIMARY_WAIT, "the nodes"):
             say("not every node is back yet; starting the controller (it fails over a shard "
                 "whose primary stays away)")
         self.others.append(Child("controller", xshard_argv(
@@ -323,11 +334,59 @@ class LocalCluster:
         if not self.wait(lambda: all(_answers_ping(p) for p in router_ports), 30, "routers"):
             raise CliError(f"the routers did not come up; see {self.base}/router*.log")
         self._print_ready(router_ports)
+        if grow:
+            self._rebalance(grow)
         while not self.stopping:
             self.supervise()
             time.sleep(0.2)
         print("stopping...", flush=True)
         return 0
+
+    def _grow(self, have: int) -> list[str]:
+        """Shard records for the shards that --shards adds to an existing cluster."""
+        from control.reshard import ReshardError, add_shards
+        from control.store import Store
+
+        ids = [str(i) for i in range(have, self.shape.shards)]
+        if not ids:
+            return []
+
+        async def go() -> list[str]:
+            store = Store(self.url, self.shape.cluster)
+            try:
+                return await add_shards(store, ids)
+            finally:
+                await store.close()
+
+        try:
+            asyncio.run(go())
+        except ReshardError as e:
+            raise CliError(str(e)) from None
+        print(f"adding shards {', '.join(ids)}; their slots come from a rebalance once they "
+              "are up", flush=True)
+        return ids
+
+    def _rebalance(self, new: list[str]) -> None:
+        """Queue the moves that even the slots out over the old and the new shards; the nodes
+        carry them out while `up` supervises (xshard status shows them)."""
+        from control.reshard import ReshardError, queue_rebalance
+        from control.store import Store
+
+        async def go() -> int:
+            store = Store(self.url, self.shape.cluster)
+            try:
+                return len(await queue_rebalance(store))
+            finally:
+                await store.close()
+
+        try:
+            n = asyncio.run(go())
+        except ReshardError as e:
+            say(f"the rebalance onto shards {', '.join(new)} was not queued ({e}); run xshard "
+                "rebalance")
+            return
+        say(f"rebalancing: {n} slot moves queued onto shards {', '.join(new)}; they go on in "
+            "the background (xshard status counts them)")
 
     def _print_ready(self, router_ports: list[int]) -> None:
         s = self.shape

@@ -21,3 +21,17 @@ def key_slot(key: bytes) -> int:
         if e > s + 1:
             key = key[s + 1:e]
     return crc_hqx(key, 0) & 16383
+
+
+def keys_in_slots(slots: list[int], per_slot: int = 1, prefix: str = "k") -> list[str]:
+    """`per_slot` key names `<prefix><n>` in each of `slots` (found by counting), slot by slot:
+    for tests, benchmarks and tools that need keys in given slots."""
+    want: dict[int, list[str]] = {s: [] for s in slots}
+    i = 0
+    while any(len(v) < per_slot for v in want.values()):
+        k = f"{prefix}{i}"
+        s = key_slot(k.encode())
+        if s in want and len(want[s]) < per_slot:
+            want[s].append(k)
+        i += 1
+    return [k for v in want.values() for k in v]

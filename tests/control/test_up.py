@@ -246,3 +246,44 @@ def test_commands_find_the_cluster_from_xshard_etcd(up, tmp_path) -> None:  # no
     st = xshard("status", cwd=tmp_path)  # the cluster name and etcd from ./.xshard
     assert st.returncode == 0 and "cluster uptest" in st.stdout, st.stderr
     assert u.stop() == 0
+
+
+def test_up_with_more_shards_starts_them_and_rebalances(tmp_path) -> None:  # noqa: ANN001
+    base = free_block(8)
+    args = ["--replicas", "1", "--port", str(base), "--router-port", str(base + 7),
+            "--cluster", "grow"]
+    router = base + 7
+    u = Up(tmp_path, ["--shards", "2", *args])
+    try:
+        u.wait_for(READY)
+        keys = [f"g{i}" for i in range(30)]
+        acked = _write(router, keys, 4, "two")
+    finally:
+        assert u.stop() == 0, u.out
+    u = Up(tmp_path, ["--shards", "3", *args])
+    try:
+        u.wait_for("rebalancing:", 120)
+        assert "adding shards 2" in u.out, u.out
+        url = (tmp_path / ".xshard" / "etcd.url").read_text().strip()
+
+        def even() -> bool:
+            v = read_view(url, "grow")
+            if v.migrations or not v.slots:
+                return False
+            n = [sum(b - a + 1 for a, b, sid in v.slots.value if sid == s) for s in "012"]
+            return max(n) - min(n) <= 1 and all(v.live(v.shards[s].value.primary) for s in "012")
+
+        wait_until(even, 120, interval=0.5, what="the slots spread over three shards")
+        v = read_view(url, "grow")
+        assert sorted(v.shards["2"].value.members()) == ["s2n0", "s2n1"]
+        r = redis.Redis(port=router, socket_timeout=10)
+        for k in keys:
+            assert [e[0] for e in r.xrange(k)] == acked[k], k
+        assert redis.Redis(port=base + 4).dbsize() > 0  # s2n0 holds some of them
+        r.close()
+    finally:
+        assert u.stop() == 0, u.out
+    smaller = xshard("up", "--shards", "2", *args, cwd=tmp_path, timeout=60)
+    assert smaller.returncode == 1
+    assert "has 3 shards; start it with --shards 3 (xshard remove-shard makes it smaller)" \
+        in smaller.stderr, smaller.stderr

@@ -63,6 +63,12 @@ SCRIPTS = {
         ["CONFIG", "SET", "stream-node-max-entries", "100", "stream-node-max-bytes", "4096"],
         ["CONFIG", "NOPE"], ["CONFIG", "GET"],
     ],
+    "memory": [  # the sizes are our own estimate; what is compared is around them
+        ["MEMORY", "USAGE", "nokey"], ["MEMORY", "USAGE", "nokey", "SAMPLES"],
+        ["MEMORY", "USAGE", "nokey", "SAMPLES", "-1"], ["MEMORY", "USAGE", "nokey", "SAMPLES", "x"],
+        ["MEMORY", "USAGE", "nokey", "SAMPLES", "0", "BOGUS"], ["MEMORY", "USAGE"],
+        ["MEMORY", "FOO"], ["MEMORY", "USAGE", "nokey", "SAMPLES", "0"],
+    ],
     "scan": [
         *[["XADD", f"k{i}", "1-1", "f", "v"] for i in range(30)],
         ["SCAN", "0", "COUNT", "0"], ["SCAN", "x"], ["SCAN", "0", "MATCH"], ["SCAN", "0", "BOGUS", "1"],
@@ -310,3 +316,17 @@ def test_client_idle_counts_from_the_last_command(node):
     wait_until(aged, 10, interval=0.2, what="a connection two seconds old")
     raw.close()
     assert int(fields["idle"]) == 0, fields
+
+
+def test_memory_usage_grows_with_the_value(r):
+    assert r.memory_usage("nokey") is None
+    r.xadd("s", {"f": "v"})
+    small = r.memory_usage("s")
+    for i in range(2000):
+        r.xadd("s", {"f": "v" * 50, "i": str(i)})
+    r.xgroup_create("s", "g", "0")
+    r.xreadgroup("g", "c", {"s": ">"}, count=500)
+    big = r.memory_usage("s", samples=0)
+    assert 0 < small < big and big > 2000 * 50
+    r.set("str", "x" * 1000)
+    assert r.memory_usage("str") > 1000

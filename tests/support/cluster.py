@@ -26,7 +26,7 @@ from pathlib import Path
 import redis
 
 from control.store import View, even_slots, read_view
-from node.slots import key_slot
+from node.slots import key_slot, keys_in_slots
 from tests.conftest import REPO, NodeHandle, _node_env, spawn_node
 from tests.support.procs import LOCALHOST, ServerProcess, wait_until
 
@@ -40,19 +40,6 @@ def run_cli(*args: str, timeout: float = 60,
     """`xshard ARGS` as a subprocess of this interpreter, output captured as text."""
     return subprocess.run([sys.executable, "-m", "control.cli", *args], capture_output=True,
                           text=True, timeout=timeout, cwd=cwd or REPO)
-
-
-def keys_in_slots(slots: list[int], per_slot: int = 1, prefix: str = "k") -> list[str]:
-    """`per_slot` key names in each of `slots` (found by counting), slot by slot."""
-    want: dict[int, list[str]] = {s: [] for s in slots}
-    i = 0
-    while any(len(v) < per_slot for v in want.values()):
-        k = f"{prefix}{i}"
-        s = key_slot(k.encode())
-        if s in want and len(want[s]) < per_slot:
-            want[s].append(k)
-        i += 1
-    return [k for v in want.values() for k in v]
 
 
 class Cluster:
