@@ -13,7 +13,8 @@ in etcd, answers -MOVED (also to clients blocked on a key of the slots) and drop
 The image is taken in one loop turn, but cheaply: a stream's sealed nodes are immutable
 bytes, so taking one is a tuple of references per node (`Block.state()`), not a walk over its
 entries, and a group's pending entries are a C-level dict copy. It is then sent in bounded
-steps: XSHARD.RESTORE key HEAD (the value, or a stream's counters, groups and consumers),
+steps: XSHARD.RESTORE key HEAD (the value, or a stream's counters, groups, consumers and
+IDMP map),
 BLOCKS (up to BLOCKS_PER_CHUNK nodes) and PEL (up to PEL_PER_CHUNK pending entries), in the
 snapshot's marshal format (node/snapshot.py), so neither side ever serializes or loads a
 long stream or a large PEL in one go. Effects of the slots that happen while the image
@@ -32,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 from node import command_table, errors
 from node.groups import ConsumerGroup
+from node.idmp import IdmpMap
 from node.resp import ReplyError, encode_command
 from node.slots import key_slot
 from node.stream import Block, Stream
@@ -93,10 +95,10 @@ def _image(key: bytes, value: Any, exp: int) -> Iterator[list[bytes]]:
     if kind != "stream":
         yield [RESTORE, key, b"HEAD", _pack((IMAGE_VERSION, kind, exp, v))]
         return
-    counters, groups, pels, states = v
+    counters, groups, pels, states, idmp = v
     npel = sum(len(sids) for sids, _nacks in pels)
     yield [RESTORE, key, b"HEAD", _pack((IMAGE_VERSION, "stream", exp,
-                                         (counters, groups, len(states), npel)))]
+                                         (counters, groups, len(states), npel, idmp)))]
     left = len(states) + npel
     for i in range(0, len(states), BLOCKS_PER_CHUNK):
         chunk = states[i:i + BLOCKS_PER_CHUNK]
@@ -127,7 +129,8 @@ def _capture(value: Any) -> Any:
         return "stream", ((value.length, value.last_id, value.first_id,
                            value.max_deleted_entry_id, value.entries_added), groups,
                           [_pending(g) for g in value.groups.values()],
-                          [b.state() for b in value.blocks()])
+                          [b.state() for b in value.blocks()],
+                          value.idmp.dump_state() if value.idmp is not None else None)
     kind = _KINDS[type(value)]
     return kind, value if kind == "string" else list(value)
 
@@ -212,15 +215,27 @@ def _check_groups(groups: Any) -> bool:
     return True
 
 
-def _stream_head(head: Any) -> Stream:
-    if type(head) is not tuple or len(head) != 4:
+def _idmp(st: Any) -> IdmpMap:
+    """The IDMP map of a stream (node/idmp.py), from its `dump_state()`, checked."""
+    if (type(st) is not tuple or len(st) != 5 or not all(type(x) is int for x in st[:4])
+            or type(st[4]) is not list or not all(
+                type(p) is tuple and len(p) == 4 and type(p[0]) is bytes and type(p[1]) is bytes
+                and type(p[2]) is int and type(p[3]) is int for p in st[4])):
         raise ReplyError(errors.BAD_DATA_FORMAT)
-    counters, groups, _nodes, _pending = head
+    return IdmpMap.from_state(st)
+
+
+def _stream_head(head: Any) -> Stream:
+    if type(head) is not tuple or len(head) != 5:
+        raise ReplyError(errors.BAD_DATA_FORMAT)
+    counters, groups, _nodes, _pending, idmp = head
     if (type(counters) is not tuple or len(counters) != 5
             or not all(type(x) is int and x >= 0 for x in counters) or not _check_groups(groups)):
         raise ReplyError(errors.BAD_DATA_FORMAT)
     s = Stream()
     (s.length, s.last_id, s.first_id, s.max_deleted_entry_id, s.entries_added) = counters
+    if idmp is not None:
+        s.idmp = _idmp(idmp)
     for name, last, read, consumers in groups:
         g = s.groups[name] = ConsumerGroup(last, read)
         for cname, seen, active in consumers:

@@ -77,7 +77,8 @@ def fill(src: InprocServer) -> None:
     run(src, [b"XREADGROUP", b"GROUP", b"g3", b"carl", b"COUNT", b"25000", b"STREAMS", k, b">"])
     run(src, [b"XDEL", k, b"5-2", b"29999-2", b"30000-0"])
     k2 = TAG + b"small"
-    run(src, [b"XADD", k2, b"1-1", b"a", b"b"])
+    run(src, [b"XCFGSET", k2, b"IDMP-DURATION", b"600", b"IDMP-MAXSIZE", b"50"])
+    run(src, [b"XADD", k2, b"IDMP", b"p1", b"i1", b"*", b"a", b"b"])
     run(src, [b"XGROUP", b"CREATE", k2, b"g", b"$"])
     run(src, [b"PEXPIREAT", k2, b"%d" % (src.clock + 60_000)])
     run(src, [b"XGROUP", b"CREATE", TAG + b"empty", b"g", b"$", b"MKSTREAM"])
@@ -119,6 +120,9 @@ def test_image_rebuilds_every_key_of_the_slot_and_nothing_else() -> None:
     keys = sorted(src.db.keys_in_slot(SLOT))
     assert sorted(dst.db.data) == keys and copy.keys == len(keys) == 6
     same_keys(src, dst, keys)
+    again = [b"XADD", TAG + b"small", b"IDMP", b"p1", b"i1", b"*", b"a", b"x"]
+    first = b"$15\r\n%d-0\r\n" % src.clock
+    assert run(dst, again) == run(src, again) == first  # the IDMP map moved with the stream
 
 
 def test_effects_during_the_image_follow_it_in_order() -> None:
@@ -195,9 +199,11 @@ def _state(n: int = 3) -> tuple:
     (b"HEAD", _pack((99, "string", 0, b"v")), errors.BAD_DATA_FORMAT),  # unknown version
     (b"HEAD", _pack((1, "hash", 0, [b"v"])), errors.BAD_DATA_FORMAT),
     (b"HEAD", _pack((1, "list", 0, [])), errors.BAD_DATA_FORMAT),  # empty collection
-    (b"HEAD", _pack((1, "stream", 0, ((1, 2, 3, 4), [], 0, 0))), errors.BAD_DATA_FORMAT),
-    (b"HEAD", _pack((1, "stream", 0, ((0,) * 5, [(b"g", 0, None, [(b"c", 1)])], 0, 0))),
+    (b"HEAD", _pack((1, "stream", 0, ((1, 2, 3, 4), [], 0, 0, None))), errors.BAD_DATA_FORMAT),
+    (b"HEAD", _pack((1, "stream", 0, ((0,) * 5, [(b"g", 0, None, [(b"c", 1)])], 0, 0, None))),
      errors.BAD_DATA_FORMAT),  # a consumer without its active-time
+    (b"HEAD", _pack((1, "stream", 0, ((0,) * 5, [], 0, 0, (1, 2, 3, 4, [(b"p", 1, 2, 3)])))),
+     errors.BAD_DATA_FORMAT),  # an IDMP pair whose iid is no string
     (b"BLOCKS", _pack(([_state()], True)), errors.SLOT_RESTORE_NO_HEAD),
     (b"PEL", _pack((b"g", [1], [(0, 1, b"c")], True)), errors.SLOT_RESTORE_NO_HEAD),
     (b"OTHER", _pack(1), errors.SYNTAX),
@@ -213,14 +219,15 @@ def test_bad_blocks_are_refused_and_a_stream_that_does_not_add_up_is_not_kept() 
     dst = InprocServer()
     k = TAG + b"k"
     head = _pack((1, "stream", 0, ((3, 3 << 64, 1 << 64, 0, 3), [(b"g", 0, None, [(b"c", 1, 1)])],
-                                   1, 1)))
+                                   1, 1, None)))
     st = list(_state())
     st[7] = st[7][:-1]  # one ms-delta byte short
     bad = [[b"XSHARD.RESTORE", k, b"HEAD", head],
            [b"XSHARD.RESTORE", k, b"BLOCKS", _pack(([tuple(st)], True))]]
     assert _apply(dst, bad) == [b"+OK\r\n", b"-" + errors.BAD_DATA_FORMAT]
     short = [[b"XSHARD.RESTORE", k, b"HEAD", _pack((1, "stream", 0,
-                                                     ((4, 3 << 64, 1 << 64, 0, 4), [], 1, 0)))],
+                                                     ((4, 3 << 64, 1 << 64, 0, 4), [], 1, 0,
+                                                      None)))],
              [b"XSHARD.RESTORE", k, b"BLOCKS", _pack(([_state()], True))]]
     assert _apply(dst, short) == [b"+OK\r\n", b"-" + errors.BAD_DATA_FORMAT]
     assert k not in dst.db.data  # length 4 announced, 3 entries came: dropped
