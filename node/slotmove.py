@@ -27,6 +27,7 @@ from __future__ import annotations
 import itertools
 import marshal
 import zlib
+from array import array
 from collections import deque
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
@@ -36,7 +37,7 @@ from node.groups import ConsumerGroup
 from node.idmp import IdmpMap
 from node.resp import ReplyError, encode_command
 from node.slots import key_slot
-from node.stream import Block, Stream
+from node.stream import FLAG_DELETED, FLAG_SAMEFIELDS, Stream
 
 if TYPE_CHECKING:
     from node.client import Client
@@ -253,10 +254,54 @@ def _value(kind: Any, v: Any) -> Any:
     raise ReplyError(errors.BAD_DATA_FORMAT)
 
 
+_TYPECODES = {"B": 1, "H": 2, "I": 4, "Q": 8}  # the array typecodes a Block uses, and their sizes
+
+
+def _check_block(st: Any) -> bool:
+    """Whether `st` is shaped like a `Block.state()` value: field types, counters and the
+    sizes of the packed arrays agree, so that reading the block cannot fail. The order of
+    the entry IDs inside is not re-checked."""
+    if type(st) is not tuple or len(st) != 16:
+        return False
+    (first, n, live, ndel, lp_rest, master, mtc, msd, stc, seq, blob, lentc, lens, elen,
+     flags, nfs) = st
+    if not (all(type(x) is int for x in (first, n, live, ndel, lp_rest, elen))
+            and type(master) is tuple and all(type(f) is bytes for f in master)
+            and type(msd) is bytes and type(seq) is bytes and type(blob) is bytes
+            and mtc in _TYPECODES and stc in _TYPECODES and lentc in _TYPECODES
+            and (lens is None or type(lens) is bytes)
+            and (flags is None or type(flags) is bytes) and (nfs is None or type(nfs) is bytes)):
+        return False
+    if (n < 1 or live < 0 or ndel < 0 or live + ndel != n or not 0 <= first < 1 << 128
+            or len(msd) != n * _TYPECODES[mtc] or len(seq) != n * _TYPECODES[stc]):
+        return False
+    k = len(master)
+    if flags is None:
+        if nfs is not None:
+            return False
+        count = n * k
+    else:
+        if len(flags) != n:
+            return False
+        same = sum(1 for f in flags if f & FLAG_SAMEFIELDS)
+        if sum(1 for f in flags if f & FLAG_DELETED) != ndel:
+            return False
+        if nfs is not None and len(nfs) % 4:
+            return False
+        nf = array("I", nfs) if nfs is not None else array("I")
+        if len(nf) != n - same:
+            return False
+        count = k * same + 2 * sum(nf)
+    if lens is None:
+        return elen >= 0 and len(blob) == elen * count
+    return len(lens) == count * _TYPECODES[lentc] and sum(
+        lens if lentc == "B" else array(lentc, lens)) == len(blob)
+
+
 def _add_blocks(s: Stream, data: Any) -> bool:
     """A BLOCKS part: (node states, last). Returns `last`."""
     if (type(data) is not tuple or len(data) != 2 or type(data[0]) is not list
-            or not all(Block.check_state(st) for st in data[0])):
+            or not all(_check_block(st) for st in data[0])):
         raise ReplyError(errors.BAD_DATA_FORMAT)
     states, last = data
     firsts = s.node_keys()

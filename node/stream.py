@@ -211,9 +211,6 @@ def _interleave(master: tuple[bytes, ...] | list[bytes], vals: Any, m: int) -> l
     return [flat[p:p + w] for p in range(0, w * m, w)]
 
 
-_TYPECODES = {"B": 1, "H": 2, "I": 4, "Q": 8}  # the array typecodes a Block uses, and their sizes
-
-
 def _tc(top: int) -> str:
     """The smallest unsigned array typecode that holds `top`."""
     return "H" if top < 1 << 16 else ("I" if top < 1 << 32 else "Q")
@@ -325,46 +322,6 @@ class Block:
         b.ms0 = b.first >> 64
         b.flags = None if flags is None else bytearray(flags)
         return b
-
-    @staticmethod
-    def check_state(st: Any) -> bool:
-        """Whether `st` is shaped like a `state()` value (a slot move's input, node/slotmove.py):
-        field types, counters and the sizes of the packed arrays agree, so that reading the
-        block cannot fail. The order of the entry IDs inside is not re-checked."""
-        if type(st) is not tuple or len(st) != 16:
-            return False
-        (first, n, live, ndel, lp_rest, master, mtc, msd, stc, seq, blob, lentc, lens, elen,
-         flags, nfs) = st
-        if not (all(type(x) is int for x in (first, n, live, ndel, lp_rest, elen))
-                and type(master) is tuple and all(type(f) is bytes for f in master)
-                and type(msd) is bytes and type(seq) is bytes and type(blob) is bytes
-                and mtc in _TYPECODES and stc in _TYPECODES and lentc in _TYPECODES
-                and (lens is None or type(lens) is bytes)
-                and (flags is None or type(flags) is bytes) and (nfs is None or type(nfs) is bytes)):
-            return False
-        if (n < 1 or live < 0 or ndel < 0 or live + ndel != n or not 0 <= first < 1 << 128
-                or len(msd) != n * _TYPECODES[mtc] or len(seq) != n * _TYPECODES[stc]):
-            return False
-        k = len(master)
-        if flags is None:
-            if nfs is not None:
-                return False
-            count = n * k
-        else:
-            if len(flags) != n:
-                return False
-            same = sum(1 for f in flags if f & FLAG_SAMEFIELDS)
-            if sum(1 for f in flags if f & FLAG_DELETED) != ndel:
-                return False
-            nf = array("I", nfs) if nfs is not None and len(nfs) % 4 == 0 else array("I")
-            if (nfs is not None and len(nfs) % 4) or len(nf) != n - same:
-                return False
-            count = k * same + 2 * sum(nf)
-        if lens is None:
-            return elen >= 0 and len(blob) == elen * count
-        w = _TYPECODES[lentc]
-        return len(lens) == count * w and sum(
-            lens if lentc == "B" else array(lentc, lens)) == len(blob)
 
     # -- IDs --
     @property
