@@ -224,6 +224,15 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("replica-priority", "int", 100, minimum=0, maximum=(1 << 31) - 1,
             aliases=("slave-priority",),
             help="reported in INFO; failover goes by replication offset, not priority"),
+    # Prometheus metrics (node/metrics.py, node/metricsserver.py).
+    Setting("metrics-port", "int", 0, mutable=False, minimum=0, maximum=65535,
+            help="serve /metrics, /healthz and /readyz over HTTP on this port (0: off)"),
+    Setting("metrics-streams", "str", "*",
+            help="glob of the stream names that get per-stream metrics"),
+    Setting("metrics-max-streams", "int", 1000, minimum=0, maximum=_LL,
+            help="most streams with per-stream metrics (each adds series per group)"),
+    Setting("metrics-consumers", "bool", False,
+            help="also export each consumer's idle time (one series per consumer)"),
     # Full syncs always go through a snapshot file (disk-based, like repl-diskless-sync no).
     Setting("repl-diskless-sync", "bool", False,
             help="accepted for redis.conf compatibility; full syncs use a snapshot file"),

@@ -157,6 +157,20 @@ async def _serve(config: Config, config_file: str) -> int:
         log.error("Could not create server TCP listening socket %s:%d: %s",
                   config.bind, config.port, e.strerror)
         return 1
+    metrics = None
+    if config.metrics_port:
+        from node import metricsserver
+        from node.metrics import NodeCollector
+
+        server.metrics = NodeCollector(server)
+        try:
+            metrics = await metricsserver.start(
+                metricsserver.new_registry(server.metrics), server.metrics.ready,
+                (config.bind.split() or ["127.0.0.1"])[0].lstrip("-"), config.metrics_port)
+        except OSError as e:
+            log.error("Could not listen for metrics on port %d: %s", config.metrics_port,
+                      e.strerror)
+            return 1
     # Long-lived objects made during start-up (and later during loading) need not be scanned by
     # every full collection; a larger young generation also means fewer collections per XADD.
     gc.collect()
@@ -173,6 +187,8 @@ async def _serve(config: Config, config_file: str) -> int:
     log.info("Received shutdown signal, closing")
     if agent is not None:
         await agent.stop()
+    if metrics is not None:
+        await metrics.stop()
     server.replication.shutdown()
     server.close()
     try:

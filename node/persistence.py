@@ -38,6 +38,7 @@ from node.aof import (
     scan,
 )
 from node.effects import EffectApplier, EffectStreamError
+from node.histogram import Histogram
 
 if TYPE_CHECKING:
     from node.server import Connection, Server
@@ -94,6 +95,8 @@ class Persistence:
         self.loading = 0
         self.shut_down = False
         self.last_fsync_seconds = 0.0
+        self.fsync_times = Histogram()  # xshard_aof_fsync_duration_seconds (node/metrics.py)
+        self.error_count = 0  # failed writes, fsyncs, manifest switches, saves, rewrites
         server.config_listeners.append(self.config_changed)
 
     # --- start-up -----------------------------------------------------------------------------
@@ -363,6 +366,7 @@ class Persistence:
                 self.aof_size += written
                 self.buf = [data[written:]]
                 self.buf_len = len(data) - written
+        self.error_count += 1
         if self.write_error is None:
             log.warning("Error writing to the AOF file: %s", os.strerror(err))
         self.write_error = os.strerror(err)
@@ -391,6 +395,7 @@ class Persistence:
         self.io_pending -= 1
         exc = fut.exception()
         if exc is not None:
+            self.error_count += 1
             if manifest:
                 log.warning("Can't write the AOF manifest: %s", exc)
                 self.manifest_error = str(getattr(exc, "strerror", exc))
@@ -405,6 +410,7 @@ class Persistence:
         if target is not None:
             self.last_fsync = time.monotonic()
             self.last_fsync_seconds = time.perf_counter() - t0
+            self.fsync_times.observe(self.last_fsync_seconds)
             self.fsync_error = None
             self.synced_offset = max(self.synced_offset, target)
             if self.held:
@@ -528,6 +534,7 @@ class Persistence:
 
     def _saved(self, ok: bool) -> None:
         self.last_bgsave_status = "ok" if ok else "err"
+        self.error_count += not ok
         if ok:
             self.last_save = int(time.time())
             self.dirty_at_save = self.server.dirty
@@ -574,6 +581,7 @@ class Persistence:
                 _unlink(tmp_base)
                 return
             if not ok or not self.config.appendonly:
+                self.error_count += not ok
                 self.last_rewrite_status = "err"
                 _unlink(tmp_base)
                 return

@@ -31,6 +31,7 @@ from node.writepause import WritePauses
 if TYPE_CHECKING:
     from control.agent import Agent
     from node.cluster import ClusterState
+    from node.metrics import NodeCollector
     from node.persistence import Persistence
     from node.replication import Replication
     from node.snapshot import ChildSaver
@@ -110,6 +111,7 @@ class Server:
         self.cluster: ClusterState | None = None  # set when the node is part of a cluster
         self.config_listeners: list[Callable[[str], None]] = []  # CONFIG SET, per setting
         self.shutdown_hook: Callable[[], None] | None = None  # SHUTDOWN stops the process
+        self.metrics: NodeCollector | None = None  # with --metrics-port (node/metrics.py)
         # Only commands with both a handler and a command-table entry are served. The arity of
         # a plain command rides along so that execute() checks it without a call; containers
         # (None) always go through command_table.check_arity.

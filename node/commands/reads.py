@@ -205,8 +205,11 @@ def _serve_new(c: Client, s: Stream, g: ConsumerGroup, cons: Consumer, key: byte
     # node are delivered as one run; with listeners, one XCLAIM each.
     # (A stand-in server without an EffectLog, as in the in-process tests, always records.)
     listening = bool(getattr(server.effects, "listeners", True))
+    metrics = getattr(server, "metrics", None)  # delivery latency (node/metrics.py)
     for sids, ents in s.range_chunks(start, MAX_ID, count or None):
         n += len(sids)
+        if metrics is not None:
+            metrics.streams.observe_delivery(key, groupname, sids, now)
         parts.append(encode_entries(sids, ents))
         if listening:
             for sid in sids:

@@ -1,0 +1,183 @@
+"""The node's /metrics, /healthz and /readyz (node/metrics.py, node/metricsserver.py), read over
+HTTP from a real node process and compared with what the node answers over RESP."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+import redis
+
+from tests.support.procs import free_port, wait_until
+from tests.support.scrape import fetch, get, promtool_check, samples, value
+
+needs_promtool = pytest.mark.skipif(shutil.which("promtool") is None,
+                                    reason="promtool (Debian package prometheus) is not installed")
+
+
+def _metrics_node(xnode, *args: str):
+    port = free_port()
+    return xnode("--metrics-port", str(port), *args), port
+
+
+def _xinfo_groups(r, key: str) -> dict[str, dict]:
+    return {g["name"].decode(): g for g in r.xinfo_groups(key)}
+
+
+def test_metrics_off_by_default(xnode) -> None:
+    n = xnode()
+    r = n.client()
+    assert r.config_get("metrics-port") == {"metrics-port": "0"}
+
+
+def test_endpoints_and_formats(xnode) -> None:
+    n, port = _metrics_node(xnode)
+    status, _, body = get(port, "/healthz")
+    assert status == 200 and body.strip() == "ok"
+    status, _, body = get(port, "/readyz")
+    assert status == 200 and body.strip() == "ready"
+    status, ctype, text = get(port, "/metrics")
+    assert status == 200 and ctype.startswith("text/plain")
+    assert value(text, "process_resident_memory_bytes")
+    status, ctype, om = get(port, "/metrics", accept="application/openmetrics-text; "
+                            "version=1.0.0; charset=utf-8")
+    assert ctype.startswith("application/openmetrics-text") and om.rstrip().endswith("# EOF")
+    assert get(port, "/nothing")[0] == 404
+
+
+def test_stream_families_match_the_node(xnode) -> None:
+    n, port = _metrics_node(xnode)
+    r = n.client()
+    for i in range(10):
+        r.xadd("orders", {"i": i})
+    r.xgroup_create("orders", "billing", id="0")
+    r.xgroup_create("orders", "audit", id="0")
+    got = r.xreadgroup("billing", "c1", {"orders": ">"}, count=4)
+    assert len(got[0][1]) == 4
+    r.xack("orders", "billing", got[0][1][0][0])
+    r.xreadgroup("billing", "c2", {"orders": ">"}, count=2)
+    r.xreadgroup("audit", "c1", {"orders": ">"}, noack=True)  # NOACK deliveries count too
+    r.xadd("manual", {"a": 1}, id="1-1")  # an ID that is no time: length yes, latency no
+    r.xgroup_create("manual", "g", id="0")
+    r.xreadgroup("g", "c", {"manual": ">"})
+    with pytest.raises(redis.ResponseError):
+        r.xadd("orders", {"x": 1}, id="1-1")  # an error counted for XADD
+    text = fetch(port)
+    groups = _xinfo_groups(r, "orders")
+    for g in ("billing", "audit"):
+        assert value(text, "xshard_stream_group_lag", stream="orders", group=g) == groups[g]["lag"]
+        assert (value(text, "xshard_stream_group_pending", stream="orders", group=g)
+                == groups[g]["pending"])
+    assert value(text, "xshard_stream_length", stream="orders") == r.xlen("orders") == 10
+    assert value(text, "xshard_stream_entries_added_total", stream="orders") == 10
+    # Every delivery of a new entry is observed once, per group.
+    assert value(text, "xshard_delivery_latency_seconds_count", stream="orders",
+                 group="billing") == 6
+    assert value(text, "xshard_delivery_latency_seconds_count", stream="orders",
+                 group="audit") == 10
+    assert value(text, "xshard_delivery_latency_seconds_count", stream="manual",
+                 group="g") == 0
+    assert value(text, "xshard_stream_length", stream="manual") == 1
+    # Re-reading the consumer's own history is no first delivery.
+    r.xreadgroup("billing", "c1", {"orders": "0"})
+    text = fetch(port)
+    assert value(text, "xshard_delivery_latency_seconds_count", stream="orders",
+                 group="billing") == 6
+    # Commands and errors come from the node's commandstats.
+    stats = r.info("commandstats")
+    assert value(text, "xshard_commands_total", command="xadd") == stats["cmdstat_xadd"]["calls"]
+    assert value(text, "xshard_command_errors_total", command="xadd") == 1
+    assert value(text, "xshard_role", role="primary") == 1
+    assert value(text, "xshard_node_fenced") == 0
+    assert value(text, "xshard_replication_offset") > 0
+    # Per-consumer series are off unless asked.
+    assert not samples(text, "xshard_stream_group_consumer_idle_seconds")
+
+
+def test_oldest_pending_age_and_consumers(xnode) -> None:
+    n, port = _metrics_node(xnode, "--metrics-consumers", "yes")
+    r = n.client()
+    r.xadd("jobs", {"a": 1})
+    r.xgroup_create("jobs", "workers", id="0")
+    r.xreadgroup("workers", "stuck", {"jobs": ">"})
+    # The age grows while nothing is acknowledged (waited on, never slept a fixed time).
+    wait_until(lambda: value(fetch(port), "xshard_stream_group_oldest_pending_age_seconds",
+                             stream="jobs", group="workers") >= 0.3, 10, what="age grows")
+    text = fetch(port)
+    idle = value(text, "xshard_stream_group_consumer_idle_seconds", stream="jobs",
+                 group="workers", consumer="stuck")
+    assert idle is not None and idle >= 0.3
+    r.xack("jobs", "workers", r.xrange("jobs")[0][0])
+    text = fetch(port)
+    assert value(text, "xshard_stream_group_oldest_pending_age_seconds", stream="jobs",
+                 group="workers") == 0
+
+
+def test_null_lag_is_estimated(xnode) -> None:
+    n, port = _metrics_node(xnode)
+    r = n.client()
+    ids = [r.xadd("s", {"i": i}) for i in range(6)]
+    r.xgroup_create("s", "g", id="0")
+    r.xreadgroup("g", "c", {"s": ">"}, count=2)
+    r.xdel("s", ids[4])  # a tombstone after the group's last ID: Redis says lag NULL
+    assert _xinfo_groups(r, "s")["g"]["lag"] is None
+    lag = value(fetch(port), "xshard_stream_group_lag", stream="s", group="g")
+    assert lag is not None and 0 <= lag <= 4
+
+
+def test_stream_pattern_and_cap(xnode) -> None:
+    n, port = _metrics_node(xnode, "--metrics-streams", "keep:*", "--metrics-max-streams", "3")
+    r = n.client()
+    for i in range(5):
+        r.xadd(f"keep:{i}", {"a": 1})
+    r.xadd("skip:0", {"a": 1})
+    text = fetch(port)
+    tracked = {dict(k)["stream"] for k in samples(text, "xshard_stream_length")}
+    assert len(tracked) == 3 and all(s.startswith("keep:") for s in tracked)
+    assert value(text, "xshard_metrics_tracked_streams") == 3
+    gone = sorted(tracked)[0]
+    r.delete(gone)  # a deleted stream makes room for another
+    text = fetch(port)
+    now = {dict(k)["stream"] for k in samples(text, "xshard_stream_length")}
+    assert gone not in now and len(now) == 3
+    r.config_set("metrics-max-streams", 1)
+    assert len(samples(fetch(port), "xshard_stream_length")) == 1
+
+
+def test_replica_exports_the_primarys_values(xnode) -> None:
+    p, pport = _metrics_node(xnode)
+    rp = p.client()
+    for i in range(5):
+        rp.xadd("s", {"i": i})
+    rp.xgroup_create("s", "g", id="0")
+    rp.xreadgroup("g", "c", {"s": ">"}, count=2)
+    rep, rport = _metrics_node(xnode, "--replicaof", "127.0.0.1", str(p.port))
+    rr = rep.client()
+    wait_until(lambda: rr.info("replication")["master_link_status"] == "up"
+               and rr.info("replication")["master_repl_offset"]
+               == rp.info("replication")["master_repl_offset"], 20, what="replica caught up")
+    primary, replica = fetch(pport), fetch(rport)
+    for name in ("xshard_stream_length", "xshard_stream_group_lag",
+                 "xshard_stream_group_pending", "xshard_stream_entries_added_total"):
+        assert samples(replica, name) == samples(primary, name), name
+    assert value(replica, "xshard_role", role="replica") == 1
+    # The primary sees its replica's lag, in bytes and in seconds (caught up: 0).
+    wait_until(lambda: value(fetch(pport), "xshard_replica_lag_bytes") == 0, 10,
+               what="replica acked")
+    assert value(fetch(pport), "xshard_replica_lag_seconds") == 0
+    # With the link down the replica exports no per-stream figures rather than stale ones.
+    p.stop()
+    wait_until(lambda: rr.info("replication")["master_link_status"] == "down", 20,
+               what="link down")
+    assert not samples(fetch(rport), "xshard_stream_length")
+
+
+@needs_promtool
+def test_promtool_check_metrics(xnode) -> None:
+    n, port = _metrics_node(xnode, "--metrics-consumers", "yes", "--appendonly", "yes")
+    r = n.client()
+    r.xadd("s", {"a": 1})
+    r.xgroup_create("s", "g", id="0")
+    r.xreadgroup("g", "c", {"s": ">"})
+
+    assert promtool_check(fetch(port)) == ""
