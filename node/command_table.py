@@ -264,6 +264,17 @@ def lookup_by_fullname(name: bytes) -> CommandSpec | None:
     return _ALL.get(name.lower())
 
 
+def stat_name(argv: list[bytes], name: bytes) -> bytes | None:
+    """The name commandstats counts a call under: 'config|get' for a known subcommand (Redis
+    counts subcommands apart), `name` for a plain command or a container alone, None for an
+    unknown subcommand (Redis has no command to count it under)."""
+    a = _ARITY.get(name)
+    if a.__class__ is int or a is None or len(argv) == 1:
+        return name
+    sub = a.get(argv[1].lower())  # type: ignore[union-attr]
+    return None if sub is None else sub[1]
+
+
 def check_arity(argv: list[bytes], name: bytes | None = None) -> bytes | None:
     """The error text Redis's processCommand gives for this argv, or None if it may run.
 

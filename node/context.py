@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     from node.blocking import Blocked, BlockingManager
     from node.client import Client
     from node.cluster import ClusterState
+    from node.cmdstats import CommandStats
     from node.commands import Handler
     from node.config import Config
     from node.effects import EffectLog
@@ -41,7 +42,7 @@ if TYPE_CHECKING:
     from node.persistence import Persistence
     from node.protocol import RespConnection
     from node.replication import Replication
-    from node.server import CommandStats, ReplyGate
+    from node.server import ReplyGate
     from node.snapshot import ChildSaver
 
 __all__ = [

@@ -19,6 +19,7 @@ if TYPE_CHECKING:
 DEFAULT_SECTIONS = ("server", "clients", "memory", "persistence", "stats", "replication", "cpu",
                     "modules", "errorstats", "cluster", "keyspace")
 ALL_SECTIONS = DEFAULT_SECTIONS + ("commandstats", "latencystats")
+LATENCY_PERCENTILES = (50.0, 99.0, 99.9)  # Redis's latency-tracking-info-percentiles default
 
 
 def rss_bytes() -> int:
@@ -124,11 +125,28 @@ def _errorstats(s: Server) -> list[tuple[str, object]]:
 
 def _commandstats(s: Server) -> list[tuple[str, object]]:
     out = []
-    for name, (calls, usec, rejected, failed) in sorted(s.stats.calls.items()):
+    for name, st in sorted(s.stats.calls.items()):
+        calls, usec, rejected, failed = st[:4]
         per = usec / calls if calls else 0
         out.append((f"cmdstat_{name.decode(errors='replace')}",
                      f"calls={calls},usec={usec},usec_per_call={per:.2f},"
                      f"rejected_calls={rejected},failed_calls={failed}"))
+    return out
+
+
+def _pct_label(p: float) -> str:
+    """Redis prints a percentile with %f and trailing zeros trimmed: p50, p99, p99.9."""
+    return f"{p:f}".rstrip("0").rstrip(".")
+
+
+def _latencystats(s: Server) -> list[tuple[str, object]]:
+    ps = LATENCY_PERCENTILES
+    out = []
+    for name in sorted(s.stats.calls):
+        values = s.stats.percentiles(name, ps)
+        if values:
+            out.append((f"latency_percentiles_usec_{name.decode(errors='replace')}",
+                        ",".join(f"p{_pct_label(p)}={v:.3f}" for p, v in zip(ps, values, strict=True))))
     return out
 
 
@@ -145,7 +163,7 @@ SECTIONS: dict[str, Callable[[Server], list[tuple[str, object]]]] = {
     "errorstats": _errorstats,
     "cluster": lambda s: [("cluster_enabled", int(s.cluster is not None))] + (
         s.move_stats.fields(s.pauses.longest_ms) if s.cluster is not None else []),
-    "keyspace": _keyspace, "commandstats": _commandstats, "latencystats": lambda s: [],
+    "keyspace": _keyspace, "commandstats": _commandstats, "latencystats": _latencystats,
 }
 
 

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Protocol
 from node import command_table, errors
 from node.blocking import Blocked, BlockingManager
 from node.client import Client
+from node.cmdstats import CommandStats
 from node.commands import Handler, load_all
 from node.config import Config
 from node.effects import EffectLog
@@ -45,34 +46,6 @@ _NOAUTH_OK = command_table.NO_AUTH
 class ReplyGate(Protocol):
     def hold(self, conn: Connection, data: bytes) -> bool:
         """Take `data` to send later (after an fsync); False means send it now."""
-
-
-class CommandStats:
-    """INFO commandstats / errorstats counters."""
-
-    __slots__ = ("calls", "errors", "total_commands", "total_error_replies", "total_connections",
-                 "rejected_connections", "net_input_bytes", "net_output_bytes")
-
-    def __init__(self) -> None:
-        self.calls: dict[bytes, list] = {}  # name -> [calls, usec, rejected, failed]
-        self.errors: dict[bytes, int] = {}
-        self.total_commands = 0
-        self.total_error_replies = 0
-        self.total_connections = 0
-        self.rejected_connections = 0
-        self.net_input_bytes = 0
-        self.net_output_bytes = 0
-
-    def error(self, message: bytes) -> None:
-        self.total_error_replies += 1
-        code = message.split(b" ", 1)[0]
-        self.errors[code] = self.errors.get(code, 0) + 1
-
-    def entry(self, name: bytes) -> list:
-        e = self.calls.get(name)
-        if e is None:
-            e = self.calls[name] = [0, 0, 0, 0]
-        return e
 
 
 class Server:
@@ -151,9 +124,9 @@ class Server:
         if arity is None or (n != arity if arity > 0 else n < -arity):
             err = command_table.check_arity(argv, name)
             if err is not None:
-                return self.reject(c, name, err)
+                return self.reject(c, name, err, argv)
         if not c.authenticated and name not in _NOAUTH_OK:
-            return self.reject(c, name, errors.NOAUTH)
+            return self.reject(c, name, errors.NOAUTH, argv)
         if not c.is_master:  # what a primary sent us (or the AOF holds) is never refused
             if self.cluster is not None:
                 err = self.cluster.check(c, argv, name)
@@ -166,7 +139,7 @@ class Server:
                         c.discard_multi()
                     elif c.in_multi:
                         c.multi_failed = True
-                    return self._refuse(name, err)
+                    return self._refuse(name, err, argv)
             # EXEC counts as a write when it would run one: a transaction queued before a
             # fence (or a disk error) must not commit after it.
             if command_table.is_write_argv(argv, name) or (
@@ -174,7 +147,7 @@ class Server:
                         command_table.is_write_argv(a, a[0].lower()) for a in c.multi_queue)):
                 err = self.write_refusal()
                 if err is not None:
-                    return self.reject(c, name, err)
+                    return self.reject(c, name, err, argv)
         if c.in_multi and name not in _MULTI_IMMEDIATE:
             c.multi_queue.append(argv)
             return QUEUED
@@ -184,7 +157,8 @@ class Server:
             return None
         return self.call(c, argv, name, handler)
 
-    def reject(self, c: Client, name: bytes | None, message: bytes) -> bytes:
+    def reject(self, c: Client, name: bytes | None, message: bytes,
+               argv: list[bytes] | None = None) -> bytes:
         """server.c rejectCommand: the command does not run; inside MULTI the transaction is
         flagged so that EXEC fails, and a rejected EXEC aborts it, quoting the reason
         (execCommandAbort). `name` is None for an unknown command."""
@@ -194,13 +168,15 @@ class Server:
             c.discard_multi()
             if not message.startswith(b"EXECABORT "):  # check_arity phrases EXEC's own
                 message = errors.execabort_because(message)
-        return self._refuse(name, message)
+        return self._refuse(name, message, argv)
 
-    def _refuse(self, name: bytes | None, message: bytes) -> bytes:
+    def _refuse(self, name: bytes | None, message: bytes, argv: list[bytes] | None) -> bytes:
         """Count a refused command (rejected_calls, errorstats) and encode its error."""
         self.stats.error(message)
         if name is not None:
-            self.stats.entry(name)[2] += 1
+            st = self.stats.entry_argv(name, argv or [name])
+            if st is not None:
+                st[2] += 1
         return b"-%s\r\n" % message
 
     # --- write checks (processCommand, in Redis's order) ----------------------------------------
@@ -270,11 +246,13 @@ class Server:
             usec = b.usec
         if b is None or reply is not None:
             st = self.stats.calls.get(name)
-            if st is None:
-                st = self.stats.entry(name)
-            st[0] += 1
-            st[1] += usec
-            st[3] += failed
+            if st is None:  # a new command, or a container ('config|get' counts apart)
+                st = self.stats.entry_argv(name, argv)
+            if st is not None:
+                st[0] += 1
+                st[1] += usec
+                st[3] += failed
+                st[4 + usec.bit_length()] += 1  # the latency histogram (node/cmdstats.py)
             self.stats.total_commands += 1
         if effects.offset != offset:
             c.woff = effects.offset
@@ -285,13 +263,11 @@ class Server:
     def count_released(self, b: Blocked, reply: bytes) -> None:
         """A blocked command released without running again (timeout, CLIENT UNBLOCK, a role
         change): one call, and an error reply counts as rejected, as in Redis 7.2+."""
-        st = self.stats.entry(b.argv[0].lower())
-        st[0] += 1
-        st[1] += b.usec
-        self.stats.total_commands += 1
+        st = self.stats.timed(b.argv, b.usec)
         if reply[:1] == b"-":
             self.stats.error(reply[1:].rstrip(b"\r\n"))
-            st[2] += 1
+            if st is not None:
+                st[2] += 1
 
     def handler(self, name: bytes) -> Handler:
         return self._dispatch[name][0]

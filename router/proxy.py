@@ -29,12 +29,12 @@ from typing import TYPE_CHECKING
 from node import command_table, errors
 from node.client import Client
 from node.cluster import SlotMap
+from node.cmdstats import CommandStats
 from node.commands import load_all
 from node.commands.reads import parse_xread_options
 from node.config import Config
 from node.protocol import RespConnection
 from node.resp import ReplyError, encode_command, error
-from node.server import CommandStats
 from node.slots import SLOTS, key_slot
 from router import fanout, transactions
 from router.client import Cell, ClientConn, RouterClient

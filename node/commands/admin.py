@@ -72,11 +72,7 @@ def config(c: Client, argv: list[bytes]) -> bytes:
     if sub == b"resetstat":
         if n != 2:
             raise ReplyError(errors.wrong_arity(b"config|resetstat"))
-        st = c.server.stats
-        st.calls.clear()
-        st.errors.clear()
-        st.total_commands = st.total_error_replies = st.total_connections = 0
-        st.rejected_connections = st.net_input_bytes = st.net_output_bytes = 0
+        c.server.stats.reset()
         return OK
     if sub == b"rewrite":
         path = c.server.config_file

@@ -1,0 +1,130 @@
+"""Per-command counters and latency histograms: INFO commandstats, latencystats, errorstats.
+
+Each command seen gets one flat list, made once and updated in place by the dispatch path
+(node/server.py Server.call), so counting a call allocates nothing:
+
+    [calls, usec, rejected_calls, failed_calls, h0, h1, ... h63]
+
+`h<i>` counts the calls whose run time in whole microseconds has bit length i: h0 is 0 us,
+h1 is 1 us, h2 is 2-3 us, h3 is 4-7 us ... so bucket i holds the durations below 2**i us.
+The hot path does one `st[HIST + usec.bit_length()] += 1`; 64 slots cover any duration.
+Redis keeps an HdrHistogram per command; these power-of-two buckets are coarser (a factor of
+two), which is enough for p50/p99/p99.9 within a bucket (interpolated) and for a Prometheus
+histogram whose buckets never change.
+
+Read API (for INFO and the metrics endpoint; nothing else reads the lists):
+- `CommandStats.iter_histograms()` yields `(command, bounds, cumulative, sum_seconds)`: the
+  upper bounds in seconds (`BOUNDS`, 1 us ... 2**MAX_EXP us, then +Inf), the cumulative count
+  of calls at or below each bound (the last one is every timed call), and the summed run time.
+- `CommandStats.percentiles(command, (50.0, 99.0, 99.9))` gives microseconds, as
+  latencystats prints them.
+- `CommandStats.calls` maps a command name to its list (CALLS, USEC, REJECTED, FAILED); a
+  subcommand has its own ('config|get'), as in Redis, and a container's bare name has none.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+
+from node import command_table
+
+CALLS, USEC, REJECTED, FAILED, HIST = 0, 1, 2, 3, 4
+NBUCKETS = 64
+# The exported buckets: 1 us ... 2**25 us (about 33.5 s), then +Inf. Slower calls only land
+# in +Inf; the bounds stay fixed so that a Prometheus series never changes its buckets.
+MAX_EXP = 25
+BOUNDS: tuple[float, ...] = tuple((1 << i) / 1e6 for i in range(MAX_EXP + 1)) + (float("inf"),)
+
+
+class CommandStats:
+    """INFO commandstats / latencystats / errorstats counters and the stats totals."""
+
+    __slots__ = ("calls", "errors", "total_commands", "total_error_replies", "total_connections",
+                 "rejected_connections", "net_input_bytes", "net_output_bytes")
+
+    def __init__(self) -> None:
+        self.calls: dict[bytes, list[int]] = {}  # name -> [calls, usec, rejected, failed, h...]
+        self.errors: dict[bytes, int] = {}  # error code (ERR, WRONGTYPE ...) -> replies
+        self.total_commands = 0
+        self.total_error_replies = 0
+        self.total_connections = 0
+        self.rejected_connections = 0
+        self.net_input_bytes = 0
+        self.net_output_bytes = 0
+
+    def error(self, message: bytes) -> None:
+        """Count one error reply under its code (the first word), as errorstats does."""
+        self.total_error_replies += 1
+        code = message.split(b" ", 1)[0]
+        self.errors[code] = self.errors.get(code, 0) + 1
+
+    def entry(self, name: bytes) -> list[int]:
+        """The counters of command `name` (lower case, `container|sub` not split), made once."""
+        e = self.calls.get(name)
+        if e is None:
+            e = self.calls[name] = [0] * (HIST + NBUCKETS)
+        return e
+
+    def entry_argv(self, name: bytes, argv: list[bytes]) -> list[int] | None:
+        """The counters `argv` counts under: a subcommand's own ('config|get'), as Redis keeps
+        them. The dispatch path calls this only when `calls.get(name)` missed, which is always
+        the case for a container, so plain commands pay nothing for it. None for an unknown
+        subcommand."""
+        key = command_table.stat_name(argv, name)
+        return None if key is None else self.entry(key)
+
+    def timed(self, argv: list[bytes], usec: int) -> list[int] | None:
+        """Count one call of `argv` that ran for `usec` (paths off the hot one use this)."""
+        st = self.entry_argv(argv[0].lower(), argv)
+        if st is None:
+            return None
+        st[CALLS] += 1
+        st[USEC] += usec
+        st[HIST + usec.bit_length()] += 1
+        self.total_commands += 1
+        return st
+
+    def reset(self) -> None:
+        """CONFIG RESETSTAT."""
+        self.calls.clear()
+        self.errors.clear()
+        self.total_commands = self.total_error_replies = self.total_connections = 0
+        self.rejected_connections = self.net_input_bytes = self.net_output_bytes = 0
+
+    # --- the read API -------------------------------------------------------------------------
+    def iter_histograms(self) -> Iterator[tuple[str, tuple[float, ...], list[int], float]]:
+        """(command, upper bounds in seconds, cumulative counts, sum of run times in seconds)
+        for every command that ran at least once; see the module docstring."""
+        for name, st in sorted(self.calls.items()):
+            h = st[HIST:]
+            if not any(h):
+                continue
+            cum, acc = [], 0
+            for i in range(MAX_EXP + 1):
+                acc += h[i]
+                cum.append(acc)
+            cum.append(acc + sum(h[MAX_EXP + 1:]))
+            yield name.decode(errors="replace"), BOUNDS, cum, st[USEC] / 1e6
+
+    def percentiles(self, name: bytes, ps: Sequence[float]) -> list[float]:
+        """The `ps` percentiles of `name`'s run time in microseconds, interpolated linearly
+        inside a bucket ([2**(i-1), 2**i) us); empty when it never ran."""
+        st = self.calls.get(name)
+        if st is None:
+            return []
+        h = st[HIST:]
+        total = sum(h)
+        if not total:
+            return []
+        out = []
+        for p in ps:
+            rank = max(1.0, total * p / 100.0)  # the rank-th smallest duration
+            acc = 0
+            for i, n in enumerate(h):
+                if n and acc + n >= rank:
+                    lo = 0.0 if i == 0 else float(1 << (i - 1))
+                    hi = 1.0 if i == 0 else float(1 << i)
+                    out.append(lo + (hi - lo) * (rank - acc) / n)
+                    break
+                acc += n
+        return out
