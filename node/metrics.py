@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from node import histogram
+from node.cmdstats import CALLS, FAILED, REJECTED
 from node.histogram import Histogram, MsHistogram
 from node.patterns import stringmatch
 from node.stream import Stream
@@ -200,7 +201,8 @@ class NodeCollector:
         errs = CounterMetricFamily("xshard_command_errors", "Commands refused or failed, by "
                                    "command (INFO commandstats rejected_calls + failed_calls).",
                                    labels=["command"])
-        for name, (n, _usec, rejected, failed) in sorted(self.server.stats.calls.items()):
+        for name, st in sorted(self.server.stats.calls.items()):
+            n, rejected, failed = st[CALLS], st[REJECTED], st[FAILED]
             cmd = name.decode(errors="replace")
             calls.add_metric([cmd], n)
             errs.add_metric([cmd], rejected + failed)
