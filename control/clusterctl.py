@@ -228,6 +228,11 @@ def cmd_controller(argv: list[str]) -> int:
     p.add_argument("--move-timeout", type=float, default=30.0, metavar="SECONDS",
                    help="roll a started slot move back when its source or target shard has "
                    "had no live primary this long (default: 30)")
+    p.add_argument("--metrics-port", type=int, default=0, metavar="PORT",
+                   help="serve /metrics, /healthz and /readyz over HTTP on this port "
+                   "(default: 0, off)")
+    p.add_argument("--metrics-bind", default="127.0.0.1", metavar="ADDR",
+                   help="address the metrics port listens on (default: 127.0.0.1)")
     a = p.parse_args(argv)
     if a.move_timeout <= 0:
         raise CliError("--move-timeout must be > 0")
@@ -236,7 +241,8 @@ def cmd_controller(argv: list[str]) -> int:
                         format=f"{os.getpid()}:C %(asctime)s %(levelname).1s %(message)s")
     from control.controller import run
 
-    return run(conn, a.cluster, a.id, a.node_password, a.move_timeout)
+    return run(conn, a.cluster, a.id, a.node_password, a.move_timeout, a.metrics_port,
+               a.metrics_bind)
 
 
 COMMANDS = {

@@ -39,6 +39,7 @@ import contextlib
 import logging
 import os
 import socket
+import time
 from dataclasses import dataclass
 
 from control import reshard
@@ -157,6 +158,12 @@ class Controller:
         self.leader_rev = 0  # create revision of our leader key while we lead
         self.refusals: dict[str, int] = {}
         self.blocked: dict[str, str] = {}  # shard -> last reason a failover could not run
+        # For the metrics (control/metrics.py): failovers done, by (shard, reason), shards
+        # whose primary we revoked for refusing connections, the last view and when read.
+        self.failovers: dict[tuple[str, str], int] = {}
+        self.revoked: set[str] = set()
+        self.view: View | None = None
+        self.view_at = -1e9
 
     async def run(self) -> None:
         await self.store.connect()
@@ -191,6 +198,7 @@ class Controller:
                 self.session.check()
                 if view.leader is None or view.leader.create != self.leader_rev:
                     raise LeaseLost("lost leadership")
+                self._seen(view)
                 await self._tick(view)
         finally:
             await self._resign()
@@ -209,6 +217,7 @@ class Controller:
                     self.leader_rev = v.leader.create
                     return
             v = await self.store.view()
+            self._seen(v)
             if not announced and v.leader is not None:
                 log.info("controller %s: following leader %s", self.id, v.leader.value)
                 announced = True
@@ -230,10 +239,17 @@ class Controller:
                 await failover(self.store, view, sid, reason=f"primary {rec.primary} lost its "
                                "lease", extra_compares=[leader_guard], nodes=self.nodes)
                 self.blocked.pop(sid, None)
+                why = "process_gone" if sid in self.revoked else "lease_expired"
+                self.revoked.discard(sid)
+                self.failovers[(sid, why)] = self.failovers.get((sid, why), 0) + 1
             except FailoverError as e:
                 if self.blocked.get(sid) != str(e):
                     log.warning("controller: cannot fail over yet: %s", e)
                     self.blocked[sid] = str(e)
+
+    def _seen(self, view: View) -> None:
+        self.view = view
+        self.view_at = time.monotonic()
 
     async def _probe(self, view: View, sid: str, nid: str) -> None:
         n = view.nodes[nid]
@@ -244,13 +260,15 @@ class Controller:
                             "the process is gone; revoking its lease %x", nid, sid, k, n.lease)
                 with contextlib.suppress(Exception):
                     await self.store.revoke(n.lease)
+                self.revoked.add(sid)
                 self.refusals.pop(nid, None)
         else:
             self.refusals.pop(nid, None)
 
 
 def run(conn: EtcdConfig | str, cluster: str, cid: str | None = None,
-        node_password: str = "", move_timeout: float = reshard.MOVE_TIMEOUT) -> int:
+        node_password: str = "", move_timeout: float = reshard.MOVE_TIMEOUT,
+        metrics_port: int = 0, metrics_bind: str = "127.0.0.1") -> int:
     """Run a controller until SIGINT/SIGTERM."""
     import signal
 
@@ -260,6 +278,19 @@ def run(conn: EtcdConfig | str, cluster: str, cid: str | None = None,
 
     async def main() -> int:
         c = Controller(Store(conn, cluster), cid, NodeOps(node_password), move_timeout)
+        metrics = None
+        if metrics_port:
+            from control.metrics import ControllerCollector
+            from node import metricsserver
+
+            mc = ControllerCollector(c)
+            try:
+                metrics = await metricsserver.start(metricsserver.new_registry(mc), mc.ready,
+                                                    metrics_bind, metrics_port)
+            except OSError as e:
+                log.error("cannot listen for metrics on %s:%d: %s", metrics_bind,
+                          metrics_port, e.strerror)
+                return 1
         task = asyncio.ensure_future(c.run())
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
@@ -268,6 +299,8 @@ def run(conn: EtcdConfig | str, cluster: str, cid: str | None = None,
             await task
         except asyncio.CancelledError:
             log.info("controller %s: stopped", c.id)
+        if metrics is not None:
+            await metrics.stop()
         return 0
 
     return uvloop.run(main())

@@ -25,8 +25,12 @@ import time
 from dataclasses import dataclass
 
 from control.store import BaseStore
+from node.histogram import Histogram
 
 log = logging.getLogger("xshard.lease")
+# Round trips of accepted keep-alives, every session of the process: its etcd latency as seen
+# by the one call each lease holder makes every second (xshard_etcd_rtt_seconds).
+KEEPALIVE_RTT = Histogram()
 
 
 @dataclass(frozen=True)
@@ -127,6 +131,7 @@ class LeaseSession:
                 log.info("%s: keep-alive of lease %x accepted again", self.name, self.id)
                 failures = 0
             self.ok_at = sent
+            KEEPALIVE_RTT.observe(time.monotonic() - sent)
 
     async def close(self, revoke: bool = True) -> None:
         """Stop keeping the lease alive and (by default) revoke it, so that what it holds

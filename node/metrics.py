@@ -191,6 +191,10 @@ class NodeCollector:
                                 value=s.blocking.blocked_clients)
         yield from self._replication()
         yield from self._persistence()
+        if s.agent is not None:
+            from control.metrics import etcd_rtt
+
+            yield etcd_rtt()
         r = s.replication
         if r is None or not r.is_replica or r.replica.connected:
             yield from self._streams()

@@ -19,6 +19,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from functools import partial
+from time import perf_counter
 from typing import TYPE_CHECKING
 
 import hiredis
@@ -49,7 +50,8 @@ def _ignore(_reply: bytes | None) -> None:
 class Forward:
     """One request to the owner of `slot` (or to an address); see the module docstring."""
 
-    __slots__ = ("router", "c", "data", "slot", "write", "cell", "done", "attempt", "deadline")
+    __slots__ = ("router", "c", "data", "slot", "write", "cell", "done", "attempt", "deadline",
+                 "sent", "addr")
 
     def __init__(self, router: Router, c: RouterClient, data: bytes, slot: int | None,
                  write: bool, cell: Cell | None = None, done: Done | None = None) -> None:
@@ -62,6 +64,8 @@ class Forward:
         self.done = done  # ... or to this callback
         self.attempt = 0
         self.deadline = 0.0
+        self.sent = 0.0  # perf_counter() at the last send (xshard_router_upstream_...)
+        self.addr: tuple[str, int] | None = None
 
     def send(self, addr: tuple[str, int] | None = None, up: Upstream | None = None) -> None:
         if up is None:
@@ -74,10 +78,13 @@ class Forward:
             if self.write:
                 c.written.add(addr)
             up = router.pool(addr, c.proto, replica and addr not in router.primaries()).get(c.id)
+        self.addr = addr
+        self.sent = perf_counter()
         up.send(self.data, self)
         return None
 
     def __call__(self, r: bytes | None) -> None:
+        self.router.upstream.replied(self, r)
         if r is None:
             return self._retry(error(errors.CLUSTERDOWN))
         if r[:1] == b"-" and self.attempt < MAX_REDIRECTS:
@@ -102,6 +109,7 @@ class Forward:
         now = time.monotonic()
         if not self.deadline:
             self.deadline = now + self.router.cluster_down_timeout
+            self.router.upstream.clusterdown_waits += 1
         conn = self.c.conn
         if now >= self.deadline or conn is None or conn.closing:
             return self._finish(final)

@@ -47,6 +47,8 @@ def build_parser() -> argparse.ArgumentParser:
                    "once (default: 10000)")
     p.add_argument("--client-query-buffer-limit", default="1gb", help="largest unparsed "
                    "input kept for one client (default: 1gb)")
+    p.add_argument("--metrics-port", type=int, default=0, help="serve /metrics, /healthz "
+                   "and /readyz over HTTP on this port, at --bind (default: 0, off)")
     p.add_argument("--loglevel", default="notice", help="debug for more detail (default: "
                    "notice)")
     return p
@@ -126,12 +128,30 @@ async def _serve(args: argparse.Namespace) -> int:
                   file=sys.stderr)
             router.close()
             return 1
+    metrics = None
+    if args.metrics_port:
+        from node import metricsserver
+        from router.metrics import RouterCollector
+
+        rc = RouterCollector(router, etcd=source is not None)
+        try:
+            metrics = await metricsserver.start(metricsserver.new_registry(rc), rc.ready,
+                                                args.bind, args.metrics_port)
+        except OSError as e:
+            print(f"xshard router: cannot listen for metrics on {args.bind}:"
+                  f"{args.metrics_port}: {e.strerror}", file=sys.stderr)
+            if source is not None:
+                await source.stop()
+            router.close()
+            return 1
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     log.info("xshard router ready to accept connections tcp on %s:%d", args.bind, port)
     await stop.wait()
+    if metrics is not None:
+        await metrics.stop()
     if source is not None:
         await source.stop()
     router.close()

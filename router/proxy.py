@@ -40,6 +40,7 @@ from router import fanout, transactions
 from router.client import Cell, ClientConn, RouterClient
 from router.commands import ROUTER_COMMANDS
 from router.forward import BlockedRead, Forward
+from router.metrics import UpstreamStats
 from router.routes import Kind, Route, build
 from router.upstream import Pool
 from router.xread import dollar_ids, xread_fanout
@@ -97,6 +98,7 @@ class Router:
         self.stats = CommandStats()
         self.start_time = time.time()
         self.redirects = {"moved": 0, "ask": 0}
+        self.upstream = UpstreamStats(self)  # round trips and failures (router/metrics.py)
         self.tcp_server: asyncio.AbstractServer | None = None
 
     # --- topology -------------------------------------------------------------------------------

@@ -1,0 +1,103 @@
+"""The router's Prometheus families: requests, upstream round trips per shard, redirects,
+waits for a shard without a primary, the slot map's version, clients."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from time import perf_counter
+from typing import TYPE_CHECKING
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+
+from node import histogram
+from node.histogram import Histogram
+from node.resp import error_code
+from router.forward import RETRYABLE
+
+if TYPE_CHECKING:
+    from router.forward import Forward
+    from router.proxy import Router
+
+
+class UpstreamStats:
+    """Observed by every `Forward` reply (router/forward.py): its round trip, by shard, and
+    whether the shard failed it (connection lost, or an error that makes the router wait)."""
+
+    __slots__ = ("router", "times", "errors", "clusterdown_waits", "_nodes", "_by_addr")
+
+    def __init__(self, router: Router) -> None:
+        self.router = router
+        self.times: dict[str, Histogram] = {}
+        self.errors: dict[str, int] = {}
+        self.clusterdown_waits = 0  # requests that had to wait for a shard to get a primary
+        self._nodes: object = None
+        self._by_addr: dict[tuple[str, int], str] = {}
+
+    def replied(self, f: Forward, r: bytes | None) -> None:
+        dt = perf_counter() - f.sent
+        shard = self.shard_of(f)
+        h = self.times.get(shard)
+        if h is None:
+            h = self.times[shard] = Histogram()
+        h.observe(dt)
+        if r is None or (r[:1] == b"-" and error_code(r) in RETRYABLE):
+            self.errors[shard] = self.errors.get(shard, 0) + 1
+
+    def shard_of(self, f: Forward) -> str:
+        m = self.router.map
+        if f.slot is not None:
+            return m.owner[f.slot] or "none"
+        if self._nodes is not m.nodes:  # the map was replaced: index it again
+            self._nodes = m.nodes
+            self._by_addr = {(n.host, n.port): n.shard for n in m.nodes.values()}
+        return self._by_addr.get(f.addr, "none") if f.addr is not None else "none"
+
+
+class RouterCollector:
+    def __init__(self, router: Router, etcd: bool) -> None:
+        self.router = router
+        self.etcd = etcd
+
+    def describe(self) -> list[Metric]:
+        return []
+
+    def ready(self) -> tuple[bool, str]:
+        """/readyz: the slot map is known."""
+        if self.router.map.ranges:
+            return True, ""
+        return False, "slot map not known yet"
+
+    def collect(self) -> Iterator[Metric]:
+        r = self.router
+        up = r.upstream
+        yield CounterMetricFamily("xshard_router_requests", "Client requests the router "
+                                  "received.", value=r.stats.total_commands)
+        yield histogram.family("xshard_router_upstream_duration_seconds", "Round trip of "
+                               "each request forwarded to a node, by the shard it went to.",
+                               ["shard"], (([s], h) for s, h in sorted(up.times.items())))
+        errs = CounterMetricFamily("xshard_router_upstream_errors", "Forwarded requests a "
+                                   "shard failed: connection lost, or CLUSTERDOWN, TRYAGAIN, "
+                                   "LOADING or MASTERDOWN (the router then retries).",
+                                   labels=["shard"])
+        for s in sorted(set(up.errors) | set(r.map.shards)):
+            errs.add_metric([s], up.errors.get(s, 0))
+        yield errs
+        red = CounterMetricFamily("xshard_router_redirects", "-MOVED and -ASK replies the "
+                                  "router followed.", labels=["kind"])
+        for kind, n in sorted(r.redirects.items()):
+            red.add_metric([kind], n)
+        yield red
+        yield CounterMetricFamily("xshard_router_clusterdown_waits", "Requests that waited "
+                                  "for a shard without a primary (up to "
+                                  "--cluster-down-timeout-ms).", value=up.clusterdown_waits)
+        yield GaugeMetricFamily("xshard_router_slotmap_version", "etcd revision of the slot "
+                                "map the router routes by.", value=r.map.version)
+        yield GaugeMetricFamily("xshard_connected_clients", "Client connections.",
+                                value=len(r.clients))
+        yield GaugeMetricFamily("xshard_blocked_clients", "Clients waiting in a blocking "
+                                "read.", value=sum(1 for c in r.clients.values()
+                                                   if c.blocked is not None))
+        if self.etcd:
+            from control.metrics import etcd_rtt
+
+            yield etcd_rtt()
