@@ -24,7 +24,12 @@ from collections.abc import Iterator
 from itertools import islice
 from typing import TYPE_CHECKING
 
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
 
 from node import histogram
 from node.cmdstats import CALLS, FAILED, REJECTED
@@ -212,6 +217,13 @@ class NodeCollector:
             errs.add_metric([cmd], rejected + failed)
         yield calls
         yield errs
+        dur = HistogramMetricFamily("xshard_command_duration_seconds", "Run time of each "
+                                    "command on the node (the handler, as INFO commandstats "
+                                    "usec; power-of-two buckets).", labels=["command"])
+        for cmd, bounds, cum, total in self.server.stats.iter_histograms():
+            dur.add_metric([cmd], [("+Inf" if b == float("inf") else repr(b), n)
+                                   for b, n in zip(bounds, cum, strict=True)], total)
+        yield dur
 
     def _replication(self) -> Iterator[Metric]:
         s = self.server

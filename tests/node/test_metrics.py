@@ -87,6 +87,10 @@ def test_stream_families_match_the_node(xnode) -> None:
     stats = r.info("commandstats")
     assert value(text, "xshard_commands_total", command="xadd") == stats["cmdstat_xadd"]["calls"]
     assert value(text, "xshard_command_errors_total", command="xadd") == 1
+    calls = stats["cmdstat_xadd"]["calls"]  # 10 + 1 on "manual" + the refused one
+    assert value(text, "xshard_command_duration_seconds_count", command="xadd") == calls == 12
+    assert value(text, "xshard_command_duration_seconds_bucket", command="xadd",
+                 le="+Inf") == 12
     assert value(text, "xshard_role", role="primary") == 1
     assert value(text, "xshard_node_fenced") == 0
     assert value(text, "xshard_replication_offset") > 0
