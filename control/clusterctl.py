@@ -91,19 +91,31 @@ class ClusterExists(CliError):
                 f"{self.revision})")
 
 
-def cmd_create(argv: list[str]) -> int:
+def create_parser() -> argparse.ArgumentParser:
     p = parser("create", "Create a cluster in etcd: shard records and an even slot split, once.")
     p.add_argument("--shards", type=int, required=True, help="number of shards")
     p.add_argument("--replicas", type=int, default=1, help="replicas per shard you intend to "
                    "start; only used for the advice printed (nodes join on their own; "
                    "default: 1)")
-    a = p.parse_args(argv)
+    p.add_argument("--exist-ok", action="store_true", help="succeed without change when the "
+                   "cluster exists with this many shards (for install jobs that may rerun)")
+    return p
+
+
+def cmd_create(argv: list[str]) -> int:
+    a = create_parser().parse_args(argv)
     if a.replicas < 0:
         raise CliError("--replicas must be 0 or more")
     conn = conn_from(a)
-    print(asyncio.run(create(conn, a.cluster, a.shards)) +
-          f"; start {a.shards * (1 + a.replicas)} nodes with --etcd {conn.url} --cluster "
-          f"{a.cluster} --shard ID")
+    try:
+        done = asyncio.run(create(conn, a.cluster, a.shards))
+    except ClusterExists as e:
+        if not a.exist_ok or e.shards != a.shards:
+            raise
+        print(f"{e.describe()} exists already; nothing to do")
+        return 0
+    print(done + f"; start {a.shards * (1 + a.replicas)} nodes with --etcd {conn.url} "
+          f"--cluster {a.cluster} --shard ID")
     return 0
 
 
@@ -207,21 +219,52 @@ async def manual_failover(conn: EtcdConfig | str, cluster: str, shard: str, forc
     return f"shard {shard}: {new} is the new primary"
 
 
-def cmd_failover(argv: list[str]) -> int:
+def failover_parser() -> argparse.ArgumentParser:
     p = parser("failover", "Promote the most up-to-date replica of a shard.", nodes=True)
     p.add_argument("shard", help="shard id (xshard status lists them)")
     p.add_argument("--force", action="store_true",
                    help="replace a primary that is still alive (its unreplicated writes are "
                         "lost)")
-    a = p.parse_args(argv)
-    print(asyncio.run(manual_failover(conn_from(a), a.cluster, a.shard, a.force,
-                                      a.node_password)))
+    p.add_argument("--if-primary", metavar="NODE", default=None,
+                   help="do nothing (exit 0) unless NODE is the shard's primary and a replica "
+                        "is live: a pod's preStop hook runs this on every pod")
+    return p
+
+
+def cmd_failover(argv: list[str]) -> int:
+    a = failover_parser().parse_args(argv)
+    conn = conn_from(a)
+    if a.if_primary is not None:
+        skip = asyncio.run(handover_needed(conn, a.cluster, a.shard, a.if_primary))
+        if skip:
+            print(f"shard {a.shard}: {skip}; nothing to do")
+            return 0
+    print(asyncio.run(manual_failover(conn, a.cluster, a.shard, a.force, a.node_password)))
     return 0
+
+
+async def handover_needed(conn: EtcdConfig | str, cluster: str, shard: str, node: str) -> str:
+    """Why `node` has no primary role to hand over ("" when it has): a replica, or a
+    primary without a live replica, must stop without moving anything."""
+    store = await open_store(conn, cluster)
+    try:
+        v = await store.view()
+    finally:
+        await store.close()
+    entry = v.shards.get(shard)
+    if entry is None:
+        return f"no such shard in cluster '{cluster}'"
+    rec = entry.value
+    if rec.primary != node:
+        return f"{node} is not the primary (the primary is {rec.primary or 'none'})"
+    if not any(v.live(r) for r in rec.replicas):
+        return f"{node} has no live replica to hand over to"
+    return ""
 
 
 # --- controller ----------------------------------------------------------------------------------
 
-def cmd_controller(argv: list[str]) -> int:
+def controller_parser() -> argparse.ArgumentParser:
     p = parser("controller", "Run a controller (one leader is elected in etcd).", nodes=True)
     p.add_argument("--id", default=None, help="controller id (default: host:pid)")
     p.add_argument("--logfile", default=None, help="log to this file (default: stderr)")
@@ -233,7 +276,11 @@ def cmd_controller(argv: list[str]) -> int:
                    "(default: 0, off)")
     p.add_argument("--metrics-bind", default="127.0.0.1", metavar="ADDR",
                    help="address the metrics port listens on (default: 127.0.0.1)")
-    a = p.parse_args(argv)
+    return p
+
+
+def cmd_controller(argv: list[str]) -> int:
+    a = controller_parser().parse_args(argv)
     if a.move_timeout <= 0:
         raise CliError("--move-timeout must be > 0")
     conn = conn_from(a)

@@ -1,0 +1,193 @@
+{{/* Names, labels and the pieces every xshard container shares. */}}
+
+{{- define "xshard.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{/* The release's prefix for every object; short enough that "-shard-NN-NN" still fits a
+     pod name (StatefulSet pod names carry a 10-character hash label: keep them <= 52). */}}
+{{- define "xshard.fullname" -}}
+{{- if .Values.fullnameOverride -}}
+{{- .Values.fullnameOverride | trunc 30 | trimSuffix "-" -}}
+{{- else -}}
+{{- $name := default .Chart.Name .Values.nameOverride -}}
+{{- if contains $name .Release.Name -}}
+{{- .Release.Name | trunc 30 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name $name | trunc 30 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "xshard.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "xshard.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end -}}
+
+{{- define "xshard.labels" -}}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{ include "xshard.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: xshard
+{{- end -}}
+
+{{/* Labels of one component: (dict "ctx" $ "component" "node") */}}
+{{- define "xshard.componentLabels" -}}
+{{ include "xshard.labels" .ctx }}
+app.kubernetes.io/component: {{ .component }}
+{{- end -}}
+
+{{- define "xshard.componentSelector" -}}
+{{ include "xshard.selectorLabels" .ctx }}
+app.kubernetes.io/component: {{ .component }}
+{{- end -}}
+
+{{- define "xshard.image" -}}
+{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) -}}
+{{- end -}}
+
+{{- define "xshard.clusterName" -}}
+{{- default (include "xshard.fullname" .) .Values.clusterName -}}
+{{- end -}}
+
+{{- define "xshard.shardName" -}}
+{{- printf "%s-shard-%d" (include "xshard.fullname" .ctx) (int .shard) -}}
+{{- end -}}
+
+{{- define "xshard.etcdName" -}}
+{{- printf "%s-etcd" (include "xshard.fullname" .) -}}
+{{- end -}}
+
+{{- define "xshard.domain" -}}
+{{- printf "%s.svc.%s" .Release.Namespace .Values.clusterDomain -}}
+{{- end -}}
+
+{{/* The etcd endpoints the xshard processes use: the external ones, else the chart's. */}}
+{{- define "xshard.etcdEndpoints" -}}
+{{- if .Values.etcd.external.endpoints -}}
+{{- join "," .Values.etcd.external.endpoints -}}
+{{- else -}}
+{{- printf "http://%s.%s:%d" (include "xshard.etcdName" .) (include "xshard.domain" .) (int .Values.etcd.clientPort) -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "xshard.secretName" -}}
+{{- default (printf "%s-auth" (include "xshard.fullname" .)) .Values.auth.existingSecret -}}
+{{- end -}}
+
+{{/* The etcd options every xshard command takes (secrets go in the environment). */}}
+{{- define "xshard.etcdArgs" -}}
+- --etcd
+- {{ include "xshard.etcdEndpoints" . | quote }}
+{{- with .Values.etcd.external }}
+{{- if .user }}
+- --etcd-user
+- {{ .user | quote }}
+{{- end }}
+{{- if .tls.enabled }}
+- --etcd-cacert
+- /etc/xshard/etcd-tls/{{ .tls.caKey }}
+{{- if .tls.clientCert }}
+- --etcd-cert
+- /etc/xshard/etcd-tls/{{ .tls.certKey }}
+- --etcd-key
+- /etc/xshard/etcd-tls/{{ .tls.keyKey }}
+{{- end }}
+{{- end }}
+{{- end }}
+- --cluster
+- {{ include "xshard.clusterName" . | quote }}
+{{- end -}}
+
+{{/* The environment of every xshard container: where etcd is (also for `kubectl exec ...
+     xshard status`), its password, and the nodes' password. */}}
+{{- define "xshard.env" -}}
+- name: POD_NAME
+  valueFrom:
+    fieldRef:
+      fieldPath: metadata.name
+- name: XSHARD_ETCD
+  value: {{ include "xshard.etcdEndpoints" . | quote }}
+{{- with .Values.etcd.external }}
+{{- if .user }}
+- name: XSHARD_ETCD_USER
+  value: {{ .user | quote }}
+- name: XSHARD_ETCD_PASSWORD
+  valueFrom:
+    secretKeyRef:
+      name: {{ required "etcd.external.existingSecret is required with etcd.external.user" .existingSecret | quote }}
+      key: {{ .passwordKey | quote }}
+{{- end }}
+{{- if .tls.enabled }}
+- name: XSHARD_ETCD_CACERT
+  value: /etc/xshard/etcd-tls/{{ .tls.caKey }}
+{{- if .tls.clientCert }}
+- name: XSHARD_ETCD_CERT
+  value: /etc/xshard/etcd-tls/{{ .tls.certKey }}
+- name: XSHARD_ETCD_KEY
+  value: /etc/xshard/etcd-tls/{{ .tls.keyKey }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- if .Values.auth.enabled }}
+- name: XSHARD_NODE_PASSWORD
+  valueFrom:
+    secretKeyRef:
+      name: {{ include "xshard.secretName" . | quote }}
+      key: {{ .Values.auth.existingSecretPasswordKey | quote }}
+{{- end }}
+{{- end -}}
+
+{{- define "xshard.volumeMounts" -}}
+- name: tmp
+  mountPath: /tmp
+{{- if .Values.etcd.external.tls.enabled }}
+- name: etcd-tls
+  mountPath: /etc/xshard/etcd-tls
+  readOnly: true
+{{- end }}
+{{- end -}}
+
+{{- define "xshard.volumes" -}}
+- name: tmp
+  emptyDir:
+    sizeLimit: 64Mi
+{{- if .Values.etcd.external.tls.enabled }}
+- name: etcd-tls
+  secret:
+    secretName: {{ required "etcd.external.tls.existingSecret is required with etcd.external.tls.enabled" .Values.etcd.external.tls.existingSecret | quote }}
+    defaultMode: 0440
+{{- end }}
+{{- end -}}
+
+{{/* Pods run as the image's non-root user; the volumes are made group-writable for it. */}}
+{{- define "xshard.podSecurityContext" -}}
+runAsNonRoot: true
+runAsUser: {{ .Values.securityContext.runAsUser }}
+runAsGroup: {{ .Values.securityContext.runAsGroup }}
+fsGroup: {{ .Values.securityContext.fsGroup }}
+fsGroupChangePolicy: OnRootMismatch
+seccompProfile:
+  type: RuntimeDefault
+{{- end -}}
+
+{{/* Every container, init and Job containers included: not negotiable through values. */}}
+{{- define "xshard.containerSecurityContext" -}}
+runAsNonRoot: true
+readOnlyRootFilesystem: true
+allowPrivilegeEscalation: false
+privileged: false
+capabilities:
+  drop:
+    - ALL
+seccompProfile:
+  type: RuntimeDefault
+{{- end -}}
+
+{{- define "xshard.imagePullSecrets" -}}
+{{- with .Values.image.pullSecrets }}
+imagePullSecrets:
+{{ toYaml . }}
+{{- end }}
+{{- end -}}

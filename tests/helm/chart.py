@@ -1,0 +1,120 @@
+"""Rendering the chart in tests: helm-python-sdk (the Helm v4 engine, no helm binary) renders
+and lints it offline; these helpers turn the output into manifests and containers."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.conftest import REPO
+
+helm = pytest.importorskip("helm_python", reason="pip install helm-python-sdk (the dev extra)")
+
+CHART = REPO / "helm" / "xshard"
+RELEASE, NAMESPACE = "rel", "ns"
+
+# The variants of the issue; each renders, lints strictly and validates.
+VARIANTS: dict[str, dict[str, Any]] = {
+    "default": {},
+    "external-etcd": {"etcd": {"external": {
+        "endpoints": ["https://etcd-a.example:2379", "https://etcd-b.example:2379"],
+        "user": "xshard", "existingSecret": "etcd-auth",
+        "tls": {"enabled": True, "existingSecret": "etcd-tls", "clientCert": True}}}},
+    "auth": {"auth": {"enabled": True, "password": "s3cret"}},
+    "auth-existing-secret": {"auth": {"enabled": True, "existingSecret": "mine",
+                                      "existingSecretPasswordKey": "pw"}},
+    "5x2": {"shards": 5, "replicasPerShard": 2, "node": {"antiAffinity": "hard"},
+            "router": {"autoscaling": {"enabled": True}, "service": {
+                "type": "LoadBalancer", "loadBalancerSourceRanges": ["10.0.0.0/8"]}}},
+    "1x0": {"shards": 1, "replicasPerShard": 0, "etcd": {"replicas": 1},
+            "node": {"persistence": {"enabled": False}, "zoneSpread": ""}},
+    "network-policy": {"networkPolicy": {"enabled": True, "nodeFrom": [
+        {"podSelector": {"matchLabels": {"app": "spark"}}}]}},
+    "create-plain-job": {"create": {"hook": False}},
+}
+
+
+def load() -> Any:
+    return helm.Chart.load(CHART)
+
+
+def render(values: dict[str, Any] | None = None, **kw: Any) -> dict[str, str]:
+    """Template path -> rendered text (NOTES.txt included)."""
+    with load() as chart:
+        return chart.render(values or {}, name=kw.get("name", RELEASE),
+                            namespace=kw.get("namespace", NAMESPACE), is_install=True)
+
+
+def manifests(values: dict[str, Any] | None = None, **kw: Any) -> list[dict[str, Any]]:
+    """Every Kubernetes object the chart renders, in template order."""
+    out = []
+    for path, text in sorted(render(values, **kw).items()):
+        if path.endswith(".txt"):
+            continue
+        out += [d for d in yaml.safe_load_all(text) if d]
+    return out
+
+
+def by_kind(docs: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
+    return [d for d in docs if d["kind"] == kind]
+
+
+def pod_spec(doc: dict[str, Any]) -> dict[str, Any] | None:
+    if doc["kind"] in ("Deployment", "StatefulSet", "Job", "DaemonSet"):
+        return doc["spec"]["template"]["spec"]
+    return None
+
+
+def containers(docs: list[dict[str, Any]]) -> Iterator[tuple[dict, dict, dict]]:
+    """(workload, pod spec, container) for every container, init containers included."""
+    for d in docs:
+        spec = pod_spec(d)
+        if spec is None:
+            continue
+        for c in spec.get("initContainers", []) + spec["containers"]:
+            yield d, spec, c
+
+
+def is_xshard(c: dict[str, Any]) -> bool:
+    return c["image"].split(":")[0].rsplit("/", 1)[-1] == "xshard"
+
+
+_VAR = re.compile(r"\$\(([A-Za-z_][A-Za-z0-9_]*)\)")
+
+
+def expand(text: str, env: dict[str, str]) -> str:
+    """Kubernetes' $(VAR) expansion in command, args and env values (an unknown one stays)."""
+    return _VAR.sub(lambda m: env.get(m[1], m[0]), text)
+
+
+def container_env(c: dict[str, Any], fields: dict[str, str],
+                  secrets: dict[tuple[str, str], str]) -> dict[str, str]:
+    """The container's environment as the kubelet builds it: fieldRefs from `fields`
+    (e.g. {"metadata.name": "pod-0"}), secretKeyRefs from `secrets`, $(VAR) expanded."""
+    env: dict[str, str] = {}
+    for e in c.get("env", []):
+        if "value" in e:
+            env[e["name"]] = expand(e["value"], env)
+            continue
+        src = e["valueFrom"]
+        if "fieldRef" in src:
+            env[e["name"]] = fields[src["fieldRef"]["fieldPath"]]
+        else:
+            ref = src["secretKeyRef"]
+            env[e["name"]] = secrets[(ref["name"], ref["key"])]
+    return env
+
+
+def pyproject_version() -> str:
+    m = re.search(r'^version = "([^"]+)"', (REPO / "pyproject.toml").read_text(), re.M)
+    assert m
+    return m[1]
+
+
+def chart_files() -> list[Path]:
+    return sorted(p for p in CHART.rglob("*") if p.is_file())
