@@ -360,6 +360,19 @@ XAUTOCLAIM_COUNT = b"ERR COUNT must be > 0"
 XAUTOCLAIM_COUNT_TOO_HIGH = (
     b"ERR Insufficient memory, failed allocating transient memory, COUNT too high.")
 
+# Redis 8.2-8.8 stream commands (XDELEX, XACKDEL, XREADGROUP CLAIM, XNACK). No server here has
+# them, so these texts follow the Redis 7 family's wording, not a byte-checked reply.
+NUMIDS_POSITIVE = b"ERR Number of IDs must be a positive integer"
+NUMIDS_MISMATCH = b"ERR The `numids` parameter must match the number of arguments"
+CLAIM_ONLY_XREADGROUP = b"ERR The CLAIM option is only supported by XREADGROUP"
+CLAIM_MIN_IDLE = b"ERR Invalid min-idle-time argument for CLAIM"
+XNACK_MODE = b"ERR XNACK mode must be one of SILENT, FAIL or FATAL"
+XNACK_RETRYCOUNT = b"ERR Invalid RETRYCOUNT option argument for XNACK"
+
+
+def xnack_unknown_option(opt: bytes) -> bytes:
+    return b"ERR Unrecognized XNACK option '%s'" % opt
+
 
 def xclaim_unknown_option(opt: bytes) -> bytes:
     return b"ERR Unrecognized XCLAIM option '%s'" % opt

@@ -14,6 +14,10 @@ Layout (stream.h streamCG / streamConsumer / streamNACK)
 - A NACK is an immutable tuple of ints and the consumer's name (shared with `Consumer.name`):
   no per-NACK object with references, so the garbage collector untracks them after one pass
   and millions of pending entries cost no collection time. An update replaces the tuple.
+- An entry released by XNACK (Redis 8.8) is *unowned*: its NACK's owner is None (a consumer
+  may be called "", so "" cannot mean nobody), its delivery time 0, and it is in no consumer
+  PEL. `nacked_count()` counts them; `nacked_total` counts releases since the process started
+  (a metric, not persisted).
 - `ConsumerGroup.consumers` is a dict in creation order; Redis keeps consumers (and groups)
   in a rax, so every listing is in byte-wise lexicographic order: use `sorted_consumers()`
   (and `sorted_groups()` for a stream's groups).
@@ -23,7 +27,9 @@ Layout (stream.h streamCG / streamConsumer / streamNACK)
 
 from __future__ import annotations
 
+import heapq
 from itertools import repeat
+from operator import itemgetter
 from typing import TYPE_CHECKING
 
 from sortedcontainers import SortedDict, SortedList
@@ -36,8 +42,10 @@ if TYPE_CHECKING:
 __all__ = ["Consumer", "ConsumerGroup", "range_has_tombstones", "estimate_distance", "create_group", "lookup_group", "sorted_groups",
            "copy_groups", "dump_groups", "load_groups"]
 
-# A NACK: (delivery_time ms, delivery_count, consumer name).
-Nack = tuple[int, int, bytes]
+# A NACK: (delivery_time ms, delivery_count, consumer name or None when unowned).
+Nack = tuple[int, int, bytes | None]
+
+LLONG_MAX = (1 << 63) - 1  # a delivery count never goes past it (XNACK FATAL sets it)
 
 
 class Consumer:
@@ -61,13 +69,14 @@ class Consumer:
 class ConsumerGroup:
     """streamCG: the last delivered ID, its logical read counter, the PEL and the consumers."""
 
-    __slots__ = ("last_id", "entries_read", "pel", "consumers")
+    __slots__ = ("last_id", "entries_read", "pel", "consumers", "nacked_total")
 
     def __init__(self, last_id: int, entries_read: int | None) -> None:
         self.last_id = last_id
         self.entries_read = entries_read  # None = invalid (SCG_INVALID_ENTRIES_READ)
         self.pel: SortedDict = SortedDict()
         self.consumers: dict[bytes, Consumer] = {}
+        self.nacked_total = 0  # entries released by XNACK, ever (xshard_stream_group_nacked_total)
 
     def __repr__(self) -> str:
         return (f"<ConsumerGroup last_id={self.last_id} entries_read={self.entries_read} "
@@ -105,27 +114,52 @@ class ConsumerGroup:
         The entry may already be pending (XGROUP SETID moved the group back): it is then
         reassigned to this consumer with its delivery count reset to 1, as Redis does.
         """
-        pel = self.pel
-        old = pel.get(sid)
-        if old is not None and old[2] != cons.name:
-            self.consumers[old[2]].pel.remove(sid)
-            cons.pel.add(sid)
-        elif old is None:
-            cons.pel.add(sid)
-        nack = pel[sid] = (now_ms, 1, cons.name)
+        self._own(sid, cons)
+        nack = self.pel[sid] = (now_ms, 1, cons.name)
         return nack
 
-    def set_nack(self, sid: int, cons: Consumer, delivery_time: int, delivery_count: int) -> Nack:
-        """Create or update the NACK of `sid`, owned by `cons` (XCLAIM / XAUTOCLAIM)."""
-        pel = self.pel
-        old = pel.get(sid)
-        if old is None:
+    def _own(self, sid: int, cons: Consumer) -> None:
+        """Make `cons` the owner of `sid` in the consumer PELs (the caller sets the NACK)."""
+        old = self.pel.get(sid)
+        if old is None or old[2] is None:
             cons.pel.add(sid)
         elif old[2] != cons.name:
             self.consumers[old[2]].pel.remove(sid)
             cons.pel.add(sid)
-        nack = pel[sid] = (delivery_time, delivery_count, cons.name)
+
+    def set_nack(self, sid: int, cons: Consumer, delivery_time: int, delivery_count: int) -> Nack:
+        """Create or update the NACK of `sid`, owned by `cons` (XCLAIM / XAUTOCLAIM)."""
+        self._own(sid, cons)
+        nack = self.pel[sid] = (delivery_time, delivery_count, cons.name)
         return nack
+
+    def release(self, sid: int, delivery_count: int) -> None:
+        """XNACK: `sid` becomes unowned with delivery time 0 (so any CLAIM takes it at once),
+        created if it was not pending."""
+        old = self.pel.get(sid)
+        if old is not None and old[2] is not None:
+            self.consumers[old[2]].pel.remove(sid)
+        self.pel[sid] = (0, delivery_count, None)
+        self.nacked_total += 1
+
+    def nacked_count(self) -> int:
+        """Pending entries that no consumer owns (released by XNACK, not claimed since)."""
+        return len(self.pel) - sum(len(c.pel) for c in self.consumers.values())
+
+    def idle_pending(self, now_ms: int, min_idle: int, count: int) -> list[int]:
+        """Up to `count` (0: all) pending IDs idle at least `min_idle` ms, the longest idle
+        first (ties by ID): what XREADGROUP ... CLAIM takes. One C-speed pass over the
+        delivery times decides whether anything qualifies; only then are they sorted."""
+        pel = self.pel
+        if not pel:
+            return []
+        cutoff = now_ms - min_idle
+        times = list(map(_first, dict.values(pel)))
+        if min(times) > cutoff:
+            return []
+        idle = [(t, sid) for t, sid in zip(times, dict.keys(pel), strict=True) if t <= cutoff]
+        chosen = heapq.nsmallest(count, idle) if count else sorted(idle)
+        return [sid for _t, sid in chosen]
 
     def deliver_run(self, sids: list[int], cons: Consumer, now_ms: int) -> Nack:
         """`deliver` for ascending `sids` (one node of a `>` read); returns the (shared) NACK.
@@ -154,11 +188,12 @@ class ConsumerGroup:
         pel = self.pel
         dict.update(pel, zip(sids, nacks, strict=True))
         _extend_tail(pel._list, sids)
-        by_owner: dict[bytes, list[int]] = {}
+        by_owner: dict[bytes | None, list[int]] = {}
         for sid, nack in zip(sids, nacks, strict=True):
             by_owner.setdefault(nack[2], []).append(sid)
+        by_owner.pop(None, None)  # unowned (XNACK): in no consumer PEL
         for owner, own in by_owner.items():
-            _extend_tail(self.consumers[owner].pel, own)
+            _extend_tail(self.consumers[owner].pel, own)  # type: ignore[index]
 
     def redeliver(self, sid: int, now_ms: int) -> Nack:
         """A history read (XREADGROUP with an explicit ID) delivers a pending entry again."""
@@ -171,7 +206,8 @@ class ConsumerGroup:
         nack = self.pel.pop(sid, None)
         if nack is None:
             return False
-        self.consumers[nack[2]].pel.remove(sid)
+        if nack[2] is not None:
+            self.consumers[nack[2]].pel.remove(sid)
         return True
 
     def ack_many(self, sids: list[int]) -> int:
@@ -181,7 +217,7 @@ class ConsumerGroup:
         pel = self.pel
         pop = dict.pop
         acked: list[int] = []
-        names: list[bytes] = []
+        names: list[bytes | None] = []
         for sid in sids:
             nack = pop(pel, sid, None)  # the sorted keys are fixed just below
             if nack is not None:
@@ -193,12 +229,13 @@ class ConsumerGroup:
         ordered = sorted(acked)
         _remove_members(pel._list, ordered)
         name = names[0]
-        if names.count(name) == k:
+        if name is not None and names.count(name) == k:
             _remove_members(self.consumers[name].pel, ordered)
         else:
             consumers = self.consumers
-            for sid, name in zip(acked, names, strict=True):
-                consumers[name].pel.remove(sid)
+            for sid, owner in zip(acked, names, strict=True):
+                if owner is not None:
+                    consumers[owner].pel.remove(sid)
         return k
 
     def advance_run(self, s: Stream, sids: list[int]) -> bool:
@@ -260,16 +297,21 @@ class ConsumerGroup:
         for name, seen, active in consumers:
             cons = g.consumers[name] = Consumer(name, seen)
             cons.active_time = active
-        g.pel.update((sid, (t, n, g.consumers[owner].name)) for sid, (t, n, owner) in pel)
-        by_owner: dict[bytes, list[int]] = {}
+        g.pel.update((sid, (t, n, None if owner is None else g.consumers[owner].name))
+                     for sid, (t, n, owner) in pel)
+        by_owner: dict[bytes | None, list[int]] = {}
         for sid, (_t, _n, owner) in pel:
             by_owner.setdefault(owner, []).append(sid)
+        by_owner.pop(None, None)  # unowned (XNACK)
         for owner, sids in by_owner.items():
-            g.consumers[owner].pel.update(sids)
+            g.consumers[owner].pel.update(sids)  # type: ignore[index]
         return g
 
     def copy(self) -> ConsumerGroup:
         return ConsumerGroup.from_state(self.dump_state())
+
+
+_first = itemgetter(0)
 
 
 # -- SortedList fast paths ---------------------------------------------------------------------

@@ -877,15 +877,19 @@ class Stream:
             self.first_id = self.edge_id(True, True)
         return True
 
-    def trim(self, strategy: str, threshold: int, approx: bool, limit: int) -> int:
+    def trim(self, strategy: str, threshold: int, approx: bool, limit: int,
+             stop: int = MAX_ID + 1) -> int:
         """streamTrim: returns the number of entries removed.
 
         strategy 'maxlen' keeps at most `threshold` entries, 'minid' removes IDs < threshold.
         Whole nodes go from the head; `approx` stops at the first node that cannot go whole;
         otherwise entries of that node are flagged deleted. `limit` (0 = none) caps the removed
-        entries, counted in whole nodes, as in Redis.
+        entries, counted in whole nodes, as in Redis. No ID >= `stop` is removed (ACKED
+        trimming, node/references.py).
         """
         maxlen = strategy == "maxlen"
+        if not maxlen and stop < threshold:
+            threshold = stop
         nodes = self._nodes
         deleted = 0
         gone = 0
@@ -896,7 +900,7 @@ class Stream:
             if limit and deleted + entries > limit:
                 break
             if maxlen:
-                remove = self.length - entries >= threshold
+                remove = self.length - entries >= threshold and blk.last_sid() < stop
             else:
                 remove = blk.last_sid() < threshold
             if remove:
@@ -911,7 +915,7 @@ class Stream:
             sids = blk.sids if type(blk) is Tail else blk.sids()
             for i, sid in enumerate(sids):
                 if maxlen:
-                    if self.length <= threshold:
+                    if self.length <= threshold or sid >= stop:
                         break
                 elif sid >= threshold:
                     break

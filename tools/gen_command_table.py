@@ -50,7 +50,7 @@ SERVED: dict[str, list[str] | None] = {
     "xgroup": ["create", "setid", "destroy", "createconsumer", "delconsumer", "help"],
     "xack": None, "xpending": None, "xclaim": None, "xautoclaim": None,
     "xinfo": ["stream", "groups", "consumers", "help"],
-    "xsetid": None, "xcfgset": None,
+    "xsetid": None, "xcfgset": None, "xdelex": None, "xackdel": None,
     # connection
     "ping": None, "echo": None, "hello": None, "auth": None,
     "client": ["setname", "getname", "id", "info", "list", "kill", "unblock", "no-evict", "help",
@@ -169,22 +169,88 @@ HAND_WRITTEN["xcfgset"] = {
     "origin": "hand-written (Redis 8.6; no server here has XCFGSET)",
 }
 
-# Docs that changed after 7.0 (7.4, and Redis 8.6's idempotent XADD), applied on top of the
-# oracle's entry.
+def _key_command(name: str, arity: int, flags: list[str], acl: list[str], key_flags: list[str],
+                 docs: dict[str, Any], origin: str) -> dict[str, Any]:
+    """A hand-written entry of a command whose one key is argv[1]."""
+    return {
+        "name": name, "arity": arity, "flags": flags, "first_key": 1, "last_key": 1, "step": 1,
+        "acl_categories": acl, "tips": [],
+        "key_specs": [{"flags": key_flags,
+                       "begin_search": {"type": "index", "spec": {"index": 1}},
+                       "find_keys": {"type": "range",
+                                     "spec": {"lastkey": 0, "keystep": 1, "limit": 0}}}],
+        "docs": docs, "origin": origin,
+    }
+
+
+# Redis 8.2's reference policy of XADD, XTRIM, XDELEX and XACKDEL (node/references.py).
+_POLICY_ARG = {"name": "condition", "type": "oneof", "since": "8.2.0", "flags": ["optional"],
+               "arguments": [{"name": "keepref", "type": "pure-token", "token": "KEEPREF"},
+                             {"name": "delref", "type": "pure-token", "token": "DELREF"},
+                             {"name": "acked", "type": "pure-token", "token": "ACKED"}]}
+_IDS_ARG = {"name": "ids", "type": "block", "token": "IDS", "arguments": [
+    {"name": "numids", "type": "integer"},
+    {"name": "id", "type": "string", "flags": ["multiple"]}]}
+_STREAM_WRITE = ["@write", "@stream", "@fast"]
+_NO_SERVER_8 = "hand-written (Redis %s; no server here has %s)"
+
+HAND_WRITTEN["xdelex"] = _key_command(
+    "xdelex", -5, ["write", "fast"], _STREAM_WRITE, ["RW", "delete"], {
+        "summary": "Deletes one or multiple entries from the stream, deciding what happens to "
+                   "the consumer groups' references to them.",
+        "since": "8.2.0", "group": "stream",
+        "complexity": "O(1) for each single item to delete in the stream, regardless of the "
+                      "stream size.",
+        "arguments": [{"name": "key", "type": "key", "key_spec_index": 0}, _POLICY_ARG,
+                      _IDS_ARG]},
+    _NO_SERVER_8 % ("8.2", "XDELEX"))
+HAND_WRITTEN["xackdel"] = _key_command(
+    "xackdel", -6, ["write", "fast"], _STREAM_WRITE, ["RW", "update", "delete"], {
+        "summary": "Acknowledges and deletes one or multiple entries of a consumer group.",
+        "since": "8.2.0", "group": "stream",
+        "complexity": "O(1) for each entry ID processed.",
+        "arguments": [{"name": "key", "type": "key", "key_spec_index": 0},
+                      {"name": "group", "type": "string"}, _POLICY_ARG, _IDS_ARG]},
+    _NO_SERVER_8 % ("8.2", "XACKDEL"))
+HAND_WRITTEN["xnack"] = _key_command(
+    "xnack", -7, ["write", "fast"], _STREAM_WRITE, ["RW", "update"], {
+        "summary": "Releases pending entries of a consumer group so that any consumer can "
+                   "claim them at once.",
+        "since": "8.8.0", "group": "stream",
+        "complexity": "O(log N) for each entry ID processed, N being the size of the PEL.",
+        "arguments": [{"name": "key", "type": "key", "key_spec_index": 0},
+                      {"name": "group", "type": "string"},
+                      {"name": "mode", "type": "oneof", "arguments": [
+                          {"name": "silent", "type": "pure-token", "token": "SILENT"},
+                          {"name": "fail", "type": "pure-token", "token": "FAIL"},
+                          {"name": "fatal", "type": "pure-token", "token": "FATAL"}]},
+                      _IDS_ARG,
+                      {"name": "count", "type": "integer", "token": "RETRYCOUNT",
+                       "flags": ["optional"]},
+                      {"name": "force", "type": "pure-token", "token": "FORCE",
+                       "flags": ["optional"]}]},
+    _NO_SERVER_8 % ("8.8", "XNACK"))
+
+# Docs that changed after 7.0 (7.4, and Redis 8.2-8.8's stream additions), applied on top of
+# the oracle's entry.
 OVERRIDES_7_4: dict[str, dict[str, Any]] = {
-    "xadd": {"history+": [["8.6.0", "Added the `IDMPAUTO` and `IDMP` options."]],
-             "arguments-after+": ("nomkstream", {
+    "xadd": {"history+": [["8.2.0", "Added the `KEEPREF`, `DELREF` and `ACKED` options."],
+                          ["8.6.0", "Added the `IDMPAUTO` and `IDMP` options."]],
+             "arguments-after+": [("nomkstream", _POLICY_ARG), ("condition", {
                  "name": "idmp", "type": "oneof", "since": "8.6.0", "flags": ["optional"],
                  "arguments": [
                      {"name": "idmpauto-with-pid", "type": "string", "token": "IDMPAUTO",
                       "display_text": "pid"},
                      {"name": "idmp-with-pid-iid", "type": "block", "token": "IDMP",
                       "arguments": [{"name": "pid", "type": "string"},
-                                    {"name": "iid", "type": "string"}]}]})},
+                                    {"name": "iid", "type": "string"}]}]})]},
+    "xtrim": {"history+": [["8.2.0", "Added the `KEEPREF`, `DELREF` and `ACKED` options."]],
+              "arguments-after+": [("trim", _POLICY_ARG)]},
     "xinfo|stream": {"history+": [
         ["7.2.0", "Added the `active-time` field, and changed the meaning of `seen-time`."],
         ["8.6.0", "Added the `idmp-duration`, `idmp-maxsize`, `pids-tracked`, `iids-tracked`, "
-                  "`iids-added` and `iids-duplicates` fields (on streams that use IDMP)."]]},
+                  "`iids-added` and `iids-duplicates` fields (on streams that use IDMP)."],
+        ]},
     "xinfo|consumers": {"history+": [
         ["7.2.0", "Added the `inactive` field, and changed the meaning of `idle`."]]},
     "quit": {"doc_flags": ["deprecated"], "deprecated_since": "7.2.0",
@@ -308,10 +374,10 @@ def _apply_override(entry: dict[str, Any], ov: dict[str, Any]) -> None:
         if k == "history+":
             docs["history"] = docs.get("history", []) + v
         elif k == "arguments-after+":
-            after, arg = v
             args = docs["arguments"]
-            pos = [a["name"] for a in args].index(after) + 1
-            args.insert(pos, arg)
+            for after, arg in v:
+                pos = [a["name"] for a in args].index(after) + 1
+                args.insert(pos, arg)
         elif k == "new-format+":
             # CLIENT KILL: MAXAGE joins the new-format filters.
             for arg in docs["arguments"][0]["arguments"]:

@@ -23,9 +23,10 @@ import re
 from node import errors
 from node.client import Client
 from node.commands import command
-from node.commands.streams import entry_reply
+from node.commands.streams import entry_reply, ids_reply, parse_policy_and_ids
 from node.errors import string2ll
 from node.groups import Consumer, ConsumerGroup, Nack, create_group
+from node.references import delete_entry
 from node.resp import NULL_ARRAY, OK, ONE, ZERO, ReplyError, Status, encode, integer
 from node.stream import Stream
 from node.streamid import (
@@ -278,6 +279,34 @@ def xack(c: Client, argv: list[bytes]) -> bytes:
         c.server.dirty += acked
         c.server.propagate(argv)
     return integer(acked)
+
+
+@command(b"xackdel")
+def xackdel(c: Client, argv: list[bytes]) -> bytes:
+    """XACKDEL key group [KEEPREF|DELREF|ACKED] IDS numids id [id ...]  (Redis 8.2)
+
+    Per ID: acknowledge it in the group, then delete the entry by the policy, atomically.
+    One reply per ID: -1 no such entry (its pending ID is still acknowledged), 1 deleted, 2
+    acknowledged but kept because another group still references it (ACKED). No key or no
+    group: -1 for every ID, as XACK answers 0. Goes out verbatim, like XACK."""
+    key = argv[1]
+    s = c.db.get_stream(key)
+    g = s.groups.get(argv[2]) if s is not None else None
+    policy, ids, _ = parse_policy_and_ids(argv, 3)
+    if s is None or g is None:
+        return ids_reply([-1] * len(ids))
+    codes = []
+    acked = 0
+    for sid in ids:
+        acked += g.ack(sid)
+        codes.append(delete_entry(s, sid, policy))
+    deleted = codes.count(1)
+    if deleted:
+        c.db.changed(key)
+    if deleted or acked:
+        c.server.dirty += deleted + acked
+        c.server.propagate(argv)
+    return ids_reply(codes)
 
 
 # --- XPENDING ------------------------------------------------------------------------------

@@ -28,6 +28,8 @@ from node.client import Client
 from node.commands import command
 from node.errors import string2ll, string2ull
 from node.idmp import MAX_DURATION, MAX_MAXSIZE, IdmpMap, auto_iid
+from node.references import ACKED, DELREF, KEEPREF, POLICIES, delete_entry
+from node.references import trim as trim_by_policy
 from node.resp import OK, ZERO, ReplyError, integer, null, null_array
 from node.stream import ElementsTooLarge, IDTooSmall, Stream
 from node.streamid import (
@@ -137,7 +139,7 @@ def _parse_xadd_id(b: bytes) -> tuple[int, bool]:
 # --- XADD / XTRIM arguments (streamParseAddOrTrimArgsOrReply) -------------------------------
 class TrimArgs:
     __slots__ = ("strategy", "approx", "threshold", "limit", "nomkstream", "id", "id_given",
-                 "seq_given", "idmp_pid", "idmp_iid")
+                 "seq_given", "idmp_pid", "idmp_iid", "policy")
 
     def __init__(self) -> None:
         self.strategy: str | None = None  # 'maxlen' | 'minid'
@@ -150,6 +152,7 @@ class TrimArgs:
         self.seq_given = True
         self.idmp_pid: bytes | None = None  # IDMP / IDMPAUTO producer
         self.idmp_iid: bytes | None = None  # IDMP's iid; None with IDMPAUTO
+        self.policy = KEEPREF  # Redis 8.2's KEEPREF | DELREF | ACKED (node/references.py)
 
 
 def _parse_add_or_trim(c: Client, argv: list[bytes], xadd: bool) -> tuple[TrimArgs, int]:
@@ -197,6 +200,8 @@ def _parse_add_or_trim(c: Client, argv: list[bytes], xadd: bool) -> tuple[TrimAr
             i += 1
         elif xadd and lopt == b"nomkstream":
             a.nomkstream = True
+        elif lopt in POLICIES:
+            a.policy = POLICIES[lopt]
         elif xadd and lopt == b"idmpauto" and moreargs:
             _set_idmp(a, argv[i + 1], None)
             i += 1
@@ -234,17 +239,28 @@ def _set_idmp(a: TrimArgs, pid: bytes, iid: bytes | None) -> None:
     a.idmp_iid = iid
 
 
-def _trim_effect_args(s: Stream, a: TrimArgs) -> list[bytes]:
-    """The exact trim that reproduces what was done (streamRewriteTrimArgument)."""
+def _trim(s: Stream, a: TrimArgs) -> tuple[int, list[bytes]]:
+    """Trim by `a`: (entries removed, the exact trim that reproduces it for replicas and the
+    AOF, as streamRewriteTrimArgument does for `~`). ACKED's result depends on the groups, so
+    it goes out as the plain trim of what it removed; DELREF goes out with DELREF."""
+    assert a.strategy is not None
+    deleted, stop = trim_by_policy(s, a.strategy, a.threshold, a.approx, a.limit, a.policy)
+    acked = a.policy == ACKED
     if a.strategy == "maxlen":
-        return [b"MAXLEN", b"%d" % (s.length if a.approx else a.threshold)]
-    return [b"MINID", format_id(s.edge_id(True, False) if a.approx else a.threshold)]
+        eff = [b"MAXLEN", b"%d" % (s.length if a.approx or acked else a.threshold)]
+    else:
+        eff = [b"MINID", format_id(s.edge_id(True, False) if a.approx
+                                   else min(a.threshold, stop))]
+    if a.policy == DELREF:
+        eff.append(b"DELREF")
+    return deleted, eff
 
 
 # --- commands ------------------------------------------------------------------------------
 @command(b"xadd")
 def xadd(c: Client, argv: list[bytes]) -> bytes:
-    """XADD key [NOMKSTREAM] [(MAXLEN|MINID) [=|~] threshold [LIMIT count]] (*|id) field value ..."""
+    """XADD key [NOMKSTREAM] [KEEPREF|DELREF|ACKED] [IDMPAUTO pid | IDMP pid iid]
+    [(MAXLEN|MINID) [=|~] threshold [LIMIT count]] (*|id) field value ..."""
     # Hot paths, on an existing stream: `XADD key [MAXLEN [~] n] (*|ms-seq) field value ...`.
     # Clients mostly send `*` and `MAXLEN ~ n *`; replicas and AOF replay send explicit IDs and
     # exact MAXLEN. No option objects; anything unusual goes to _xadd_general.
@@ -384,8 +400,7 @@ def _xadd_general(c: Client, argv: list[bytes]) -> bytes:
     if pid is not None:
         eff += [b"IDMP", pid, iid]
     if a.strategy is not None:
-        s.trim(a.strategy, a.threshold, a.approx, a.limit)
-        eff += _trim_effect_args(s, a)
+        eff += _trim(s, a)[1]
     eff.append(ids)
     eff += argv[idpos + 1:]
     c.server.dirty += 1
@@ -395,18 +410,17 @@ def _xadd_general(c: Client, argv: list[bytes]) -> bytes:
 
 @command(b"xtrim")
 def xtrim(c: Client, argv: list[bytes]) -> bytes:
-    """XTRIM key (MAXLEN|MINID) [=|~] threshold [LIMIT count]"""
+    """XTRIM key (MAXLEN|MINID) [=|~] threshold [LIMIT count] [KEEPREF|DELREF|ACKED]"""
     a, _ = _parse_add_or_trim(c, argv, False)
     key = argv[1]
     s = c.db.get_stream(key)
     if s is None:
         return ZERO
-    assert a.strategy is not None
-    deleted = s.trim(a.strategy, a.threshold, a.approx, a.limit)
+    deleted, eff = _trim(s, a)
     if deleted:
         c.db.changed(key)
         c.server.dirty += deleted
-        c.server.propagate([argv[0], key] + _trim_effect_args(s, a))
+        c.server.propagate([argv[0], key] + eff)
     return integer(deleted)
 
 
@@ -428,6 +442,53 @@ def xdel(c: Client, argv: list[bytes]) -> bytes:
         c.server.dirty += deleted
         c.server.propagate(argv)
     return integer(deleted)
+
+
+def parse_policy_and_ids(argv: list[bytes], i: int, exact: bool = True
+                         ) -> tuple[int, list[int], int]:
+    """`[KEEPREF|DELREF|ACKED] IDS numids id ...` from argv[i] (XDELEX, XACKDEL; XNACK
+    passes exact=False and has no policy): (policy, IDs, index after the IDs). Every ID is
+    parsed before anything changes, so a bad one changes nothing."""
+    policy = KEEPREF
+    argc = len(argv)
+    if exact and i < argc and argv[i].lower() in POLICIES:
+        policy = POLICIES[argv[i].lower()]
+        i += 1
+    if i + 1 >= argc or argv[i].lower() != b"ids":
+        raise ReplyError(errors.SYNTAX)
+    numids = string2ll(argv[i + 1])
+    if numids is None or numids <= 0:
+        raise ReplyError(errors.NUMIDS_POSITIVE)
+    i += 2
+    if (argc - i != numids) if exact else (argc - i < numids):
+        raise ReplyError(errors.NUMIDS_MISMATCH)
+    ids = [parse_strict_id_or_error(b) for b in argv[i:i + numids]]
+    return policy, ids, i + numids
+
+
+def ids_reply(codes: list[int]) -> bytes:
+    return b"*%d\r\n%s" % (len(codes), b"".join([b":%d\r\n" % x for x in codes]))
+
+
+@command(b"xdelex")
+def xdelex(c: Client, argv: list[bytes]) -> bytes:
+    """XDELEX key [KEEPREF|DELREF|ACKED] IDS numids id [id ...]  (Redis 8.2)
+
+    One reply per ID: -1 no such entry, 1 deleted, 2 kept because a group still references
+    it (ACKED). Goes out verbatim: its result is a function of the stream and its groups,
+    which replicas hold identically."""
+    key = argv[1]
+    s = c.db.get_stream(key)
+    policy, ids, _ = parse_policy_and_ids(argv, 2)
+    if s is None:
+        return ids_reply([-1] * len(ids))
+    codes = [delete_entry(s, sid, policy) for sid in ids]
+    deleted = codes.count(1)
+    if deleted:
+        c.db.changed(key)
+        c.server.dirty += deleted
+        c.server.propagate(argv)
+    return ids_reply(codes)
 
 
 @command(b"xlen")
