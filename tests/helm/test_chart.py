@@ -222,6 +222,26 @@ def test_create_job_is_an_idempotent_post_install_hook() -> None:
     assert (a.shards, a.replicas, a.exist_ok) == (4, 2, True)
     (plain,) = by_kind(manifests({"create": {"hook": False}}), "Job")
     assert "annotations" not in plain["metadata"]
+    assert plain["metadata"]["name"] == "rel-xshard-create-1"  # a Job per revision
+
+
+@pytest.mark.parametrize("variant", sorted(VARIANTS))
+def test_probes_use_the_metrics_endpoint_the_process_serves(variant: str) -> None:
+    """Liveness on /healthz, readiness on /readyz, on the port given to --metrics-port (and
+    bound on every address, or the kubelet could not reach it)."""
+    for d, _spec, c in containers(manifests(VARIANTS[variant])):
+        if not is_xshard(c) or d["kind"] == "Job":
+            continue
+        env = {e["name"]: f"<{e['name']}>" for e in c.get("env", [])}
+        a = _parse([expand(x, env) for x in c["args"]], env)
+        port = {p["name"]: p["containerPort"] for p in c["ports"]}["metrics"]
+        assert a.metrics_port == port
+        bind = getattr(a, "metrics_bind", None) or a.bind.split()[0]
+        assert bind == "0.0.0.0", (d["metadata"]["name"], bind)
+        assert c["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "metrics"}
+        assert c["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "metrics"}
+        if "startupProbe" in c:
+            assert c["startupProbe"]["httpGet"]["port"] == "metrics"
 
 
 def test_prestop_hook_hands_over_only_from_the_primary() -> None:

@@ -191,3 +191,15 @@ imagePullSecrets:
 {{ toYaml . }}
 {{- end }}
 {{- end -}}
+
+{{- define "xshard.metricsRelabelings" -}}
+# The labels the rules and the dashboard group by: the processes do not export them.
+- targetLabel: cluster
+  replacement: {{ include "xshard.clusterName" . | quote }}
+- sourceLabels: [__meta_kubernetes_pod_label_app_kubernetes_io_component]
+  targetLabel: kind
+- sourceLabels: [__meta_kubernetes_pod_label_xshard_shard]
+  targetLabel: shard
+- sourceLabels: [__meta_kubernetes_pod_name]
+  targetLabel: node
+{{- end -}}
