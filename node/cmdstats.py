@@ -5,16 +5,17 @@ Each command seen gets one flat list, made once and updated in place by the disp
 
     [calls, usec, rejected_calls, failed_calls, h0, h1, ... h63]
 
-`h<i>` counts the calls whose run time in whole microseconds has bit length i: h0 is 0 us,
-h1 is 1 us, h2 is 2-3 us, h3 is 4-7 us ... so bucket i holds the durations below 2**i us.
-The hot path does one `st[HIST + usec.bit_length()] += 1`; 64 slots cover any duration.
-Redis keeps an HdrHistogram per command; these power-of-two buckets are coarser (a factor of
-two), which is enough for p50/p99/p99.9 within a bucket (interpolated) and for a Prometheus
-histogram whose buckets never change.
+`h<i>` counts the calls whose run time in nanoseconds, divided by 1024, has bit length i:
+h0 is under 1.024 us, h1 under 2.048 us, h2 under 4.096 us ... so bucket i holds the
+durations below 1024 * 2**i ns. These are the buckets Redis's LATENCY HISTOGRAM reports (its
+HdrHistogram iterated from 1024 ns in powers of two: 1, 2, 4, 8, 16, 32, 65, 131 ... us).
+The hot path does one `st[HIST + (ns >> 10).bit_length()] += 1`; 64 slots cover any time.
+Redis keeps a finer HdrHistogram per command; a factor of two is enough for p50/p99/p99.9
+(interpolated inside a bucket) and for a Prometheus histogram whose buckets never change.
 
 Read API (for INFO and the metrics endpoint; nothing else reads the lists):
 - `CommandStats.iter_histograms()` yields `(command, bounds, cumulative, sum_seconds)`: the
-  upper bounds in seconds (`BOUNDS`, 1 us ... 2**MAX_EXP us, then +Inf), the cumulative count
+  upper bounds in seconds (`BOUNDS`, 1.024 us doubling to ~34 s, then +Inf), the cumulative count
   of calls at or below each bound (the last one is every timed call), and the summed run time.
 - `CommandStats.percentiles(command, (50.0, 99.0, 99.9))` gives microseconds, as
   latencystats prints them.
@@ -30,10 +31,20 @@ from node import command_table
 
 CALLS, USEC, REJECTED, FAILED, HIST = 0, 1, 2, 3, 4
 NBUCKETS = 64
-# The exported buckets: 1 us ... 2**25 us (about 33.5 s), then +Inf. Slower calls only land
-# in +Inf; the bounds stay fixed so that a Prometheus series never changes its buckets.
+# The exported buckets: 1.024 us ... 1024 * 2**25 ns (about 34.4 s), then +Inf. Slower calls
+# only land in +Inf; the bounds stay fixed so that a Prometheus series never changes buckets.
 MAX_EXP = 25
-BOUNDS: tuple[float, ...] = tuple((1 << i) / 1e6 for i in range(MAX_EXP + 1)) + (float("inf"),)
+BOUNDS: tuple[float, ...] = tuple((1024 << i) / 1e9 for i in range(MAX_EXP + 1)) + (float("inf"),)
+
+
+def bucket(usec: int) -> int:
+    """The bucket of a time known in whole microseconds (the hot path uses nanoseconds)."""
+    return (usec * 1000 >> 10).bit_length()
+
+
+def bound_usec(i: int) -> int:
+    """Bucket i's upper bound in whole microseconds, as LATENCY HISTOGRAM names it."""
+    return (1024 << i) // 1000
 
 
 class CommandStats:
@@ -80,7 +91,7 @@ class CommandStats:
             return None
         st[CALLS] += 1
         st[USEC] += usec
-        st[HIST + usec.bit_length()] += 1
+        st[HIST + bucket(usec)] += 1
         self.total_commands += 1
         return st
 
@@ -108,7 +119,7 @@ class CommandStats:
 
     def percentiles(self, name: bytes, ps: Sequence[float]) -> list[float]:
         """The `ps` percentiles of `name`'s run time in microseconds, interpolated linearly
-        inside a bucket ([2**(i-1), 2**i) us); empty when it never ran."""
+        inside a bucket ([1.024 * 2**(i-1), 1.024 * 2**i) us); empty when it never ran."""
         st = self.calls.get(name)
         if st is None:
             return []
@@ -122,8 +133,8 @@ class CommandStats:
             acc = 0
             for i, n in enumerate(h):
                 if n and acc + n >= rank:
-                    lo = 0.0 if i == 0 else float(1 << (i - 1))
-                    hi = 1.0 if i == 0 else float(1 << i)
+                    lo = 0.0 if i == 0 else 1.024 * (1 << (i - 1))
+                    hi = 1.024 * (1 << i)
                     out.append(lo + (hi - lo) * (rank - acc) / n)
                     break
                 acc += n

@@ -224,6 +224,13 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("replica-priority", "int", 100, minimum=0, maximum=(1 << 31) - 1,
             aliases=("slave-priority",),
             help="reported in INFO; failover goes by replication offset, not priority"),
+    # Redis's own introspection (node/slowlog.py, node/latency.py).
+    Setting("slowlog-log-slower-than", "int", 10000, minimum=-1, maximum=_LL,
+            help="SLOWLOG keeps commands that ran this many microseconds or longer (-1: none)"),
+    Setting("slowlog-max-len", "int", 128, minimum=0, maximum=_LL,
+            help="most SLOWLOG entries kept"),
+    Setting("latency-monitor-threshold", "int", 0, minimum=0, maximum=_LL,
+            help="LATENCY samples events that took this many milliseconds or longer (0: off)"),
     # Prometheus metrics (node/metrics.py, node/metricsserver.py).
     Setting("metrics-port", "int", 0, mutable=False, minimum=0, maximum=65535,
             help="serve /metrics, /healthz and /readyz over HTTP on this port (0: off)"),

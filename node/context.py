@@ -39,10 +39,12 @@ if TYPE_CHECKING:
     from node.config import Config
     from node.effects import EffectLog
     from node.keyspace import Keyspace
+    from node.latency import LatencyMonitor
     from node.persistence import Persistence
     from node.protocol import RespConnection
     from node.replication import Replication
     from node.server import ReplyGate
+    from node.slowlog import SlowLog
     from node.snapshot import ChildSaver
 
 __all__ = [
@@ -136,6 +138,8 @@ class ServerContext(ClientContext, DataContext, Protocol):
     config_listeners: list[Callable[[str], None]]
     shutdown_hook: Callable[[], None] | None
     tcp_server: asyncio.AbstractServer | None
+    slowlog: SlowLog  # SLOWLOG (node/slowlog.py)
+    latency: LatencyMonitor  # LATENCY (node/latency.py)
 
     @property
     def db(self) -> Keyspace: ...

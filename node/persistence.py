@@ -411,6 +411,9 @@ class Persistence:
             self.last_fsync = time.monotonic()
             self.last_fsync_seconds = time.perf_counter() - t0
             self.fsync_times.observe(self.last_fsync_seconds)
+            if self.config.appendfsync == "always":  # Redis's latency event of that name
+                self.server.latency.add_if_needed(b"aof-fsync-always",
+                                                  int(self.last_fsync_seconds * 1000))
             self.fsync_error = None
             self.synced_offset = max(self.synced_offset, target)
             if self.held:

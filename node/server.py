@@ -24,9 +24,11 @@ from node.commands import Handler, load_all
 from node.config import Config
 from node.effects import EffectLog
 from node.keyspace import Keyspace
+from node.latency import LatencyMonitor
 from node.protocol import RespConnection
 from node.resp import QUEUED, ReplyError
 from node.slotmove import MoveStats
+from node.slowlog import SlowLog
 from node.writepause import WritePauses
 
 if TYPE_CHECKING:
@@ -61,6 +63,8 @@ class Server:
         self.blocking = BlockingManager(self)
         self.effects = EffectLog()
         self.stats = CommandStats()
+        self.slowlog = SlowLog(config)
+        self.latency = LatencyMonitor(config)
         self.clients: dict[int, Client] = {}
         self.next_client_id = 1
         self.start_time = time.time()
@@ -84,6 +88,11 @@ class Server:
         self.cluster: ClusterState | None = None  # set when the node is part of a cluster
         self.config_listeners: list[Callable[[str], None]] = []  # CONFIG SET, per setting
         self.shutdown_hook: Callable[[], None] | None = None  # SHUTDOWN stops the process
+        # A command that ran this long (us) goes to slow_command: the smaller of the SLOWLOG
+        # and latency-monitor thresholds, so that the call path makes one comparison.
+        self.slow_usec = 0
+        self.config_listeners.append(self._slow_threshold)
+        self._slow_threshold("")
         self.metrics: NodeCollector | None = None  # with --metrics-port (node/metrics.py)
         # Only commands with both a handler and a command-table entry are served. The arity of
         # a plain command rides along so that execute() checks it without a call; containers
@@ -236,14 +245,15 @@ class Server:
             msg = errors.internal_error(e)
             self.stats.error(msg)
             reply = b"-%s\r\n" % msg
-        usec = (perf_counter_ns() - t0) // 1000
+        ns = perf_counter_ns() - t0
         b = c.blocked
         if b is not None:
             # A blocked command is one call, counted when it is released (Redis
             # updateStatsOnUnblock): here if this re-run served it, else by the blocking
             # manager on a timeout or CLIENT UNBLOCK. Its time adds up until then.
-            b.usec += usec
-            usec = b.usec
+            b.usec += ns // 1000
+            ns = b.usec * 1000
+        usec = ns // 1000
         if b is None or reply is not None:
             st = self.stats.calls.get(name)
             if st is None:  # a new command, or a container ('config|get' counts apart)
@@ -252,8 +262,10 @@ class Server:
                 st[0] += 1
                 st[1] += usec
                 st[3] += failed
-                st[4 + usec.bit_length()] += 1  # the latency histogram (node/cmdstats.py)
+                st[4 + (ns >> 10).bit_length()] += 1  # latency histogram (node/cmdstats.py)
             self.stats.total_commands += 1
+            if usec >= self.slow_usec:
+                self.slow_command(c, argv, name, usec)
         if effects.offset != offset:
             c.woff = effects.offset
         if self.blocking.ready and not c.in_exec:
@@ -268,6 +280,22 @@ class Server:
             self.stats.error(reply[1:].rstrip(b"\r\n"))
             if st is not None:
                 st[2] += 1
+
+    def slow_command(self, c: Client, argv: list[bytes], name: bytes, usec: int) -> None:
+        """A command at or over slow_usec: SLOWLOG and the latency monitor's command events
+        (`fast-command` for commands flagged fast), each by its own threshold."""
+        self.slowlog.push(c, argv, usec)
+        spec = command_table.lookup(name)
+        fast = spec is not None and "fast" in spec.flags
+        self.latency.add_if_needed(b"fast-command" if fast else b"command", usec // 1000)
+
+    def _slow_threshold(self, setting: str) -> None:
+        if setting and setting not in ("slowlog-log-slower-than", "slowlog-max-len",
+                                       "latency-monitor-threshold"):
+            return
+        limits = [self.config.latency_monitor_threshold * 1000 or None,
+                  self.slowlog.threshold()]
+        self.slow_usec = min((x for x in limits if x is not None), default=1 << 62)
 
     def handler(self, name: bytes) -> Handler:
         return self._dispatch[name][0]

@@ -10,7 +10,7 @@ The parts, each in its own module:
 - routes.py: the routing table; forward.py: requests, redirects, retries, blocked reads;
 - fanout.py + merge.py: commands sent to several shards and their merged replies;
 - xread.py: XREAD/XREADGROUP over several slots;
-- commands.py, transactions.py: what the router answers by a rule of its own;
+- commands.py, transactions.py, introspection.py: what the router answers by a rule of its own;
 - upstream.py: connections to the nodes; topology.py: etcd.
 
 Connection-level commands (PING, HELLO, AUTH, CLIENT, COMMAND, ...) run on the router with the
@@ -36,7 +36,7 @@ from node.config import Config
 from node.protocol import RespConnection
 from node.resp import ReplyError, encode_command, error
 from node.slots import SLOTS, key_slot
-from router import fanout, transactions
+from router import fanout, introspection, transactions  # noqa: F401 - registers router commands
 from router.client import Cell, ClientConn, RouterClient
 from router.commands import ROUTER_COMMANDS
 from router.forward import BlockedRead, Forward

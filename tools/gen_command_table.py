@@ -61,9 +61,10 @@ SERVED: dict[str, list[str] | None] = {
     "dbsize": None, "flushall": None, "flushdb": None, "expire": None, "pexpire": None,
     "expireat": None, "pexpireat": None, "ttl": None, "pttl": None, "persist": None,
     "expiretime": None, "pexpiretime": None, "rename": None, "renamenx": None, "touch": None,
-    "object": ["encoding", "help"], "memory": ["usage", "help"],
+    "object": ["encoding", "help"], "memory": ["usage", "stats", "help"],
     # server
-    "info": None, "config": ["get", "set", "resetstat", "rewrite", "help"],
+    "info": None, "slowlog": ["get", "len", "reset", "help"],
+    "latency": ["latest", "history", "reset", "histogram", "help"], "config": ["get", "set", "resetstat", "rewrite", "help"],
     "command": ["count", "info", "docs", "getkeys", "getkeysandflags", "list", "help"],
     "debug": None, "time": None, "lastsave": None, "save": None, "bgsave": None,
     "bgrewriteaof": None, "shutdown": None,

@@ -12,6 +12,7 @@ import heapq
 from node import errors
 from node.client import Client
 from node.commands import command
+from node.commands.diagnostics import memory_stats
 from node.keyspace import type_name
 from node.patterns import stringmatch
 from node.resp import OK, ONE, ZERO, ReplyError, Status, encode, integer
@@ -284,16 +285,21 @@ def object_(c: Client, argv: list[bytes]) -> bytes:
 
 @command(b"memory")
 def memory(c: Client, argv: list[bytes]) -> bytes:
-    """MEMORY USAGE key [SAMPLES count] | MEMORY HELP. The size is this server's estimate of
+    """MEMORY USAGE key [SAMPLES count] | MEMORY STATS | MEMORY HELP. The size is this server's estimate of
     the value's heap bytes (a stream's nodes, its consumer groups' PEL entries and
     consumers), not Redis's allocator figure; `rebalance --by memory` weighs slots by it."""
     sub = argv[1].lower()
     if sub == b"help" and len(argv) == 2:
         return encode([Status(b"MEMORY <subcommand> [<arg> [value] [opt] ...]. Subcommands are:"),
+                       Status(b"STATS"),
+                       Status(b"    Return information about the memory usage of the server."),
                        Status(b"USAGE <key> [SAMPLES <count>]"),
                        Status(b"    Return memory in bytes used by <key> and its value. Nested values are"),
                        Status(b"    sampled up to <count> times (default: 5, 0 means sample all)."),
+
                        Status(b"HELP"), Status(b"    Prints this help.")], c.proto)
+    if sub == b"stats" and len(argv) == 2:
+        return encode(memory_stats(c.server), c.proto)  # type: ignore[arg-type]
     if sub != b"usage":
         raise ReplyError(errors.unknown_subcommand(argv[1], b"MEMORY"))
     j = 3

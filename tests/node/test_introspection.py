@@ -3,7 +3,7 @@ is comparable: INFO latencystats (and the per-command histograms behind it)."""
 
 from __future__ import annotations
 
-from node.cmdstats import BOUNDS, MAX_EXP, CommandStats
+from node.cmdstats import BOUNDS, MAX_EXP, CommandStats, bound_usec
 from tests.support.rawresp import RawClient
 
 
@@ -23,26 +23,27 @@ def test_histogram_buckets_are_cumulative_and_fixed() -> None:
     assert [h[0] for h in hists] == ["xadd"]
     name, bounds, cum, total = hists[0]
     assert bounds == BOUNDS and len(bounds) == MAX_EXP + 2 and bounds[-1] == float("inf")
-    assert bounds[0] == 1e-6 and bounds[10] == 1024e-6
+    assert bounds[0] == 1.024e-6 and bounds[10] == 1024 * 1024e-9  # Redis's 1024 ns doubling
     assert len(cum) == len(bounds) and cum == sorted(cum)
-    assert cum[0] == 1  # 0 us < 1 us
-    assert cum[1] == 2  # 1 us < 2 us
-    assert cum[2] == 4  # 3 us < 4 us
-    assert cum[9] == 4 and cum[10] == 5  # 700 us < 1024 us
-    assert cum[MAX_EXP] == 6  # 5 s < 33.5 s; 1000 s only in +Inf
+    assert cum[0] == 2  # 0 and 1 us < 1.024 us
+    assert cum[1] == 2  # nothing in [1.024, 2.048) us
+    assert cum[2] == 4  # 3 us < 4.096 us
+    assert cum[9] == 4 and cum[10] == 5  # 700 us < 1048.576 us
+    assert cum[MAX_EXP] == 6  # 5 s < 34.4 s; 1000 s only in +Inf
     assert cum[-1] == 7 == st.calls[b"xadd"][0]
     assert total == (0 + 1 + 3 + 3 + 700 + 5_000_000 + 10**9) / 1e6
+    assert [bound_usec(i) for i in range(9)] == [1, 2, 4, 8, 16, 32, 65, 131, 262]
 
 
 def test_percentiles_interpolate_inside_a_bucket() -> None:
     st = CommandStats()
     for _ in range(100):
-        st.timed([b"XADD"], 100)  # bucket [64, 128) us
+        st.timed([b"XADD"], 100)  # bucket [65.5, 131) us
     p50, p99 = st.percentiles(b"xadd", (50.0, 99.0))
-    assert 64 <= p50 <= p99 <= 128
+    assert 65.536 <= p50 <= p99 <= 131.072
     st.timed([b"XADD"], 10_000)  # one slow call is the p99.9 but not the p50
     p50, p999 = st.percentiles(b"xadd", (50.0, 99.9))
-    assert p50 < 128 and 8192 <= p999 <= 16384
+    assert p50 < 131.072 and 8388.608 <= p999 <= 16777.216
     assert st.percentiles(b"nosuch", (50.0,)) == []
 
 
@@ -107,3 +108,182 @@ def test_commandstats_count_subcommands_apart_as_redis_does(node, oracle) -> Non
     assert "cmdstat_config|get" in mine and "cmdstat_config" not in mine
     assert mine["cmdstat_xgroup|create"] == "calls=2,rejected_calls=0,failed_calls=1"
     assert mine["cmdstat_xtrim"] == "calls=0,rejected_calls=1,failed_calls=0"
+
+
+# -- SLOWLOG ----------------------------------------------------------------------------------
+
+def _strip_entry(e: tuple) -> tuple:
+    """A SLOWLOG entry without what differs between servers (id, time, duration, port)."""
+    _, items = e
+    (_, _id), (_, ts), (_, us), args, (_, addr), name = items
+    assert ts > 1_700_000_000 and us >= 0
+    host, port = addr.rsplit(b":", 1)
+    assert host == b"127.0.0.1" and int(port) > 0
+    return args, name
+
+
+def _slowlog_session(handle) -> list:
+    c = RawClient(handle.host, handle.port)
+    out: list = []
+    try:
+        c.call("CONFIG", "SET", "slowlog-log-slower-than", "0")
+        c.call("CONFIG", "SET", "slowlog-max-len", "6")
+        out.append(c.call("SLOWLOG", "RESET"))
+        c.call("CLIENT", "SETNAME", "tester")
+        c.call("XADD", "s", "1-1", *(f"f{i}" for i in range(40)))  # 43 args: cut at 32
+        c.call("SET", "k", "x" * 300)  # cut at 128 bytes
+        c.call("AUTH", "nopass")  # an error, still logged, redacted
+        c.call("CONFIG", "SET", "masterauth", "secret")
+        c.call("CONFIG", "SET", "masterauth", "")
+        out.append(c.call("SLOWLOG", "LEN"))  # 6: the oldest fell out
+        entries = c.call("SLOWLOG", "GET", "-1")
+        out.append([_strip_entry(e) for e in entries[1]])
+        out.append(len(c.call("SLOWLOG", "GET")[1]))  # default count 10, max-len 6
+        out.append(len(c.call("SLOWLOG", "GET", "2")[1]))
+        out.append(c.call("SLOWLOG", "GET", "-2"))
+        out.append(c.call("SLOWLOG", "GET", "x"))
+        out.append(c.call("SLOWLOG", "NOSUCH"))
+        out.append(c.call("SLOWLOG", "LEN", "x"))
+        out.append(c.call("SLOWLOG", "HELP"))
+        got = c.call("CONFIG", "GET", "slowlog-*")[1]  # Redis's order is its dict's
+        out.append(sorted(zip(got[::2], got[1::2], strict=True)))
+        out.append(c.call("CONFIG", "SET", "slowlog-max-len", "-1"))
+    finally:
+        c.call("CONFIG", "SET", "slowlog-log-slower-than", "10000")
+        c.call("CONFIG", "SET", "slowlog-max-len", "128")
+        c.call("SLOWLOG", "RESET")
+        c.call("FLUSHALL")
+        c.close()
+    return out
+
+
+def test_slowlog_matches_redis(node, oracle) -> None:
+    mine = _slowlog_session(node)
+    assert mine == _slowlog_session(oracle)
+    entries = mine[2]
+    assert len(entries) == 6
+    xadd = next(args for args, _ in entries if args[1][0][1].lower() == b"xadd")
+    assert len(xadd[1]) == 32 and xadd[1][-1] == ("$", b"... (12 more arguments)")
+
+
+def test_slowlog_threshold_keeps_fast_commands_out(node) -> None:
+    c = RawClient(node.host, node.port)
+    try:
+        c.call("CONFIG", "SET", "slowlog-log-slower-than", "1000000")
+        c.call("SLOWLOG", "RESET")
+        for _ in range(20):
+            c.call("PING")
+        assert c.call("SLOWLOG", "LEN") == (":", 0)
+        c.call("CONFIG", "SET", "slowlog-log-slower-than", "-1")
+        c.call("CONFIG", "SET", "latency-monitor-threshold", "0")
+        c.call("PING")
+        assert c.call("SLOWLOG", "LEN") == (":", 0)
+    finally:
+        c.call("CONFIG", "SET", "slowlog-log-slower-than", "10000")
+        c.close()
+
+
+# -- LATENCY ----------------------------------------------------------------------------------
+
+def _latency_session(handle) -> list:
+    c = RawClient(handle.host, handle.port)
+    out: list = []
+    try:
+        c.call("CONFIG", "RESETSTAT")
+        out.append(c.call("LATENCY", "RESET"))
+        out.append(c.call("LATENCY", "LATEST"))
+        out.append(c.call("LATENCY", "HISTORY", "command"))
+        out.append(c.call("LATENCY", "HISTORY"))
+        out.append(c.call("LATENCY", "NOSUCH"))
+        out.append(c.call("CONFIG", "GET", "latency-monitor-threshold"))
+        for _ in range(3):
+            c.call("SET", "k", "v")
+        c.call("XADD", "s", "*", "f", "v")
+        for proto in (2, 3):
+            c.hello(proto)
+            h = c.call("LATENCY", "HISTOGRAM", "set", "xadd", "nosuch", "config")
+            # keep names, calls and that the bucket keys are powers of two with growing counts
+            pairs = h[1] if h[0] == "%" else list(zip(h[1][::2], h[1][1::2], strict=True))
+            shape = []
+            for name, body in pairs:
+                fields = body[1] if body[0] == "%" else list(zip(body[1][::2], body[1][1::2],
+                                                                  strict=True))
+                d = dict(fields)
+                buckets = d[("$", b"histogram_usec")]
+                bl = buckets[1] if buckets[0] == "%" else list(
+                    zip(buckets[1][::2], buckets[1][1::2], strict=True))
+                keys = [k[1] for k, _ in bl]
+                counts = [v[1] for _, v in bl]
+                # 1024 ns doubling (Redis's HdrHistogram rounds its bounds up a little: 132)
+                assert all(any(abs(k - bound_usec(i)) <= bound_usec(i) // 50 + 1
+                               for i in range(40)) for k in keys), keys
+                assert keys == sorted(keys) and counts == sorted(counts)
+                assert counts[-1] == d[("$", b"calls")][1]
+                shape.append((h[0], body[0], buckets[0], name, d[("$", b"calls")]))
+            out.append(sorted(shape))
+        c.hello(2)
+    finally:
+        c.call("FLUSHALL")
+        c.close()
+    return out
+
+
+def test_latency_replies_match_redis(node, oracle) -> None:
+    mine = _latency_session(node)
+    assert mine == _latency_session(oracle)
+    assert [s[3] for s in mine[-1]] == [("$", b"config|get"), ("$", b"config|resetstat"),
+                                        ("$", b"set"), ("$", b"xadd")]
+
+
+def test_latency_monitor_samples_slow_commands(xnode) -> None:
+    """Redis's events: DEBUG SLEEP is a `command`, PING a `fast-command`; a sample per second
+    keeps the slowest, the max is kept across them, RESET forgets the event."""
+    n = xnode("--enable-debug-command", "yes", "--latency-monitor-threshold", "5")
+    c = RawClient(n.host, n.port)
+    try:
+        c.call("DEBUG", "SLEEP", "0.02")
+        c.call("DEBUG", "SLEEP", "0.01")
+        c.call("PING")  # fast, well under 5 ms
+        latest = c.call("LATENCY", "LATEST")[1]
+        assert len(latest) == 1
+        name, ts, last, mx = (x[1] for x in latest[0][1])
+        assert name == b"command" and ts > 1_700_000_000 and mx >= 20 and last >= 10
+        hist = c.call("LATENCY", "HISTORY", "command")[1]
+        assert 1 <= len(hist) <= 2 and all(s[1][1][1] >= 10 for s in hist)
+        assert c.call("LATENCY", "RESET", "command", "nosuch") == (":", 1)
+        assert c.call("LATENCY", "LATEST") == ("*", [])
+        c.call("CONFIG", "SET", "latency-monitor-threshold", "0")
+        c.call("DEBUG", "SLEEP", "0.01")
+        assert c.call("LATENCY", "LATEST") == ("*", [])
+        # SLOWLOG's default threshold (10 ms) caught the sleeps
+        assert c.call("SLOWLOG", "LEN")[1] >= 2
+    finally:
+        c.close()
+
+
+# -- MEMORY STATS -----------------------------------------------------------------------------
+
+def _memory_stats_shape(handle) -> list:
+    c = RawClient(handle.host, handle.port)
+    out = []
+    try:
+        c.call("FLUSHALL")
+        c.call("XADD", "s", "*", "f", "v")
+        for proto in (2, 3):
+            c.hello(proto)
+            r = c.call("MEMORY", "STATS")
+            pairs = r[1] if r[0] == "%" else list(zip(r[1][::2], r[1][1::2], strict=True))
+            out.append((r[0], [(k[1], v[0] if k[1] != b"db.0" else
+                                [x[0][1] for x in (v[1] if v[0] == "%" else
+                                                   zip(v[1][::2], v[1][1::2], strict=True))])
+                               for k, v in pairs]))
+        c.hello(2)
+        out.append(c.call("MEMORY", "STATS", "x"))
+    finally:
+        c.call("FLUSHALL")
+        c.close()
+    return out
+
+
+def test_memory_stats_has_redis_fields_and_types(node, oracle) -> None:
+    assert _memory_stats_shape(node) == _memory_stats_shape(oracle)

@@ -1,0 +1,171 @@
+"""What the node says about its own speed and size: SLOWLOG, LATENCY and MEMORY STATS.
+
+    SLOWLOG GET [count] | LEN | RESET | HELP
+    LATENCY LATEST | HISTORY event | RESET [event ...] | HISTOGRAM [command ...] | HELP
+    MEMORY STATS (the rest of MEMORY is in node/commands/keys.py)
+
+The logs live in node/slowlog.py and node/latency.py; LATENCY HISTOGRAM reads the per-command
+histograms of node/cmdstats.py, whose buckets are Redis's (1024 ns doubling).
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import TYPE_CHECKING
+
+from node import command_table, errors
+from node.client import Client
+from node.cmdstats import HIST, bound_usec
+from node.commands import command
+from node.info import rss_bytes
+from node.resp import OK, Map, ReplyError, Status, encode, integer
+
+if TYPE_CHECKING:
+    from node.context import ServerContext
+
+SLOWLOG_HELP = [
+    b"SLOWLOG <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
+    b"GET [<count>]",
+    b"    Return top <count> entries from the slowlog (default: 10, -1 mean all).",
+    b"    Entries are made of:",
+    b"    id, timestamp, time in microseconds, arguments array, client IP and port,",
+    b"    client name",
+    b"LEN", b"    Return the length of the slowlog.",
+    b"RESET", b"    Reset the slowlog.",
+    b"HELP", b"    Prints this help.",
+]
+
+LATENCY_HELP = [
+    b"LATENCY <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
+    b"HISTORY <event>", b"    Return time-latency samples for the <event> class.",
+    b"LATEST", b"    Return the latest latency samples for all events.",
+    b"RESET [<event> ...]", b"    Reset latency data of one or more <event> classes.",
+    b"    (default: reset all data for all event classes)",
+    b"HISTOGRAM [COMMAND ...]",
+    b"    Return a cumulative distribution of latencies in the format of a histogram for the "
+    b"specified command names.",
+    b"    If no commands are specified then all histograms are replied.",
+    b"HELP", b"    Prints this help.",
+]
+
+
+@command(b"slowlog")
+def slowlog(c: Client, argv: list[bytes]) -> bytes:
+    log = c.server.slowlog  # type: ignore[attr-defined]
+    sub = argv[1].lower()
+    if sub == b"get":
+        count = 10
+        if len(argv) == 3:
+            try:
+                count = int(argv[2])
+            except ValueError:
+                raise ReplyError(errors.SLOWLOG_COUNT) from None
+            if count < -1:
+                raise ReplyError(errors.SLOWLOG_COUNT)
+        return log.get_reply(count, c.proto)
+    if sub == b"len":
+        return log.len_reply()
+    if sub == b"reset":
+        log.reset()
+        return OK
+    if sub == b"help":
+        return encode([Status(line) for line in SLOWLOG_HELP], c.proto)
+    raise ReplyError(errors.unknown_subcommand(argv[1], b"SLOWLOG"))
+
+
+@command(b"latency")
+def latency(c: Client, argv: list[bytes]) -> bytes:
+    mon = c.server.latency  # type: ignore[attr-defined]
+    sub = argv[1].lower()
+    if sub == b"latest":
+        return mon.latest_reply(c.proto)
+    if sub == b"history":
+        return mon.history_reply(argv[2], c.proto)
+    if sub == b"reset":
+        return integer(mon.reset(argv[2:]))
+    if sub == b"histogram":
+        return encode(histograms(c.server.stats.calls, argv[2:]), c.proto)
+    if sub == b"help":
+        return encode([Status(line) for line in LATENCY_HELP], c.proto)
+    raise ReplyError(errors.unknown_subcommand(argv[1], b"LATENCY"))
+
+
+def histograms(calls: dict[bytes, list[int]], names: list[bytes]) -> Map:
+    """LATENCY HISTOGRAM: per command that ran, its timed calls and the cumulative count at
+    bucket bound (in whole us: 1, 2, 4 ... 32, 65, 131 ...) where the count grew (Redis's
+    fillCommandCDF).
+    Named commands that are unknown or never ran are left out; a container names its
+    subcommands."""
+    if not names:
+        wanted = sorted(calls)
+    else:
+        wanted = []
+        for raw in names:
+            name = raw.lower()
+            spec = command_table.lookup(name)
+            if spec is None:
+                continue
+            if spec.subcommands:
+                wanted += sorted(s.name for s in spec.subcommands.values())
+            else:
+                wanted.append(name)
+    out = Map()
+    for name in dict.fromkeys(wanted):
+        st = calls.get(name)
+        if st is None or not any(st[HIST:]):
+            continue
+        cdf = Map()
+        acc = prev = 0
+        for i, n in enumerate(st[HIST:]):
+            acc += n
+            if acc > prev:
+                cdf.append((bound_usec(i), acc))
+            prev = acc
+        out.append((name, Map([(b"calls", acc), (b"histogram_usec", cdf)])))
+    return out
+
+
+_STARTUP_RSS = rss_bytes()  # the process's size once the command modules are loaded
+
+
+def memory_stats(server: ServerContext) -> Map:
+    """MEMORY STATS with Redis's field names, in Redis's order, from what this process can
+    know cheaply (nothing walks the key space). Python's allocator has no jemalloc figures:
+    the totals are the resident set size, so the allocator and fragmentation fields say
+    1.0 / 0; the overheads are the sizes of the key space's hash tables, the replication
+    backlog, the AOF buffer and the clients' unsent output."""
+    rss = rss_bytes()
+    server.peak_memory = peak = max(server.peak_memory, rss)
+    r, p, db = server.replication, server.persistence, server.db
+    backlog = r.backlog.histlen if r is not None and r.backlog is not None else 0
+    normal = sum(c.conn.transport.get_write_buffer_size() for c in server.clients.values()
+                 if c.conn is not None and c.conn.transport is not None)
+    aof = p.buf_len if p is not None else 0
+    main, expires = sys.getsizeof(db.data), sys.getsizeof(db.expires)
+    # the per-slot key sets: at most 16384 of them, so this is bounded
+    slots = sys.getsizeof(db.slots) + sum(map(sys.getsizeof, db.slots.values()))
+    overhead = _STARTUP_RSS + backlog + normal + aof + main + expires + slots
+    keys = len(db.data)
+    dataset = max(rss - overhead, 0)
+    net = max(rss - _STARTUP_RSS, 1)
+    out = Map([
+        (b"peak.allocated", peak), (b"total.allocated", rss),
+        (b"startup.allocated", _STARTUP_RSS), (b"replication.backlog", backlog),
+        (b"clients.slaves", 0), (b"clients.normal", normal), (b"cluster.links", 0),
+        (b"aof.buffer", aof), (b"lua.caches", 0), (b"functions.caches", 0),
+    ])
+    if keys:
+        out.append((b"db.0", Map([(b"overhead.hashtable.main", main),
+                                  (b"overhead.hashtable.expires", expires),
+                                  (b"overhead.hashtable.slot-to-keys", slots)])))
+    out += [
+        (b"overhead.total", overhead), (b"keys.count", keys),
+        (b"keys.bytes-per-key", net // keys if keys else 0), (b"dataset.bytes", dataset),
+        (b"dataset.percentage", dataset * 100.0 / net), (b"peak.percentage", rss * 100.0 / peak),
+        (b"allocator.allocated", rss), (b"allocator.active", rss), (b"allocator.resident", rss),
+        (b"allocator-fragmentation.ratio", 1.0), (b"allocator-fragmentation.bytes", 0),
+        (b"allocator-rss.ratio", 1.0), (b"allocator-rss.bytes", 0),
+        (b"rss-overhead.ratio", 1.0), (b"rss-overhead.bytes", 0),
+        (b"fragmentation", 1.0), (b"fragmentation.bytes", 0),
+    ]
+    return out

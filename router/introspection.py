@@ -1,0 +1,25 @@
+"""Introspection through a router: what describes one node is refused with a pointer to the
+nodes; the rest of SLOWLOG and LATENCY fans out by the command table's policies.
+
+LATENCY LATEST/HISTORY/HISTOGRAM and MEMORY STATS carry Redis's `special` response policy:
+a cluster client merges them per node itself, which a single reply through a router cannot
+say, so they are answered only by a node.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from node import errors
+from node.resp import error
+from router.commands import router_command
+
+if TYPE_CHECKING:
+    from router.client import Cell, ClientConn, RouterClient
+    from router.proxy import Router
+
+
+@router_command(b"latency|latest", b"latency|history", b"latency|histogram", b"memory|stats")
+def per_node(router: Router, c: RouterClient, argv: list[bytes], cell: Cell) -> None:
+    conn: ClientConn = c.conn  # type: ignore[assignment]
+    conn.fill(cell, error(errors.NOT_THROUGH_ROUTER % b" ".join(argv[:2]).upper()))
