@@ -202,16 +202,30 @@ def cmd_status(argv: list[str]) -> int:
 # --- failover ------------------------------------------------------------------------------------
 
 async def manual_failover(conn: EtcdConfig | str, cluster: str, shard: str, force: bool,
-                          node_password: str = "") -> str:
+                          node_password: str = "", to: str | None = None,
+                          timeout: float = 5.0) -> str:
+    """--force, or a primary that is gone: the controller's failover (control/controller.py);
+    a live primary without --force: a planned switchover (control/switchover.py)."""
     from control.controller import FailoverError, failover
     from control.nodeclient import NodeOps
+    from control.switchover import switchover
 
     store = await open_store(conn, cluster)
+    nodes = NodeOps(node_password)
     try:
         v = await store.view()
+        entry = v.shards.get(shard)
         try:
+            if not force and entry is not None and v.live(entry.value.primary):
+                s = await switchover(store, v, shard, to=to, nodes=nodes, timeout=timeout)
+                return (f"shard {shard}: {s.new} is the new primary (switchover from {s.old} "
+                        f"at offset {s.offset}, epoch {s.epoch}; writes waited "
+                        f"{s.paused_ms:.0f} ms)")
+            if to is not None:
+                raise CliError("--to picks the replica of a switchover (a live primary, "
+                               "without --force)")
             new = await failover(store, v, shard, force=force, reason="manual failover",
-                                 nodes=NodeOps(node_password))
+                                 nodes=nodes)
         except FailoverError as e:
             raise CliError(str(e)) from None
     finally:
@@ -220,11 +234,20 @@ async def manual_failover(conn: EtcdConfig | str, cluster: str, shard: str, forc
 
 
 def failover_parser() -> argparse.ArgumentParser:
-    p = parser("failover", "Promote the most up-to-date replica of a shard.", nodes=True)
+    p = parser("failover", "Hand a shard to one of its replicas. A live primary is switched "
+               "over without losing a write: its writes wait (clients get no error) until the "
+               "replica has them all, then move to the new primary. A primary that is gone "
+               "(or --force) is replaced by the most up-to-date replica.", nodes=True)
     p.add_argument("shard", help="shard id (xshard status lists them)")
+    p.add_argument("--to", default=None, metavar="NODE",
+                   help="the replica to promote in a switchover (default: the one with the "
+                        "highest offset)")
+    p.add_argument("--timeout", type=float, default=5.0, metavar="SECONDS",
+                   help="give a switchover up (the primary kept) when the replica has not "
+                        "caught up in this time (default: 5)")
     p.add_argument("--force", action="store_true",
-                   help="replace a primary that is still alive (its unreplicated writes are "
-                        "lost)")
+                   help="replace the primary without waiting for the replica: for a primary "
+                        "that hangs (its unreplicated writes are lost)")
     p.add_argument("--if-primary", metavar="NODE", default=None,
                    help="do nothing (exit 0) unless NODE is the shard's primary and a replica "
                         "is live: a pod's preStop hook runs this on every pod")
@@ -233,13 +256,16 @@ def failover_parser() -> argparse.ArgumentParser:
 
 def cmd_failover(argv: list[str]) -> int:
     a = failover_parser().parse_args(argv)
+    if a.timeout <= 0:
+        raise CliError("--timeout must be > 0")
     conn = conn_from(a)
     if a.if_primary is not None:
         skip = asyncio.run(handover_needed(conn, a.cluster, a.shard, a.if_primary))
         if skip:
             print(f"shard {a.shard}: {skip}; nothing to do")
             return 0
-    print(asyncio.run(manual_failover(conn, a.cluster, a.shard, a.force, a.node_password)))
+    print(asyncio.run(manual_failover(conn, a.cluster, a.shard, a.force, a.node_password,
+                                      a.to, a.timeout)))
     return 0
 
 

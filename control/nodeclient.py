@@ -128,3 +128,25 @@ class NodeOps:
 
     async def refused(self, host: str, port: int) -> bool:
         return await refused(host, port)
+
+    async def pause_writes(self, host: str, port: int, ms: int) -> None:
+        """CLIENT PAUSE ms WRITE (a switchover, control/switchover.py)."""
+        await call(host, port, "CLIENT", "PAUSE", ms, "WRITE", timeout=self.timeout,
+                   password=self.password)
+
+    async def unpause(self, host: str, port: int) -> None:
+        await call(host, port, "CLIENT", "UNPAUSE", timeout=self.timeout, password=self.password)
+
+    async def serves_as(self, host: str, port: int) -> str:
+        """"master" when the node is primary by ROLE and by its etcd view (it takes writes),
+        "slave" when its view names another primary (it answers writes -MOVED), else ""."""
+        role, text = await call_all(host, port, [["ROLE"], ["CLUSTER", "NODES"]],
+                                    timeout=self.timeout, password=self.password)
+        lines = (text if isinstance(text, bytes) else b"").decode().splitlines()
+        flags = next((f for f in (line.split(" ")[2] for line in lines if line.count(" ") > 2)
+                      if "myself" in f), "")
+        if "slave" in flags:
+            return "slave"
+        if "master" in flags and isinstance(role, list) and role[0] == b"master":
+            return "master"
+        return ""

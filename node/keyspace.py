@@ -34,7 +34,7 @@ def type_name(value: Any) -> bytes:
 
 class Keyspace:
     __slots__ = ("data", "expires", "watchers", "server", "expired_keys", "_expire_cursor",
-                 "slots")
+                 "slots", "expiry_paused")
 
     def __init__(self, server: DataContext) -> None:
         self.data: dict[bytes, Any] = {}
@@ -43,6 +43,9 @@ class Keyspace:
         self.watchers: dict[bytes, set[Client]] = {}
         self.server = server
         self.expired_keys = 0
+        # True during a CLIENT PAUSE (node/writepause.py): expiry stops, as on a replica, so
+        # the effect stream stands still while a switchover waits for the replica.
+        self.expiry_paused = False
         self._expire_cursor: Iterator[tuple[bytes, int]] = iter(())
 
     # --- lookup -----------------------------------------------------------------------------
@@ -50,7 +53,7 @@ class Keyspace:
         v = self.data.get(key)
         if v is not None and self.expires and key in self.expires:
             if self.expires[key] <= self.server.now_ms():
-                if self.server.role == "slave":
+                if self.server.role == "slave" or self.expiry_paused:
                     return self._replica_expired(v)
                 self._expire(key)
                 return None
@@ -58,7 +61,8 @@ class Keyspace:
 
     def _replica_expired(self, v: Any) -> Any:
         """A replica never expires keys itself (its primary's DEL effect does): a logically
-        expired key reads as missing, but the primary's own commands still see it."""
+        expired key reads as missing, but the primary's own commands still see it. A paused
+        primary does the same."""
         return v if self.server.effects.replaying else None
 
     def get_stream(self, key: bytes) -> Stream | None:
@@ -68,7 +72,7 @@ class Keyspace:
             return None
         expires = self.expires
         if expires and key in expires and expires[key] <= self.server.now_ms():
-            if self.server.role == "slave":
+            if self.server.role == "slave" or self.expiry_paused:
                 v = self._replica_expired(v)
                 if v is None:
                     return None
@@ -176,7 +180,7 @@ class Keyspace:
         resuming where the last call stopped, so it never stalls the loop however many keys
         have a TTL (lazy expiry on access covers the rest)."""
         if not self.expires or not self.server.active_expire_enabled or \
-                self.server.role == "slave":
+                self.server.role == "slave" or self.expiry_paused:
             return
         now = self.server.now_ms()
         deadline = time.perf_counter() + budget_s

@@ -1,4 +1,11 @@
-"""Pausing writes to some keys or slots, as Redis's CLIENT PAUSE WRITE does for all of them.
+"""Pausing writes: to some keys or slots, or to all of them (CLIENT PAUSE).
+
+CLIENT PAUSE timeout [WRITE|ALL] and CLIENT UNPAUSE have Redis's semantics: a paused client
+waits and gets no error; a second pause keeps the later end and the stricter mode; while writes
+are paused, keys are not expired (a read of an expired key answers as if it were gone, as on a
+replica), so the effect stream stands still. `xshard failover` without --force uses it for a
+planned switchover (control/switchover.py): once the replica has caught up and etcd names it,
+the released writes run again here and are answered -MOVED to the new primary.
 
 MIGRATE pauses the keys it moves until the target has acknowledged them (Redis blocks the
 whole server instead; we cannot wait on the network inside the loop), and a slot move pauses
@@ -18,16 +25,20 @@ from node.blocking import Blocked
 from node.slots import key_slot
 
 if TYPE_CHECKING:
+    import asyncio
+
     from node.client import Client
     from node.server import Server
 
 PAUSED = b"\x00paused"  # the pseudo key postponed clients wait on
+WRITE, ALL = 1, 2  # CLIENT PAUSE modes, the stricter the larger (Redis's pause_type)
+_NEVER_PAUSED = frozenset((b"replconf",))  # a replica's ACKs go on in an ALL pause
 
 
 class WritePauses:
     """`server.pauses`: reference-counted paused keys and slots."""
 
-    __slots__ = ("server", "keys", "slots", "longest_ms", "_since")
+    __slots__ = ("server", "keys", "slots", "longest_ms", "_since", "mode", "_end", "_timer")
 
     def __init__(self, server: Server) -> None:
         self.server = server
@@ -35,9 +46,40 @@ class WritePauses:
         self.slots: dict[int, int] = {}
         self.longest_ms = 0.0  # the longest time any slot stayed paused (INFO, benchmarks)
         self._since: dict[int, float] = {}
+        self.mode = 0  # CLIENT PAUSE: 0 (none), WRITE or ALL
+        self._end = 0.0  # when the CLIENT PAUSE ends (loop time)
+        self._timer: asyncio.TimerHandle | None = None
 
     def __bool__(self) -> bool:
-        return bool(self.keys or self.slots)
+        return bool(self.keys or self.slots or self.mode)
+
+    @property
+    def writes_paused(self) -> bool:
+        """A CLIENT PAUSE is on: keys must not expire (the effect stream stands still)."""
+        return self.mode != 0
+
+    # --- CLIENT PAUSE / UNPAUSE -----------------------------------------------------------------
+    def pause_clients(self, timeout_ms: int, mode: int) -> None:
+        """CLIENT PAUSE: the later end and the stricter mode of this and a running pause."""
+        loop = self.server.loop
+        end = loop.time() + timeout_ms / 1000
+        self.mode = max(self.mode, mode)
+        self.server.db.expiry_paused = True
+        if end > self._end:
+            self._end = end
+            if self._timer is not None:
+                self._timer.cancel()
+            self._timer = loop.call_at(end, self.unpause_clients)
+
+    def unpause_clients(self) -> None:
+        """CLIENT UNPAUSE, or the pause's timeout: the postponed clients run again, in order."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        self.mode = 0
+        self._end = 0.0
+        self.server.db.expiry_paused = False
+        self._release()
 
     # --- pausing --------------------------------------------------------------------------------
     def pause_keys(self, keys: list[bytes]) -> None:
@@ -80,6 +122,18 @@ class WritePauses:
     # --- the check in the dispatch --------------------------------------------------------------
     def holds(self, c: Client, argv: list[bytes], name: bytes) -> bool:
         """True when this command is a write that must wait (EXEC: one of its writes)."""
+        if self.mode:
+            if c.conn is None:  # the node's own clients (the agent) are never paused
+                return False
+            if self.mode == ALL:
+                return name not in _NEVER_PAUSED
+            if name == b"exec":
+                return c.in_multi and any(command_table.is_write_argv(a, a[0].lower())
+                                          for a in c.multi_queue)
+            if command_table.is_write_argv(argv, name):
+                return True
+        if not (self.keys or self.slots):
+            return False
         if name == b"exec":
             return c.in_multi and any(self._touches(a) for a in c.multi_queue
                                       if command_table.is_write_argv(a, a[0].lower()))

@@ -119,6 +119,13 @@ def scan(router: Router, c: RouterClient, argv: list[bytes], cell: Cell) -> None
     return None
 
 
+@router_command(b"client|pause", b"client|unpause")
+def client_pause(router: Router, c: RouterClient, argv: list[bytes], cell: Cell) -> None:
+    """CLIENT PAUSE is a node's (xshard failover uses it for a switchover); a router has no
+    writes of its own to pause."""
+    _conn(c).fill(cell, error(errors.NOT_THROUGH_ROUTER % b" ".join(argv[:2]).upper()))
+
+
 @router_command(b"config|get")
 def config_get(router: Router, c: RouterClient, argv: list[bytes], cell: Cell) -> None:
     """Every node has the same settings as far as a router's client can tell: ask one."""

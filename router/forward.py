@@ -51,7 +51,7 @@ class Forward:
     """One request to the owner of `slot` (or to an address); see the module docstring."""
 
     __slots__ = ("router", "c", "data", "slot", "write", "cell", "done", "attempt", "deadline",
-                 "sent", "addr")
+                 "sent", "addr", "added")
 
     def __init__(self, router: Router, c: RouterClient, data: bytes, slot: int | None,
                  write: bool, cell: Cell | None = None, done: Done | None = None) -> None:
@@ -66,6 +66,7 @@ class Forward:
         self.deadline = 0.0
         self.sent = 0.0  # perf_counter() at the last send (xshard_router_upstream_...)
         self.addr: tuple[str, int] | None = None
+        self.added: tuple[str, int] | None = None  # the node this write put in c.written
 
     def send(self, addr: tuple[str, int] | None = None, up: Upstream | None = None) -> None:
         if up is None:
@@ -75,8 +76,9 @@ class Forward:
                 addr = router.node_for(self.slot, replica) if self.slot is not None else None
                 if addr is None:
                     return self._retry(error(errors.SLOT_NOT_SERVED))
-            if self.write:
+            if self.write and addr not in c.written:
                 c.written.add(addr)
+                self.added = addr
             up = router.pool(addr, c.proto, replica and addr not in router.primaries()).get(c.id)
         self.addr = addr
         self.sent = perf_counter()
@@ -95,6 +97,9 @@ class Forward:
                 router = self.router
                 if kind == b"MOVED":
                     router.redirects["moved"] += 1
+                    if self.added is not None:  # the write did not run there: WAIT skips it
+                        self.c.written.discard(self.added)
+                        self.added = None
                     return self.send(addr=(host, port))
                 router.redirects["ask"] += 1
                 up = router.pool((host, port), self.c.proto).get(self.c.id)

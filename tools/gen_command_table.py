@@ -54,7 +54,7 @@ SERVED: dict[str, list[str] | None] = {
     # connection
     "ping": None, "echo": None, "hello": None, "auth": None,
     "client": ["setname", "getname", "id", "info", "list", "kill", "unblock", "no-evict", "help",
-               "reply", "setinfo"],
+               "reply", "setinfo", "pause", "unpause"],
     "select": None, "quit": None, "reset": None,
     # keyspace
     "del": None, "unlink": None, "exists": None, "type": None, "keys": None, "scan": None,

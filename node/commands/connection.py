@@ -9,6 +9,7 @@ from node import REDIS_VERSION, errors
 from node.client import Client
 from node.commands import command
 from node.resp import OK, PONG, Map, ReplyError, Status, Verbatim, bulk, encode, integer, null
+from node.writepause import ALL, WRITE
 
 
 @command(b"ping")
@@ -260,6 +261,21 @@ def client(c: Client, argv: list[bytes]) -> bytes:
         reply = (b"-%s\r\n" % errors.UNBLOCKED_BY_CLIENT) if reply_error else b.timeout_reply(target.proto)
         server.blocking.unblock(target, reply)
         return integer(1)
+    if sub == b"pause":
+        if n > 4:
+            raise ReplyError(errors.subcommand_syntax(argv[1], b"CLIENT"))
+        mode = ALL
+        if n == 4:
+            m = argv[3].lower()
+            if m not in (b"write", b"all"):
+                raise ReplyError(errors.CLIENT_PAUSE_MODE)
+            mode = WRITE if m == b"write" else ALL
+        server.pauses.pause_clients(errors.parse_timeout_ms_or_error(argv[2]), mode)
+        return OK
+    if sub == b"unpause":
+        _client_arity(argv, n == 2)
+        server.pauses.unpause_clients()
+        return OK
     if sub == b"no-evict" or sub == b"no-touch":
         _client_arity(argv, n == 3)
         v = argv[2].lower()

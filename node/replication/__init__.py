@@ -248,8 +248,10 @@ class Replication:
         err = b"-%s\r\n" % errors.UNBLOCKED_ROLE_CHANGE
         for c in list(self.server.clients.values()):
             b = c.blocked
-            if b is not None and b.argv and b.argv[0].lower() in (b"xreadgroup", b"wait",
-                                                                   b"waitaof"):
+            # A postponed write (node/writepause.py) runs again when its pause ends and is
+            # redirected then, as a switchover wants (control/switchover.py).
+            if b is not None and b.argv and not getattr(b, "postponed", False) and \
+                    b.argv[0].lower() in (b"xreadgroup", b"wait", b"waitaof"):
                 self.server.blocking.unblock(c, err)
 
     # --- what commands ask ------------------------------------------------------------------

@@ -111,7 +111,7 @@ def test_cli_errors_are_one_line(etcd_url: str, xcluster) -> None:  # noqa: ANN0
     _one_line_error(run_cli("failover", "7", "--etcd", etcd_url, "--cluster", c.name),
                     "unknown shard '7'")
     _one_line_error(run_cli("failover", "0", "--etcd", etcd_url, "--cluster", c.name),
-                    "alive", "--force")
+                    "no live replica to promote")
     _one_line_error(run_cli("status", "--etcd", etcd_url, "--cluster", "no-such-cluster"),
                     "does not exist")
     _one_line_error(run_cli("create", "--shards", "2", "--etcd", etcd_url, "--cluster", c.name),
