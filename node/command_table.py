@@ -151,6 +151,8 @@ def _xread_get_keys(cmd: CommandSpec, argv: list[bytes]) -> KeyRefs | None:
             i += 2
         elif arg == b"group":
             i += 3
+        elif arg == b"claim":  # Redis 8.4: CLAIM min-idle-time
+            i += 2
         elif arg == b"noack":
             i += 1
         elif arg == b"streams":

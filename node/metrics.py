@@ -286,6 +286,9 @@ class NodeCollector:
             "xshard_stream_group_oldest_pending_age_seconds", "Seconds since the last "
             "delivery of the group's lowest pending ID (0 with nothing pending): grows while a "
             "consumer holds an entry without acknowledging it.", labels=["stream", "group"])
+        nacked = CounterMetricFamily(
+            "xshard_stream_group_nacked", "Pending entries the group's consumers released "
+            "with XNACK (Redis 8.8), since this process started.", labels=["stream", "group"])
         idle = GaugeMetricFamily("xshard_stream_group_consumer_idle_seconds", "Seconds since "
                                  "the consumer's last attempted interaction (XINFO CONSUMERS "
                                  "idle); only with metrics-consumers yes.",
@@ -299,6 +302,7 @@ class NodeCollector:
                 n = g.lag(st)
                 lag.add_metric(gl, n if n is not None else estimated_lag(st, g))
                 pending.add_metric(gl, len(g.pel))
+                nacked.add_metric(gl, g.nacked_total)
                 if g.pel:
                     t = g.pel.peekitem(0)[1][0]
                     oldest.add_metric(gl, max(0, now_ms - t) / 1000)
@@ -312,6 +316,7 @@ class NodeCollector:
         yield added
         yield lag
         yield pending
+        yield nacked
         yield oldest
         if consumers:
             yield idle

@@ -18,6 +18,9 @@ entries-read estimated from its last ID, a consumer's active-time = its seen-tim
 every string encoding (raw, int, LZF); lists 1/10/14/18 (plain, ziplist, quicklist of ziplists
 or listpacks); sets 2/11/20 (plain, intset, listpack). Versions up to 12 are accepted.
 
+A pending entry released by XNACK (Redis 8.8: nobody owns it) is written in its group's PEL
+with no consumer listing it, and read back as such. Redis before 8.8 has no such state.
+
 Stream nodes are Redis listpacks; we parse them into `node.stream` blocks and rebuild the exact
 listpack bytes when writing, so a stream round-trips with the same nodes (radix-tree-keys) and
 the same split points for later appends. Everything read is checked: a malformed payload raises
@@ -635,10 +638,9 @@ def _load_stream(r: _Reader, rtype: int) -> Stream:
                 ids.append(sid)
             cons.pel.update(ids)
         for sid, t, n in pel_raw:
+            # A PEL entry no consumer lists is unowned: released by XNACK (Redis 8.8).
             owner = owners[sid]
-            if owner is None:
-                raise RdbError("group PEL entry without a consumer")
-            g.pel[sid] = (t, n, g.consumers[owner].name)
+            g.pel[sid] = (t, n, None if owner is None else g.consumers[owner].name)
     return s
 
 

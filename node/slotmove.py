@@ -328,7 +328,7 @@ def _add_pending(s: Stream, data: Any) -> bool:
         raise ReplyError(errors.BAD_DATA_FORMAT)
     times, counts, owners = zip(*nacks, strict=True)
     if (set(map(type, times)) != {int} or set(map(type, counts)) != {int}
-            or not set(owners) <= g.consumers.keys()
+            or not set(owners) - {None} <= g.consumers.keys()
             or (g.pel and sids[0] <= g.pel.peekitem(-1)[0])
             or not all(a < b for a, b in zip(sids, itertools.islice(sids, 1, None),
                                              strict=False))):

@@ -37,7 +37,7 @@ def xread_fanout(router: Router, c: RouterClient, argv: list[bytes], cell: Cell,
                  groups_checked: bool = False) -> None:
     conn: ClientConn = c.conn  # type: ignore[assignment]
     try:
-        timeout, _count, _noack, first, nkeys, group, _consumer, block_at = \
+        timeout, _count, _noack, first, nkeys, group, _consumer, block_at, _claim = \
             parse_xread_options(argv, int(time.time() * 1000))
     except ReplyError as e:
         return conn.fill(cell, error(e.message))

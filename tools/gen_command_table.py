@@ -50,7 +50,7 @@ SERVED: dict[str, list[str] | None] = {
     "xgroup": ["create", "setid", "destroy", "createconsumer", "delconsumer", "help"],
     "xack": None, "xpending": None, "xclaim": None, "xautoclaim": None,
     "xinfo": ["stream", "groups", "consumers", "help"],
-    "xsetid": None, "xcfgset": None, "xdelex": None, "xackdel": None,
+    "xsetid": None, "xcfgset": None, "xdelex": None, "xackdel": None, "xnack": None,
     # connection
     "ping": None, "echo": None, "hello": None, "auth": None,
     "client": ["setname", "getname", "id", "info", "list", "kill", "unblock", "no-evict", "help",
@@ -247,11 +247,15 @@ OVERRIDES_7_4: dict[str, dict[str, Any]] = {
                                     {"name": "iid", "type": "string"}]}]})]},
     "xtrim": {"history+": [["8.2.0", "Added the `KEEPREF`, `DELREF` and `ACKED` options."]],
               "arguments-after+": [("trim", _POLICY_ARG)]},
+    "xreadgroup": {"history+": [["8.4.0", "Added the `CLAIM` option."]],
+                   "arguments-after+": [("noack", {
+                       "name": "min-idle-time", "type": "integer", "token": "CLAIM",
+                       "since": "8.4.0", "flags": ["optional"]})]},
     "xinfo|stream": {"history+": [
         ["7.2.0", "Added the `active-time` field, and changed the meaning of `seen-time`."],
         ["8.6.0", "Added the `idmp-duration`, `idmp-maxsize`, `pids-tracked`, `iids-tracked`, "
                   "`iids-added` and `iids-duplicates` fields (on streams that use IDMP)."],
-        ]},
+        ["8.8.0", "Added the `nacked-count` field of a group (FULL)."]]},
     "xinfo|consumers": {"history+": [
         ["7.2.0", "Added the `inactive` field, and changed the meaning of `idle`."]]},
     "quit": {"doc_flags": ["deprecated"], "deprecated_since": "7.2.0",

@@ -87,6 +87,12 @@ def propagate_xclaim(c: Client, key: bytes, groupname: bytes, g: ConsumerGroup, 
                         b"%d-%d" % (last >> 64, last & SEQ_MAX)])
 
 
+def _named(nack: Nack, cons: Consumer) -> Nack:
+    """The NACK of an entry that is gone, for the XCLAIM effect that drops it: an unowned
+    one (XNACK) is named after the consumer that found it (an XCLAIM needs a consumer)."""
+    return nack if nack[2] is not None else (nack[0], nack[1], cons.name)
+
+
 def propagate_group_id(c: Client, key: bytes, groupname: bytes, g: ConsumerGroup) -> None:
     """XGROUP SETID key group last-id ENTRIESREAD n: the group cursor, exactly."""
     er = -1 if g.entries_read is None else g.entries_read
@@ -309,6 +315,78 @@ def xackdel(c: Client, argv: list[bytes]) -> bytes:
     return ids_reply(codes)
 
 
+# --- XNACK ---------------------------------------------------------------------------------
+_XNACK_MODES = {b"silent": -1, b"fail": 0, b"fatal": 1}
+
+
+@command(b"xnack")
+def xnack(c: Client, argv: list[bytes]) -> bytes:
+    """XNACK key group SILENT|FAIL|FATAL IDS numids id [id ...] [RETRYCOUNT n] [FORCE]
+    (Redis 8.8)
+
+    Each pending ID becomes unowned with delivery time 0, so the next CLAIM (or XCLAIM,
+    XAUTOCLAIM) of any idle time takes it at once. Its delivery count: SILENT one less (not
+    below 0), FAIL the same, FATAL LLONG_MAX; RETRYCOUNT sets it instead. FORCE also creates
+    such an entry for an ID that is not pending, if the entry exists (base count 0), as
+    XCLAIM's FORCE does. An ID given twice is released once. Replies with the number of IDs
+    released. Effects: `XNACK key group FAIL IDS n id... RETRYCOUNT count FORCE`, one per
+    resulting count, which sets exactly what was set here.
+    """
+    key, groupname = argv[1], argv[2]
+    mode = _XNACK_MODES.get(argv[3].lower())
+    if mode is None:
+        raise ReplyError(errors.XNACK_MODE)
+    _policy, ids, j = parse_policy_and_ids(argv, 4, exact=False)
+    retrycount = -1
+    force = False
+    argc = len(argv)
+    while j < argc:
+        opt = argv[j].lower()
+        if opt == b"retrycount" and j + 1 < argc:
+            j += 1
+            retrycount = errors.parse_int_or_error(argv[j], errors.XNACK_RETRYCOUNT)
+            if retrycount < 0:
+                raise ReplyError(errors.XNACK_RETRYCOUNT)
+        elif opt == b"force":
+            force = True
+        else:
+            raise ReplyError(errors.xnack_unknown_option(argv[j]))
+        j += 1
+    s = c.db.get_stream(key)
+    g = s.groups.get(groupname) if s is not None else None
+    if s is None or g is None:
+        raise ReplyError(errors.nogroup_key_or_group(key, groupname))
+    pel = g.pel
+    by_count: dict[int, list[bytes]] = {}
+    released = 0
+    for sid in dict.fromkeys(ids):
+        nack = pel.get(sid)
+        if nack is None:
+            if not force or sid not in s:
+                continue
+            dc = 0
+        else:
+            dc = nack[1]
+        if retrycount >= 0:
+            dc = retrycount
+        elif mode < 0:
+            dc = max(dc - 1, 0)
+        elif mode > 0:
+            dc = _LLONG_MAX
+        g.release(sid, dc)
+        released += 1
+        by_count.setdefault(dc, []).append(format_id(sid))
+    if released:
+        _group_changed(c, key)
+        # A reader blocked with CLAIM can take these now (the others re-run and wait again).
+        c.server.blocking.signal_ready(key)
+        c.server.dirty += released
+        for dc, sids in by_count.items():
+            c.server.propagate([b"XNACK", key, groupname, b"FAIL", b"IDS", b"%d" % len(sids),
+                                *sids, b"RETRYCOUNT", b"%d" % dc, b"FORCE"])
+    return integer(released)
+
+
 # --- XPENDING ------------------------------------------------------------------------------
 @command(b"xpending")
 def xpending(c: Client, argv: list[bytes]) -> bytes:
@@ -381,6 +459,8 @@ def xpending(c: Client, argv: list[bytes]) -> bytes:
         elapsed = now - t
         if elapsed < 0:
             elapsed = 0
+        if owner is None:  # released by XNACK: nobody's
+            owner = b""
         out.append(b"*4\r\n$%d\r\n%s\r\n$%d\r\n%s\r\n:%d\r\n:%d\r\n"
                    % (len(sids), sids, len(owner), owner, elapsed, dc))
     return b"*%d\r\n%s" % (n, b"".join(out))
@@ -460,7 +540,7 @@ def xclaim(c: Client, argv: list[bytes]) -> bytes:
             # The entry is gone: drop its NACK (and say so to replicas).
             if nack is not None:
                 c.server.dirty += 1
-                propagate_xclaim(c, key, groupname, g, sid, nack)
+                propagate_xclaim(c, key, groupname, g, sid, _named(nack, cons))
                 propagate_last_id = False
                 g.ack(sid)
             continue
@@ -552,7 +632,7 @@ def xautoclaim(c: Client, argv: list[bytes]) -> bytes:
         if fields is None:
             # Gone from the stream: drop the NACK, report the ID; it counts toward COUNT.
             c.server.dirty += 1
-            propagate_xclaim(c, key, groupname, g, sid, nack)
+            propagate_xclaim(c, key, groupname, g, sid, _named(nack, cons))
             g.ack(sid)  # the next ID slides into position i
             deleted.append(sid)
             count -= 1

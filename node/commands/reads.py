@@ -26,7 +26,7 @@ from node.commands.groups import (
     propagate_xclaim,
 )
 from node.commands.streams import encode_entries, entry_reply, stream_range_reply
-from node.groups import Consumer, ConsumerGroup
+from node.groups import LLONG_MAX, Consumer, ConsumerGroup
 from node.resp import ReplyError, null_array
 from node.stream import Stream
 from node.streamid import MAX_ID, format_id, parse_id_or_error
@@ -35,12 +35,13 @@ from node.streamid import MAX_ID, format_id, parse_id_or_error
 _NEW = MAX_ID
 
 
-XReadOptions = tuple[int, int, bool, int, int, bytes | None, bytes, int]
+XReadOptions = tuple[int, int, bool, int, int, bytes | None, bytes, int, int]
 
 
 def parse_xread_options(argv: list[bytes], now_ms: int) -> XReadOptions:
     """xreadCommand's option loop: (timeout ms or -1, count, noack, index of the first key,
-    number of keys, group or None, consumer, index of BLOCK's value or 0). Raises Redis's
+    number of keys, group or None, consumer, index of BLOCK's value or 0, CLAIM's
+    min-idle-time or -1). Raises Redis's
     error for the first bad option, in Redis's order. The router reads XREAD/XREADGROUP with
     it too (BLOCK, and a multi-shard read's errors before any shard sees it)."""
     argc = len(argv)
@@ -53,6 +54,7 @@ def parse_xread_options(argv: list[bytes], now_ms: int) -> XReadOptions:
     groupname: bytes | None = None
     consumername = b""
     block_arg = 0
+    claim = -1
     i = 1
     while i < argc:
         moreargs = argc - i - 1
@@ -85,6 +87,13 @@ def parse_xread_options(argv: list[bytes], now_ms: int) -> XReadOptions:
             if not xreadgroup:
                 raise ReplyError(errors.NOACK_ONLY_XREADGROUP)
             noack = True
+        elif o == b"claim" and moreargs:
+            if not xreadgroup:
+                raise ReplyError(errors.CLAIM_ONLY_XREADGROUP)
+            i += 1
+            claim = errors.parse_int_or_error(argv[i], errors.CLAIM_MIN_IDLE)
+            if claim < 0:
+                raise ReplyError(errors.CLAIM_MIN_IDLE)
         else:
             raise ReplyError(errors.SYNTAX)
         i += 1
@@ -92,16 +101,16 @@ def parse_xread_options(argv: list[bytes], now_ms: int) -> XReadOptions:
         raise ReplyError(errors.SYNTAX)
     if xreadgroup and groupname is None:
         raise ReplyError(errors.MISSING_GROUP)
-    return timeout, count, noack, streams_arg, nkeys, groupname, consumername, block_arg
+    return timeout, count, noack, streams_arg, nkeys, groupname, consumername, block_arg, claim
 
 
 @command(b"xread", b"xreadgroup")
 def xread(c: Client, argv: list[bytes]) -> bytes:
     """XREAD [COUNT count] [BLOCK ms] STREAMS key [key ...] id [id ...]
-    XREADGROUP GROUP group consumer [COUNT count] [BLOCK ms] [NOACK]
+    XREADGROUP GROUP group consumer [COUNT count] [BLOCK ms] [NOACK] [CLAIM min-idle-time]
                STREAMS key [key ...] id [id ...]"""
     xreadgroup = len(argv[0]) == 10
-    timeout, count, noack, streams_arg, nkeys, groupname, consumername, _ = \
+    timeout, count, noack, streams_arg, nkeys, groupname, consumername, _, claim = \
         parse_xread_options(argv, c.server.now_ms())
 
     keys = argv[streams_arg:streams_arg + nkeys]
@@ -164,13 +173,23 @@ def xread(c: Client, argv: list[bytes]) -> bytes:
             cons = lookup_or_create_consumer(c, key, groupname, g, consumername)
             if history:
                 n, body = _serve_history(c, s, g, cons, key, groupname, gt + 1, count)
+            elif claim >= 0:
+                # Redis 8.4: idle pending entries first, then new ones, all as 4 elements.
+                n, body = _serve_claim(c, s, g, cons, key, groupname, claim, count)
+                if (not count or n < count) and s.length and s.last_id > g.last_id:
+                    n2, body2 = serve_new(c, s, g, cons, key, groupname, g.last_id + 1,
+                                          count - n if count else 0, noack, True)
+                    n += n2
+                    body += body2
+                if not n:
+                    continue
             else:
                 # Served when a live entry follows the group's last ID (Redis compares
                 # with the last live entry). last_id bounds it from above, and a range that
                 # finds nothing has no effect, so an empty result means "not served".
                 if not s.length or s.last_id <= g.last_id:
                     continue
-                n, body = _serve_new(c, s, g, cons, key, groupname, g.last_id + 1, count, noack)
+                n, body = serve_new(c, s, g, cons, key, groupname, g.last_id + 1, count, noack)
                 if not n:
                     continue
         else:
@@ -193,9 +212,12 @@ def xread(c: Client, argv: list[bytes]) -> bytes:
     return null_array(proto)
 
 
-def _serve_new(c: Client, s: Stream, g: ConsumerGroup, cons: Consumer, key: bytes,
-               groupname: bytes, start: int, count: int, noack: bool) -> tuple[int, bytes]:
-    """streamReplyWithRange with a group: deliver entries after the group's last ID."""
+def serve_new(c: Client, s: Stream, g: ConsumerGroup, cons: Consumer, key: bytes,
+              groupname: bytes, start: int, count: int, noack: bool, claim: bool = False
+              ) -> tuple[int, bytes]:
+    """streamReplyWithRange with a group: deliver entries after the group's last ID. With
+    `claim` (XREADGROUP ... CLAIM) each entry has two more elements, 0 and 0: never
+    delivered before."""
     now = c.server.now_ms()
     n = 0
     parts: list[bytes] = []
@@ -210,7 +232,11 @@ def _serve_new(c: Client, s: Stream, g: ConsumerGroup, cons: Consumer, key: byte
         n += len(sids)
         if metrics is not None:
             metrics.streams.observe_delivery(key, groupname, sids, now)
-        parts.append(encode_entries(sids, ents))
+        if claim:
+            parts += [b"*4" + entry_reply(sid, f)[2:] + b":0\r\n:0\r\n"
+                      for sid, f in zip(sids, ents, strict=True)]
+        else:
+            parts.append(encode_entries(sids, ents))
         if listening:
             for sid in sids:
                 moved |= g.advance(s, sid)
@@ -255,3 +281,43 @@ def _serve_history(c: Client, s: Stream, g: ConsumerGroup, cons: Consumer, key: 
             propagate_xclaim(c, key, groupname, g, sid, nack)
     return len(sids), b"".join(out)
 
+
+
+def _serve_claim(c: Client, s: Stream, g: ConsumerGroup, cons: Consumer, key: bytes,
+                 groupname: bytes, min_idle: int, count: int) -> tuple[int, bytes]:
+    """XREADGROUP ... CLAIM min-idle-time (Redis 8.4): pending entries of any consumer (or
+    none: XNACK) idle at least `min_idle` ms go to `cons`, the longest idle first, each as
+    [id, fields, ms since its last delivery, deliveries before this one]. NOACK does not
+    apply: a claimed entry stays pending. An entry that is gone from the stream is dropped
+    from the PEL and not counted, as XAUTOCLAIM does. Effects: one XCLAIM per entry."""
+    now = c.server.now_ms()
+    n = 0
+    out: list[bytes] = []
+    pel = g.pel
+    done: set[int] = set()  # claimed or dropped: a second look must skip them
+    while True:
+        sids = [x for x in g.idle_pending(now, min_idle, count + len(done) if count else 0)
+                if x not in done]
+        for sid in sids:
+            if count and n == count:
+                break
+            done.add(sid)
+            t, dc, _owner = pel[sid]
+            fields = s.get(sid)
+            if fields is None:
+                propagate_xclaim(c, key, groupname, g, sid, (t, dc, cons.name))
+                g.ack(sid)
+                c.server.dirty += 1
+                continue
+            nack = g.set_nack(sid, cons, now, min(dc + 1, LLONG_MAX))
+            propagate_xclaim(c, key, groupname, g, sid, nack)
+            out.append(b"*4" + entry_reply(sid, fields)[2:]
+                       + b":%d\r\n:%d\r\n" % (max(now - t, 0), dc))
+            n += 1
+        # Another look only when entries that were gone left COUNT unfilled.
+        if not sids or not count or n == count:
+            break
+    if n:
+        cons.active_time = now
+        c.server.dirty += 1
+    return n, b"".join(out)

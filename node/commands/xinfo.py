@@ -175,7 +175,7 @@ def _stream(c: Client, s: Stream, argv: list[bytes]) -> bytes:
         pending = []
         for sid in pel.islice(0, limit):
             t, n, owner = pel[sid]
-            pending.append([format_id(sid), owner, t, n])
+            pending.append([format_id(sid), b"" if owner is None else owner, t, n])
         consumers = []
         for cons in g.sorted_consumers():
             cpending = []
@@ -195,6 +195,7 @@ def _stream(c: Client, s: Stream, argv: list[bytes]) -> bytes:
             (b"entries-read", g.entries_read),
             (b"lag", g.lag(s)),
             (b"pel-count", len(pel)),
+            (b"nacked-count", g.nacked_count()),  # Redis 8.8: released by XNACK
             (b"pending", pending),
             (b"consumers", consumers),
         ]))

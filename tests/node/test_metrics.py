@@ -69,6 +69,10 @@ def test_stream_families_match_the_node(xnode) -> None:
         assert (value(text, "xshard_stream_group_pending", stream="orders", group=g)
                 == groups[g]["pending"])
     assert value(text, "xshard_stream_length", stream="orders") == r.xlen("orders") == 10
+    assert value(text, "xshard_stream_group_nacked_total", stream="orders", group="billing") == 0
+    r.xnack("orders", "billing", "FAIL", *[e[0] for e in got[0][1][1:]])  # 3 released
+    assert value(fetch(port), "xshard_stream_group_nacked_total", stream="orders",
+                 group="billing") == 3
     assert value(text, "xshard_stream_entries_added_total", stream="orders") == 10
     # Every delivery of a new entry is observed once, per group.
     assert value(text, "xshard_delivery_latency_seconds_count", stream="orders",

@@ -172,6 +172,9 @@ def _full_consumer(v: Reply) -> Reply:
 
 
 def _full_group(v: Reply) -> Reply:
+    # `nacked-count` is Redis 8.8's (XNACK); the oracles are 7.x. Dropped on both sides.
+    v = drop_map_keys(v, [b"nacked-count"])
+
     def fix(k: bytes, x: Reply) -> Reply:
         if k == b"pending":  # [id, consumer, delivery-time, delivery-count]
             return _each(x, lambda e: _mask_at(e, 2))
