@@ -64,6 +64,22 @@ class BlockingManager:
     def blocked_clients(self) -> int:
         return sum(1 for c in self.server.clients.values() if c.blocked is not None)
 
+    def blocking_keys(self, on_nokey: bool) -> int:
+        """INFO total_blocking_keys: keys a client waits on (WAIT's offsets and writes held by
+        a pause are not keys); with `on_nokey`, those an XREADGROUP waits on, which Redis
+        releases with an error when the key goes away (total_blocking_keys_on_nokey)."""
+        n = 0
+        for key, q in self.waiting.items():
+            if key == OFFSETS:
+                continue
+            for c in q:
+                b = _parked(c)
+                if b is not None and not b.postponed and (
+                        not on_nokey or b.argv[0].lower() == b"xreadgroup"):
+                    n += 1
+                    break
+        return n
+
     def block(self, c: Client, b: Blocked) -> None:
         c.blocked = b
         for key in b.keys:

@@ -25,6 +25,8 @@ Read API (for INFO and the metrics endpoint; nothing else reads the lists):
 
 from __future__ import annotations
 
+import time
+from collections import deque
 from collections.abc import Iterator, Sequence
 
 from node import command_table
@@ -34,6 +36,7 @@ NBUCKETS = 64
 # The exported buckets: 1.024 us ... 1024 * 2**25 ns (about 34.4 s), then +Inf. Slower calls
 # only land in +Inf; the bounds stay fixed so that a Prometheus series never changes buckets.
 MAX_EXP = 25
+RATE_SAMPLES = 16  # STATS_METRIC_SAMPLES
 BOUNDS: tuple[float, ...] = tuple((1024 << i) / 1e9 for i in range(MAX_EXP + 1)) + (float("inf"),)
 
 
@@ -51,7 +54,9 @@ class CommandStats:
     """INFO commandstats / latencystats / errorstats counters and the stats totals."""
 
     __slots__ = ("calls", "errors", "total_commands", "total_error_replies", "total_connections",
-                 "rejected_connections", "net_input_bytes", "net_output_bytes")
+                 "rejected_connections", "net_input_bytes", "net_output_bytes",
+                 "net_repl_input_bytes", "net_repl_output_bytes", "qbuf_disconnections",
+                 "obuf_disconnections", "_samples")
 
     def __init__(self) -> None:
         self.calls: dict[bytes, list[int]] = {}  # name -> [calls, usec, rejected, failed, h...]
@@ -62,6 +67,12 @@ class CommandStats:
         self.rejected_connections = 0
         self.net_input_bytes = 0
         self.net_output_bytes = 0
+        self.net_repl_input_bytes = 0  # replication links, apart from clients' bytes as in Redis
+        self.net_repl_output_bytes = 0
+        self.qbuf_disconnections = 0  # clients closed over client-query-buffer-limit
+        self.obuf_disconnections = 0  # clients closed over client-output-buffer-limit
+        # (monotonic time, commands, in, out, repl in, repl out), one per cron tick
+        self._samples: deque[tuple[float, int, int, int, int, int]] = deque(maxlen=RATE_SAMPLES)
 
     def error(self, message: bytes) -> None:
         """Count one error reply under its code (the first word), as errorstats does."""
@@ -101,6 +112,25 @@ class CommandStats:
         self.errors.clear()
         self.total_commands = self.total_error_replies = self.total_connections = 0
         self.rejected_connections = self.net_input_bytes = self.net_output_bytes = 0
+        self.net_repl_input_bytes = self.net_repl_output_bytes = 0
+        self.qbuf_disconnections = self.obuf_disconnections = 0
+        self._samples.clear()
+
+    def sample(self) -> None:
+        """One sample of the totals, from the server's cron (Redis trackInstantaneousMetric)."""
+        self._samples.append((time.monotonic(), self.total_commands, self.net_input_bytes,
+                              self.net_output_bytes, self.net_repl_input_bytes,
+                              self.net_repl_output_bytes))
+
+    def rates(self) -> tuple[float, ...]:
+        """Per second over the last samples (about 1.6 s at hz 10): commands, then KB in,
+        out, replication in and out, as INFO's instantaneous_* fields."""
+        if len(self._samples) < 2:
+            return (0.0,) * 5
+        first, last = self._samples[0], self._samples[-1]
+        dt = last[0] - first[0] or 1.0
+        ops = (last[1] - first[1]) / dt
+        return (ops, *((last[i] - first[i]) / dt / 1024 for i in range(2, 6)))
 
     # --- the read API -------------------------------------------------------------------------
     def iter_histograms(self) -> Iterator[tuple[str, tuple[float, ...], list[int], float]]:

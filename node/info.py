@@ -52,24 +52,88 @@ def _server(s: Server) -> list[tuple[str, object]]:
 
 
 def _clients(s: Server) -> list[tuple[str, object]]:
+    clients = s.clients.values()
+    bl = s.blocking
     return [
-        ("connected_clients", len(s.clients)), ("maxclients", s.config.maxclients),
-        ("blocked_clients", s.blocking.blocked_clients), ("tracking_clients", 0),
-        ("watching_clients", sum(1 for c in s.clients.values() if c.watched)),
+        ("connected_clients", len(s.clients)), ("cluster_connections", 0),
+        ("maxclients", s.config.maxclients),
+        ("client_recent_max_input_buffer", 0), ("client_recent_max_output_buffer", max(
+            (c.conn.transport.get_write_buffer_size() for c in clients
+             if c.conn is not None and c.conn.transport is not None), default=0)),
+        ("blocked_clients", bl.blocked_clients), ("tracking_clients", 0), ("pubsub_clients", 0),
+        ("watching_clients", sum(1 for c in clients if c.watched)),
+        ("clients_in_timeout_table", sum(1 for c in clients if c.blocked is not None
+                                         and getattr(c.blocked, "timer", None) is not None)),
         ("total_watched_keys", len(s.db.watchers)),
+        ("total_blocking_keys", bl.blocking_keys(False)),
+        ("total_blocking_keys_on_nokey", bl.blocking_keys(True)),
     ]
+
+
+_STARTUP_RSS = rss_bytes()  # the process's size once the command modules are loaded
+
+
+def memory_figures(s: Server) -> dict[str, int]:
+    """What INFO memory and MEMORY STATS report, from what this process knows cheaply
+    (nothing walks the key space). Python has no jemalloc figures: the totals are the
+    resident set size; the overheads are the key space's hash tables (at most 16384 slot
+    sets), the replication backlog, the AOF buffer and the clients' unsent output."""
+    rss = rss_bytes()
+    s.peak_memory = max(s.peak_memory, rss)
+    r, p, db = s.replication, s.persistence, s.db
+    backlog = r.backlog.histlen if r is not None and r.backlog is not None else 0
+    normal = sum(c.conn.transport.get_write_buffer_size() for c in s.clients.values()
+                 if c.conn is not None and c.conn.transport is not None)
+    main, expires = sys.getsizeof(db.data), sys.getsizeof(db.expires)
+    slots = sys.getsizeof(db.slots) + sum(map(sys.getsizeof, db.slots.values()))
+    aof = p.buf_len if p is not None else 0
+    overhead = _STARTUP_RSS + backlog + normal + aof + main + expires + slots
+    return {"rss": rss, "peak": s.peak_memory, "startup": _STARTUP_RSS, "backlog": backlog,
+            "clients_normal": normal, "aof": aof, "main": main, "expires": expires,
+            "slots": slots, "overhead": overhead, "dataset": max(rss - overhead, 0),
+            "keys": len(db.data)}
 
 
 def _memory(s: Server) -> list[tuple[str, object]]:
-    rss = rss_bytes()
-    s.peak_memory = max(s.peak_memory, rss)
+    m = memory_figures(s)
+    rss, peak = m["rss"], m["peak"]
+    net = max(rss - m["startup"], 1)
+    total = _total_system_memory()
     return [
         ("used_memory", rss), ("used_memory_human", _human(rss)), ("used_memory_rss", rss),
-        ("used_memory_rss_human", _human(rss)), ("used_memory_peak", s.peak_memory),
-        ("used_memory_peak_human", _human(s.peak_memory)),
+        ("used_memory_rss_human", _human(rss)), ("used_memory_peak", peak),
+        ("used_memory_peak_human", _human(peak)),
+        ("used_memory_peak_perc", f"{rss * 100 / peak:.2f}%"),
+        ("used_memory_overhead", m["overhead"]), ("used_memory_startup", m["startup"]),
+        ("used_memory_dataset", m["dataset"]),
+        ("used_memory_dataset_perc", f"{m['dataset'] * 100 / net:.2f}%"),
+        ("allocator_allocated", rss), ("allocator_active", rss), ("allocator_resident", rss),
+        ("total_system_memory", total), ("total_system_memory_human", _human(total)),
+        ("used_memory_lua", 0), ("used_memory_vm_eval", 0), ("used_memory_lua_human", "0B"),
+        ("used_memory_scripts_eval", 0), ("number_of_cached_scripts", 0),
+        ("number_of_functions", 0), ("number_of_libraries", 0), ("used_memory_vm_functions", 0),
+        ("used_memory_vm_total", 0), ("used_memory_vm_total_human", "0B"),
+        ("used_memory_functions", 0), ("used_memory_scripts", 0),
+        ("used_memory_scripts_human", "0B"),
         ("maxmemory", s.config.maxmemory), ("maxmemory_human", _human(s.config.maxmemory)),
-        ("maxmemory_policy", "noeviction"), ("mem_allocator", "pymalloc"),
+        ("maxmemory_policy", "noeviction"),
+        ("allocator_frag_ratio", "1.00"), ("allocator_frag_bytes", 0),
+        ("allocator_rss_ratio", "1.00"), ("allocator_rss_bytes", 0),
+        ("rss_overhead_ratio", "1.00"), ("rss_overhead_bytes", 0),
+        ("mem_fragmentation_ratio", "1.00"), ("mem_fragmentation_bytes", 0),
+        ("mem_not_counted_for_evict", 0), ("mem_replication_backlog", m["backlog"]),
+        ("mem_total_replication_buffers", m["backlog"]), ("mem_clients_slaves", 0),
+        ("mem_clients_normal", m["clients_normal"]), ("mem_cluster_links", 0),
+        ("mem_aof_buffer", m["aof"]), ("mem_allocator", "pymalloc"),
+        ("active_defrag_running", 0), ("lazyfree_pending_objects", 0), ("lazyfreed_objects", 0),
     ]
+
+
+def _total_system_memory() -> int:
+    try:
+        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError):
+        return 0
 
 
 def _persistence(s: Server) -> list[tuple[str, object]]:
@@ -88,16 +152,47 @@ def _persistence(s: Server) -> list[tuple[str, object]]:
 
 def _stats(s: Server) -> list[tuple[str, object]]:
     st = s.stats
+    ops, kin, kout, krin, krout = st.rates()
+    zero = ("expired_stale_perc", "expired_time_cap_reached_count", "expire_cycle_cpu_milliseconds",
+            "evicted_keys", "evicted_clients", "evicted_scripts", "total_eviction_exceeded_time",
+            "current_eviction_exceeded_time", "keyspace_hits", "keyspace_misses",
+            "pubsub_channels", "pubsub_patterns", "pubsubshard_channels")
+    defrag = ("migrate_cached_sockets", "slave_expires_tracked_keys", "active_defrag_hits",
+              "active_defrag_misses", "active_defrag_key_hits", "active_defrag_key_misses",
+              "total_active_defrag_time", "current_active_defrag_time", "tracking_total_keys",
+              "tracking_total_items", "tracking_total_prefixes", "unexpected_error_replies")
+    saver = s.child_saver
     return [
         ("total_connections_received", st.total_connections),
         ("total_commands_processed", st.total_commands),
-        ("instantaneous_ops_per_sec", 0),
+        ("instantaneous_ops_per_sec", round(ops)),
         ("total_net_input_bytes", st.net_input_bytes), ("total_net_output_bytes", st.net_output_bytes),
+        ("total_net_repl_input_bytes", st.net_repl_input_bytes),
+        ("total_net_repl_output_bytes", st.net_repl_output_bytes),
+        ("instantaneous_input_kbps", f"{kin:.2f}"), ("instantaneous_output_kbps", f"{kout:.2f}"),
+        ("instantaneous_input_repl_kbps", f"{krin:.2f}"),
+        ("instantaneous_output_repl_kbps", f"{krout:.2f}"),
         ("rejected_connections", st.rejected_connections),
-        ("expired_keys", s.db.expired_keys), ("evicted_keys", 0),
-        ("total_error_replies", st.total_error_replies),
-        ("total_blocking_keys", len(s.blocking.waiting)),
-    ] + (s.replication.stats_fields() if s.replication is not None else [])
+    ] + (s.replication.stats_fields() if s.replication is not None else [
+        ("sync_full", 0), ("sync_partial_ok", 0), ("sync_partial_err", 0),
+    ]) + [
+        ("expired_keys", s.db.expired_keys), ("expired_subkeys", 0),
+    ] + [(k, "0.00" if k == "expired_stale_perc" else 0) for k in zero] + [
+        ("latest_fork_usec", int(saver.last_fork_ms * 1000) if saver is not None else 0),
+        ("total_forks", saver.total_forks if saver is not None else 0),
+    ] + [(k, 0) for k in defrag] + [
+        ("total_error_replies", st.total_error_replies), ("dump_payload_sanitizations", 0),
+        ("total_reads_processed", 0), ("total_writes_processed", 0),
+        ("io_threaded_reads_processed", 0), ("io_threaded_writes_processed", 0),
+        ("client_query_buffer_limit_disconnections", st.qbuf_disconnections),
+        ("client_output_buffer_limit_disconnections", st.obuf_disconnections),
+        ("reply_buffer_shrinks", 0), ("reply_buffer_expands", 0),
+        ("eventloop_cycles", 0), ("eventloop_duration_sum", 0),
+        ("eventloop_duration_cmd_sum", 0), ("instantaneous_eventloop_cycles_per_sec", 0),
+        ("instantaneous_eventloop_duration_usec", 0),
+        ("acl_access_denied_auth", 0), ("acl_access_denied_cmd", 0),
+        ("acl_access_denied_key", 0), ("acl_access_denied_channel", 0),
+    ]
 
 
 def _replication(s: Server) -> list[tuple[str, object]]:

@@ -153,6 +153,7 @@ class RespConnection(asyncio.Protocol):
                                        c is not None and c.authenticated)
         if err is None and self._pending > self.server.config.client_query_buffer_limit:
             err = b"query buffer limit exceeded"
+            self.server.stats.qbuf_disconnections += 1
         if err is not None:
             self._write(self._protocol_error_reply(err))
             self.finish()

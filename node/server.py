@@ -346,6 +346,7 @@ class Server:
         """serverCron: active expiry and output-buffer soft limits, a few times a second."""
         try:
             self.cmd_time_ms = int(time.time() * 1000)
+            self.stats.sample()  # INFO instantaneous_* (node/cmdstats.py)
             self.db.active_expire()
             if self.blocking.ready:
                 self.blocking.serve_ready()
@@ -404,6 +405,7 @@ class Connection(RespConnection):
         if over:
             log.warning("Client id=%d addr=%s scheduled to be closed ASAP for overcoming of "
                         "output buffer limits.", c.id, c.addr)
+            self.server.stats.obuf_disconnections += 1
             self.close(force=True)
 
     def on_unblocked(self, reply: bytes) -> None:

@@ -245,6 +245,7 @@ class ChildSaver:
         self._queue: deque[tuple[str | Callable[[], str], Callable[[], dict[str, Any]],
                                  Callable[[bool, dict[str, Any]], None]]] = deque()
         self.last_fork_ms = 0.0
+        self.total_forks = 0  # INFO total_forks
 
     @property
     def busy(self) -> bool:
@@ -278,6 +279,7 @@ class ChildSaver:
             if pid == 0:  # the child never returns
                 _child_main(self.server, path, aux)
             self.last_fork_ms = (time.perf_counter() - t0) * 1000
+            self.total_forks += 1
             self.pid, self.path, self._aux, self._on_done = pid, path, aux, on_done
             self.started = time.time()
             log.info("Background saving started by pid %d", pid)

@@ -10,18 +10,17 @@ histograms of node/cmdstats.py, whose buckets are Redis's (1024 ns doubling).
 
 from __future__ import annotations
 
-import sys
 from typing import TYPE_CHECKING
 
 from node import command_table, errors
 from node.client import Client
 from node.cmdstats import HIST, bound_usec
 from node.commands import command
-from node.info import rss_bytes
+from node.info import memory_figures
 from node.resp import OK, Map, ReplyError, Status, encode, integer
 
 if TYPE_CHECKING:
-    from node.context import ServerContext
+    from node.server import Server
 
 SLOWLOG_HELP = [
     b"SLOWLOG <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
@@ -125,43 +124,28 @@ def histograms(calls: dict[bytes, list[int]], names: list[bytes]) -> Map:
     return out
 
 
-_STARTUP_RSS = rss_bytes()  # the process's size once the command modules are loaded
-
-
-def memory_stats(server: ServerContext) -> Map:
-    """MEMORY STATS with Redis's field names, in Redis's order, from what this process can
-    know cheaply (nothing walks the key space). Python's allocator has no jemalloc figures:
-    the totals are the resident set size, so the allocator and fragmentation fields say
-    1.0 / 0; the overheads are the sizes of the key space's hash tables, the replication
-    backlog, the AOF buffer and the clients' unsent output."""
-    rss = rss_bytes()
-    server.peak_memory = peak = max(server.peak_memory, rss)
-    r, p, db = server.replication, server.persistence, server.db
-    backlog = r.backlog.histlen if r is not None and r.backlog is not None else 0
-    normal = sum(c.conn.transport.get_write_buffer_size() for c in server.clients.values()
-                 if c.conn is not None and c.conn.transport is not None)
-    aof = p.buf_len if p is not None else 0
-    main, expires = sys.getsizeof(db.data), sys.getsizeof(db.expires)
-    # the per-slot key sets: at most 16384 of them, so this is bounded
-    slots = sys.getsizeof(db.slots) + sum(map(sys.getsizeof, db.slots.values()))
-    overhead = _STARTUP_RSS + backlog + normal + aof + main + expires + slots
-    keys = len(db.data)
-    dataset = max(rss - overhead, 0)
-    net = max(rss - _STARTUP_RSS, 1)
+def memory_stats(server: Server) -> Map:
+    """MEMORY STATS with Redis's field names in Redis's order, from the figures INFO memory
+    shows (node/info.py memory_figures): the allocator and fragmentation fields say 1.0 / 0,
+    as Python has no jemalloc figures."""
+    m = memory_figures(server)
+    rss, peak, keys = m["rss"], m["peak"], m["keys"]
+    net = max(rss - m["startup"], 1)
     out = Map([
         (b"peak.allocated", peak), (b"total.allocated", rss),
-        (b"startup.allocated", _STARTUP_RSS), (b"replication.backlog", backlog),
-        (b"clients.slaves", 0), (b"clients.normal", normal), (b"cluster.links", 0),
-        (b"aof.buffer", aof), (b"lua.caches", 0), (b"functions.caches", 0),
+        (b"startup.allocated", m["startup"]), (b"replication.backlog", m["backlog"]),
+        (b"clients.slaves", 0), (b"clients.normal", m["clients_normal"]), (b"cluster.links", 0),
+        (b"aof.buffer", m["aof"]), (b"lua.caches", 0), (b"functions.caches", 0),
     ])
     if keys:
-        out.append((b"db.0", Map([(b"overhead.hashtable.main", main),
-                                  (b"overhead.hashtable.expires", expires),
-                                  (b"overhead.hashtable.slot-to-keys", slots)])))
+        out.append((b"db.0", Map([(b"overhead.hashtable.main", m["main"]),
+                                  (b"overhead.hashtable.expires", m["expires"]),
+                                  (b"overhead.hashtable.slot-to-keys", m["slots"])])))
     out += [
-        (b"overhead.total", overhead), (b"keys.count", keys),
-        (b"keys.bytes-per-key", net // keys if keys else 0), (b"dataset.bytes", dataset),
-        (b"dataset.percentage", dataset * 100.0 / net), (b"peak.percentage", rss * 100.0 / peak),
+        (b"overhead.total", m["overhead"]), (b"keys.count", keys),
+        (b"keys.bytes-per-key", net // keys if keys else 0), (b"dataset.bytes", m["dataset"]),
+        (b"dataset.percentage", m["dataset"] * 100.0 / net),
+        (b"peak.percentage", rss * 100.0 / peak),
         (b"allocator.allocated", rss), (b"allocator.active", rss), (b"allocator.resident", rss),
         (b"allocator-fragmentation.ratio", 1.0), (b"allocator-fragmentation.bytes", 0),
         (b"allocator-rss.ratio", 1.0), (b"allocator-rss.bytes", 0),

@@ -109,7 +109,7 @@ class ReplicaLink(asyncio.Protocol):
         pass
 
     def data_received(self, data: bytes) -> None:
-        self.stats.net_input_bytes += len(data)
+        self.stats.net_repl_input_bytes += len(data)  # INFO total_net_repl_input_bytes
         self.reader.feed(data)
         acked = False
         while True:
@@ -155,7 +155,7 @@ class ReplicaLink(asyncio.Protocol):
     def write(self, data: bytes) -> None:
         if self.closed:
             return
-        self.stats.net_output_bytes += len(data)
+        self.stats.net_repl_output_bytes += len(data)
         self.transport.write(data)
 
     def feed(self, data: bytes) -> None:

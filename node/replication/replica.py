@@ -88,7 +88,7 @@ class MasterLink(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         self.last_io = time.monotonic()
         side = self.side
-        side.server.stats.net_input_bytes += len(data)
+        side.server.stats.net_repl_input_bytes += len(data)
         if self.state is LinkState.CONNECTED:
             side.apply(data)
             return

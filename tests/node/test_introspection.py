@@ -1,7 +1,12 @@
 """Redis's own introspection on a node, against the redis-server oracle where the reply shape
-is comparable: INFO latencystats (and the per-command histograms behind it)."""
+is comparable: INFO sections (latencystats and the per-command histograms behind it,
+commandstats, clients, stats, memory ...), SLOWLOG, LATENCY and MEMORY STATS."""
 
 from __future__ import annotations
+
+import time
+
+import pytest
 
 from node.cmdstats import BOUNDS, MAX_EXP, CommandStats, bound_usec
 from tests.support.rawresp import RawClient
@@ -287,3 +292,98 @@ def _memory_stats_shape(handle) -> list:
 
 def test_memory_stats_has_redis_fields_and_types(node, oracle) -> None:
     assert _memory_stats_shape(node) == _memory_stats_shape(oracle)
+
+
+# -- INFO sections: Redis's field names -------------------------------------------------------
+
+def _fields(handle, section: str) -> list[str]:
+    c = RawClient(handle.host, handle.port)
+    try:
+        c.call("SET", "k", "v")
+        c.call("NOSUCH")  # an error for errorstats
+        return list(_info(c, section))
+    finally:
+        c.call("FLUSHALL")
+        c.close()
+
+
+@pytest.mark.parametrize("section", ["clients", "stats", "memory", "keyspace", "errorstats",
+                                     "cpu", "replication", "persistence"])
+def test_info_section_has_every_field_redis_has(node, oracle, oracle72, section: str) -> None:
+    """Every field name redis-server 7.0 and the 7.2+ reference print is printed here too
+    (exporters look them up by name); xshard may add fields of Redis 7.4."""
+    mine = set(_fields(node, section))
+    for ref in (oracle, oracle72):
+        theirs = set(_fields(ref, section)) - REFERENCE_ONLY.get(section, set())
+        assert theirs <= mine, sorted(theirs - mine)
+
+
+# Fields of a reference that Redis 7.4 does not print (valkey's own), or that describe a
+# process xshard is not: a fork-based saver's progress and its copy-on-write sizes.
+REFERENCE_ONLY = {
+    "clients": {"paused_reason", "paused_actions", "paused_timeout_milliseconds"},
+    "stats": {"io_threaded_freed_objects", "io_threaded_accept_processed",
+              "io_threaded_poll_processed", "io_threaded_total_prefetch_batches",
+              "io_threaded_total_prefetch_entries"},
+    "memory": {"allocator_muzzy", "mem_overhead_db_hashtable_rehashing"},
+    "replication": {"replicas_waiting_psync"},
+    "cpu": {"used_cpu_sys_children", "used_cpu_user_children", "used_cpu_sys_main_thread",
+            "used_cpu_user_main_thread"},
+    "persistence": {"current_cow_peak", "current_cow_size", "current_cow_size_age",
+                    "current_fork_perc", "current_save_keys_processed", "current_save_keys_total",
+                    "rdb_last_bgsave_time_sec", "rdb_saves", "rdb_last_load_keys_expired",
+                    "rdb_last_load_keys_loaded", "aof_rewrites_consecutive_failures",
+                    "rdb_last_cow_size", "aof_last_cow_size", "module_fork_in_progress",
+                    "module_fork_last_cow_size", "aof_current_rewrite_time_sec",
+                    "aof_rewrite_buffer_length", "aof_pending_bio_fsync", "aof_delayed_fsync",
+                    "rdb_current_bgsave_time_sec"},
+}
+
+
+def _blocking_keys(handle) -> tuple[dict[str, str], list]:
+    """INFO clients while one XREAD waits on `a` and two XREADGROUPs on `b`, and after."""
+    from tests.node.test_groups import Deferred, _wait_blocked
+
+    c = RawClient(handle.host, handle.port)
+    c.call("FLUSHALL")
+    c.call("XGROUP", "CREATE", "b", "g", "$", "MKSTREAM")
+    readers = [Deferred(handle) for _ in range(3)]
+    try:
+        readers[0].send("XREAD", "BLOCK", "0", "STREAMS", "a", "$")
+        readers[1].send("XREADGROUP", "GROUP", "g", "x", "BLOCK", "0", "STREAMS", "b", ">")
+        readers[2].send("XREADGROUP", "GROUP", "g", "y", "BLOCK", "0", "STREAMS", "b", ">")
+        _wait_blocked(handle, 3)
+        during = {k: v for k, v in _info(c, "clients").items()
+                  if k.startswith("total_blocking") or k == "blocked_clients"}
+        c.call("DEL", "b")  # the XREADGROUPs end with an error
+        after = [readers[1].read()[0], readers[2].read()[0]]
+        after.append({k: v for k, v in _info(c, "clients").items()
+                      if k.startswith("total_blocking")})
+        return during, after
+    finally:
+        for r in readers:
+            r.close()
+        c.call("FLUSHALL")
+        c.close()
+
+
+def test_blocking_keys_counted_as_redis_does(node, oracle72) -> None:
+    mine = _blocking_keys(node)
+    assert mine == _blocking_keys(oracle72)
+    assert mine[0] == {"blocked_clients": "3", "total_blocking_keys": "2",
+                       "total_blocking_keys_on_nokey": "1"}
+
+
+def test_instantaneous_ops_follow_the_load(node) -> None:
+    c = RawClient(node.host, node.port)
+    try:
+        deadline = time.monotonic() + 20
+        while True:
+            c.pipeline([["PING"]] * 200)
+            stats = _info(c, "stats")
+            if int(stats["instantaneous_ops_per_sec"]) > 0:
+                break
+            assert time.monotonic() < deadline, stats
+        assert float(stats["instantaneous_input_kbps"]) > 0
+    finally:
+        c.close()
