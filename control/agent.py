@@ -162,7 +162,7 @@ class Agent:
             v = await self.store.view()
             cur = v.nodes.get(self.node_id)
             rec = NodeRecord(self.node_id, self.host, self.server.config.port, self.shard,
-                             self._role_name())
+                             self._role_name(), self.server.config.metrics_port)
             if await self.store.put_node(rec, self.lease, cur.mod if cur else 0):
                 self.kick.set()
                 return

@@ -121,9 +121,12 @@ def cmd_create(argv: list[str]) -> int:
 
 # --- status --------------------------------------------------------------------------------------
 
-async def status_rows(conn: EtcdConfig | str, cluster: str,
-                      node_password: str = "") -> tuple[list[str], list[list[str]]]:
-    """(header lines, table rows) describing every shard and node."""
+async def status_rows(conn: EtcdConfig | str, cluster: str, node_password: str = ""
+                      ) -> tuple[list[str], list[list[str]], list[str]]:
+    """(header lines, table rows, lines after the table) describing every shard and node.
+    Replication lag in seconds and the groups furthest behind come from the primaries'
+    /metrics (nodes started with --metrics-port); without it they show as '-'."""
+    from control import nodemetrics
     from control.nodeclient import NodeOps
 
     nodes = NodeOps(node_password)
@@ -147,7 +150,18 @@ async def status_rows(conn: EtcdConfig | str, cluster: str,
             if "NOAUTH" in str(e) or "WRONGPASS" in str(e):
                 errors.append(f"{nid}: {str(e)[:60]} (use --node-password)")
 
-    await asyncio.gather(*(probe(n) for n in v.nodes))
+    metrics: dict[str, nodemetrics.PrimaryMetrics] = {}
+
+    async def scrape(sid: str, nid: str) -> None:
+        n = v.nodes[nid].value
+        if n.metrics_port:
+            m = await nodemetrics.fetch(n.host, n.metrics_port, sid)
+            if m is not None:
+                metrics[sid] = m
+
+    primaries = [(sid, e.value.primary) for sid, e in v.shards.items()
+                 if e.value.primary in v.nodes]
+    await asyncio.gather(*(probe(n) for n in v.nodes), *(scrape(s, p) for s, p in primaries))
     ranges: dict[str, list[str]] = {}
     for a, b, sid in (v.slots.value if v.slots else []):
         ranges.setdefault(str(sid), []).append(f"{a}-{b}" if a != b else str(a))
@@ -159,7 +173,8 @@ async def status_rows(conn: EtcdConfig | str, cluster: str,
         head.append(f"slot moves: {states.count('moving')} moving, {states.count('queued')} "
                     "queued")
     head += [f"offset unknown for {e}" for e in sorted(errors)]
-    rows = [["SHARD", "EPOCH", "SLOTS", "NODE", "ROLE", "ADDRESS", "LIVE", "OFFSET", "LAG"]]
+    rows = [["SHARD", "EPOCH", "SLOTS", "NODE", "ROLE", "ADDRESS", "LIVE", "OFFSET",
+             "LAG(BYTES)", "LAG(S)"]]
     for sid in v.shard_ids():
         rec = v.shards[sid].value
         p_off = offsets.get(rec.primary) if rec.primary else None
@@ -167,21 +182,34 @@ async def status_rows(conn: EtcdConfig | str, cluster: str,
                                          if e.value.shard == sid and n not in rec.members())
         if not members:
             rows.append([sid, str(rec.epoch), ",".join(ranges.get(sid, [])) or "-", "-",
-                         "-", "-", "-", "-", "-"])
+                         "-", "-", "-", "-", "-", "-"])
         for i, nid in enumerate(members):
             e = v.nodes.get(nid)
             role = ("primary" if nid == rec.primary else "replica" if nid in rec.replicas
                     else "joining")
             off = offsets.get(nid)
-            lag = "-"
+            lag = lag_s = "-"
             if role == "replica" and off is not None and p_off is not None:
                 lag = str(max(0, p_off - off))
+            if role == "replica" and e is not None and sid in metrics:
+                secs = metrics[sid].lag_seconds.get(f"{e.value.host}:{e.value.port}")
+                lag_s = f"{secs:.1f}" if secs is not None else "-"
             rows.append([sid if i == 0 else "", str(rec.epoch) if i == 0 else "",
                          (",".join(ranges.get(sid, [])) or "-") if i == 0 else "", nid, role,
                          f"{e.value.host}:{e.value.port}" if e else "-",
                          "yes" if e else "no", "?" if off is None and e else
-                         (str(off) if off is not None else "-"), lag])
-    return head, rows
+                         (str(off) if off is not None else "-"), lag, lag_s])
+    tail = []
+    top = nodemetrics.top_groups(list(metrics.values()))
+    if top:
+        tail.append("consumer groups furthest behind (from the primaries' /metrics):")
+        tail.append(format_table([["SHARD", "STREAM", "GROUP", "LAG", "PENDING",
+                                   "OLDEST PENDING(S)"]] + [
+            [g.shard, g.stream, g.group, f"{g.lag:.0f}", f"{g.pending:.0f}",
+             f"{g.oldest_pending_s:.1f}"] for g in top]))
+    elif not metrics:
+        tail.append("lag in seconds and consumer groups: start the nodes with --metrics-port")
+    return head, rows, tail
 
 
 def format_table(rows: list[list[str]]) -> str:
@@ -193,9 +221,11 @@ def format_table(rows: list[list[str]]) -> str:
 def cmd_status(argv: list[str]) -> int:
     p = parser("status", "Shards, roles, offsets, lag, slot ranges and epochs.", nodes=True)
     a = p.parse_args(argv)
-    head, rows = asyncio.run(status_rows(conn_from(a), a.cluster, a.node_password))
+    head, rows, tail = asyncio.run(status_rows(conn_from(a), a.cluster, a.node_password))
     print("\n".join(head))
     print(format_table(rows))
+    if tail:
+        print("\n".join(tail))
     return 0
 
 

@@ -35,16 +35,20 @@ class NodeRecord:
     port: int
     shard: str
     role: str = "replica"  # what the node currently is: "primary" or "replica"
+    metrics_port: int = 0  # its /metrics port (xshard status reads lag there); 0: none
 
     def encode(self) -> bytes:
-        return json.dumps({"id": self.id, "host": self.host, "port": self.port,
-                           "shard": self.shard, "role": self.role}).encode()
+        v: dict[str, Any] = {"id": self.id, "host": self.host, "port": self.port,
+                             "shard": self.shard, "role": self.role}
+        if self.metrics_port:
+            v["metrics_port"] = self.metrics_port
+        return json.dumps(v).encode()
 
     @classmethod
     def decode(cls, raw: bytes) -> NodeRecord:
         v = json.loads(raw)
         return cls(str(v["id"]), str(v["host"]), int(v["port"]), str(v["shard"]),
-                   str(v.get("role", "replica")))
+                   str(v.get("role", "replica")), int(v.get("metrics_port", 0)))
 
     def as_dict(self) -> dict[str, Any]:
         return json.loads(self.encode())

@@ -21,6 +21,7 @@ import argparse
 import asyncio
 import contextlib
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -28,7 +29,9 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from control import promconfig
 from control.clusterctl import CliError, ClusterExists, create, format_table, status_rows
+from control.ports import free_port
 from control.statedir import DEFAULT as STATE_DIR
 from control.statedir import AlreadyRunning, StateDir
 from control.supervisor import Child, exit_text, say, xshard_argv
@@ -78,6 +81,12 @@ def build_parser() -> argparse.ArgumentParser:
                    "directory used before, else a free one)")
     p.add_argument("--dir", default=STATE_DIR, help="directory for data, logs and state "
                    f"(default: {STATE_DIR})")
+    p.add_argument("--prometheus", action="store_true", help="also run a `prometheus` "
+                   "binary from PATH on the generated <dir>/prometheus/prometheus.yml and "
+                   "print its address (default: off)")
+    p.add_argument("--scrape-interval", type=float, default=5.0, metavar="SECONDS",
+                   help="scrape and rule evaluation interval written to prometheus.yml "
+                   "(default: 5)")
     p.add_argument("--detach", action="store_true", help="run in the background; xshard logs "
                    "shows the logs, xshard down stops it (default: off)")
     p.add_argument("--detached-child", action="store_true", help=argparse.SUPPRESS)
@@ -126,8 +135,17 @@ def cmd_up(argv: list[str]) -> int:
         sd.lock()
     except AlreadyRunning as e:
         raise CliError(f"already running (pid {e.args[0]}); xshard down stops it") from None
+    prometheus = None
+    if a.prometheus:
+        prometheus = shutil.which("prometheus")
+        if prometheus is None:
+            raise CliError("--prometheus: no prometheus binary on PATH (Debian: apt-get "
+                           "install prometheus)")
+    if a.scrape_interval <= 0:
+        raise CliError("--scrape-interval must be > 0")
     try:
-        return LocalCluster(shape, sd, detached=a.detached_child).run()
+        return LocalCluster(shape, sd, detached=a.detached_child, prometheus=prometheus,
+                            scrape_interval=a.scrape_interval).run()
     finally:
         sd.unlock()
 
@@ -172,8 +190,13 @@ def detach(argv: list[str], sd: StateDir) -> int:
 # --- the cluster ---------------------------------------------------------------------------------
 
 class LocalCluster:
-    def __init__(self, shape: Shape, sd: StateDir, detached: bool = False) -> None:
+    def __init__(self, shape: Shape, sd: StateDir, detached: bool = False,
+                 prometheus: str | None = None, scrape_interval: float = 5.0) -> None:
         self.shape = shape
+        self.prometheus = prometheus  # the binary, with --prometheus
+        self.scrape_interval = scrape_interval
+        self.prometheus_port = 0
+        self.prom_config = sd.path / "prometheus" / "prometheus.yml"
         self.sd = sd
         self.base = sd.path
         self.detached = detached
@@ -296,13 +319,17 @@ class LocalCluster:
             print(f"using the existing {e.describe()}", flush=True)
             fresh = False
             grow = self._grow(e.shards)
+        # Every process gets a free metrics port; Prometheus finds them in targets.json.
+        targets: list[promconfig.Target] = []
         for nid, shard, port in s.node_ids():
             d = self.base / nid
             d.mkdir(exist_ok=True)
+            mport = free_port()
+            targets.append(promconfig.Target("node", nid, mport, str(shard)))
             self.nodes.append(Child(nid, xshard_argv(
                 "node", "--port", str(port), "--dir", str(d), "--appendonly", "yes",
                 "--etcd", self.url, "--cluster", s.cluster, "--shard", str(shard),
-                "--node-id", nid), d / "node.log"))
+                "--node-id", nid, "--metrics-port", str(mport)), d / "node.log"))
         # A new cluster (or new shards): every shard's first node first, so that it becomes
         # the primary. A cluster that exists: all at once, and etcd names the primaries.
         later = [c for c in self.nodes[s.shards:]
@@ -319,13 +346,30 @@ class LocalCluster:
                                        PRIMARY_WAIT, "the nodes"):
             say("not every node is back yet; starting the controller (it fails over a shard "
                 "whose primary stays away)")
+        mport = free_port()
+        targets.append(promconfig.Target("controller", "controller", mport))
         self.others.append(Child("controller", xshard_argv(
-            "controller", "--etcd", self.url, "--cluster", s.cluster),
-            self.base / "controller.log"))
+            "controller", "--etcd", self.url, "--cluster", s.cluster, "--metrics-port",
+            str(mport)), self.base / "controller.log"))
         for i in range(s.routers):
+            mport = free_port()
+            targets.append(promconfig.Target("router", f"router{i}", mport))
             self.others.append(Child(f"router{i}", xshard_argv(
                 "router", "--port", str(s.router_port + i), "--etcd", self.url, "--cluster",
-                s.cluster, "--router-id", f"router{i}"), self.base / f"router{i}.log"))
+                s.cluster, "--router-id", f"router{i}", "--metrics-port", str(mport)),
+                self.base / f"router{i}.log"))
+        self.prom_config, rules = promconfig.write(self.base / "prometheus", s.cluster, targets,
+                                                   self.scrape_interval)
+        if rules is None:
+            say(f"{self.prom_config} loads no alert rules: {promconfig.RULES} is missing")
+        if self.prometheus is not None:
+            self.prometheus_port = free_port()
+            pdir = self.base / "prometheus"
+            self.others.append(Child("prometheus", [
+                self.prometheus, f"--config.file={self.prom_config}",
+                f"--storage.tsdb.path={pdir / 'data'}",
+                f"--web.listen-address=127.0.0.1:{self.prometheus_port}"],
+                pdir / "prometheus.log"))
         for c in self.others:
             c.start()
         router_ports = [s.router_port + i for i in range(s.routers)]
@@ -390,9 +434,11 @@ class LocalCluster:
 
     def _print_ready(self, router_ports: list[int]) -> None:
         s = self.shape
-        head, rows = asyncio.run(status_rows(self.url, s.cluster))
+        head, rows, tail = asyncio.run(status_rows(self.url, s.cluster))
         print("\n".join(head))
         print(format_table(rows))
+        if tail:
+            print("\n".join(tail))
         procs = [f"etcd (pid {self.etcd.proc.pid})"] + [f"{c.name} (pid {c.pid})"
                                                          for c in self.children]
         print("processes: " + ", ".join(procs))
@@ -405,6 +451,10 @@ class LocalCluster:
         print("status:  xshard status" + ("" if here else
                                           f" --etcd {self.url} --cluster {s.cluster}"))
         print(f"logs:    xshard logs{opts} [NAME] [-f]   (data and logs in {self.base})")
+        print(f"metrics: {self.prom_config.parent}/targets.json (file_sd), "
+              f"{self.prom_config.name} there is a ready Prometheus config")
+        if self.prometheus_port:
+            print(f"prometheus: http://127.0.0.1:{self.prometheus_port}/")
         if self.detached:
             print(f"{DETACHED_READY} {os.getpid()}); xshard down{opts} stops it.", flush=True)
         else:
