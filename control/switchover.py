@@ -11,7 +11,8 @@ has the primary's offset, and only then promotes it. The same steps here, with e
 4. one etcd transaction, guarded by the shard record's and the old primary's node key's
    mod_revision (fencing by compare, as control/controller.py does): the replica is primary,
    the old primary a replica, epoch + 1; then REPLICAOF NO ONE to the new primary and
-   REPLICAOF to the others, as the controller's failover does;
+   REPLICAOF to the other replicas, as the controller's failover does (the old primary's
+   agent makes it a replica when it sees the new epoch);
 5. wait until the new primary serves (ROLE master and its etcd view names it) and the old
    primary's view names the new one, then `CLIENT UNPAUSE`: the waiting writes run again on
    the old primary and are answered -MOVED to the new one, which a router follows, so its
@@ -126,7 +127,9 @@ async def switchover(store: BaseStore, view: View, shard: str, *, to: str | None
         logger.warning("switchover shard %s epoch %d -> %d: %s -> %s at offset %d", shard,
                        rec.epoch, new.epoch, old, best.id, target)
         await nodes.promote(best.host, best.port)
-        others = [view.nodes[m].value for m in new.replicas if m in view.nodes]
+        # The old primary is left to its agent, which changes its view and its role in one
+        # step: made a replica first, it would answer the writes that reach it READONLY.
+        others = [view.nodes[m].value for m in new.replicas if m in view.nodes and m != old]
         await asyncio.gather(*(nodes.replicate(n.host, n.port, best.host, best.port)
                                for n in others), return_exceptions=True)
 

@@ -2,10 +2,11 @@
 
 Each is a small object with `__slots__` that is itself the reply callback of the upstream
 connection (router/upstream.py), so a request costs one object and no closures:
-- `Forward`: one request. It follows -MOVED/-ASK (at most 5 times) and waits out a shard
+- `Forward`: one request. It follows -ASK (at most 5 times) and -MOVED (twice at once, then
+  every few milliseconds while two nodes disagree about the owner), and waits out a shard
   without a primary (-CLUSTERDOWN, -TRYAGAIN, -LOADING, -MASTERDOWN, or the connection lost with
-  the request in flight) until the router's cluster-down timeout; like any client that lost a
-  connection, a write retried that way is at-least-once.
+  the request in flight); both until the router's cluster-down timeout. Like any client that
+  lost a connection, a write retried that way is at-least-once.
 - `BlockedRead`: a single-slot XREAD/XREADGROUP with BLOCK. It takes a dedicated upstream
   connection and the client's later requests wait, as on a node; a failover or a slot move
   (-MOVED, or -ASK: then with ASKING) re-issues it at the new owner with the time that is
@@ -34,7 +35,9 @@ if TYPE_CHECKING:
 
 __all__ = ["Forward", "BlockedRead", "Gather", "MAX_REDIRECTS", "RETRYABLE", "RETRY_DELAY"]
 
-MAX_REDIRECTS = 5
+MAX_REDIRECTS = 5  # -ASK
+FAST_REDIRECTS = 2  # -MOVED followed at once; after that, again every REDIRECT_DELAY
+REDIRECT_DELAY = 0.005
 RETRY_DELAY = 0.05  # seconds between tries while a shard has no primary
 RETRYABLE = frozenset((b"CLUSTERDOWN", b"TRYAGAIN", b"LOADING", b"MASTERDOWN"))
 _ASKING = encode_command([b"ASKING"])
@@ -89,7 +92,7 @@ class Forward:
         self.router.upstream.replied(self, r)
         if r is None:
             return self._retry(error(errors.CLUSTERDOWN))
-        if r[:1] == b"-" and self.attempt < MAX_REDIRECTS:
+        if r[:1] == b"-":
             redirect = parse_redirect(r)
             if redirect is not None:
                 kind, _slot, host, port = redirect
@@ -100,25 +103,33 @@ class Forward:
                     if self.added is not None:  # the write did not run there: WAIT skips it
                         self.c.written.discard(self.added)
                         self.added = None
-                    return self.send(addr=(host, port))
-                router.redirects["ask"] += 1
-                up = router.pool((host, port), self.c.proto).get(self.c.id)
-                up.send(_ASKING, _ignore)
-                return self.send(up=up)
-            if self.slot is not None and error_code(r) in RETRYABLE:
+                    if self.attempt <= FAST_REDIRECTS:
+                        return self.send(addr=(host, port))
+                    # The nodes disagree about the owner: one of them has not seen a failover,
+                    # switchover or slot move yet. Ask again shortly, until the cluster-down
+                    # timeout, rather than bounce between them.
+                    return self._retry(r, (host, port), REDIRECT_DELAY)
+                if self.attempt <= MAX_REDIRECTS:
+                    router.redirects["ask"] += 1
+                    up = router.pool((host, port), self.c.proto).get(self.c.id)
+                    up.send(_ASKING, _ignore)
+                    return self.send(up=up)
+            elif self.slot is not None and error_code(r) in RETRYABLE:
                 return self._retry(r)
         self._finish(r)
         return None
 
-    def _retry(self, final: bytes) -> None:
+    def _retry(self, final: bytes, addr: tuple[str, int] | None = None,
+               delay: float = RETRY_DELAY) -> None:
         now = time.monotonic()
         if not self.deadline:
             self.deadline = now + self.router.cluster_down_timeout
-            self.router.upstream.clusterdown_waits += 1
+            if addr is None:
+                self.router.upstream.clusterdown_waits += 1
         conn = self.c.conn
         if now >= self.deadline or conn is None or conn.closing:
             return self._finish(final)
-        self.router.loop.call_later(RETRY_DELAY, self.send)
+        self.router.loop.call_later(delay, self.send, addr)
         return None
 
     def _finish(self, r: bytes) -> None:
