@@ -294,3 +294,14 @@ def test_rendered_processes_form_a_cluster_that_serves_through_the_router(kubele
     hook = replica.container["lifecycle"]["preStop"]["exec"]["command"]
     r = k.exec(replica, hook)
     assert r.returncode == 0 and "is not the primary" in r.stdout, (r.stdout, r.stderr)
+    # The primary's hook switches its shard over before the pod stops; the router follows.
+    shard = replica.workload["metadata"]["labels"]["xshard/shard"]
+    primary = next(p for p in nodes if p.workload is replica.workload and p is not replica)
+    r = k.exec(primary, hook)
+    assert r.returncode == 0 and f"{replica.name} is the new primary" in r.stdout, (
+        r.stdout, r.stderr)
+    primary.proc.send_signal(signal.SIGTERM)
+    assert primary.proc.wait(30) == 0, primary.tail()
+    more = {key: rc.xadd(key, {"after": shard}) for key in keys}
+    got = dict(rc.xread(dict.fromkeys(keys, "0")))
+    assert all([e[0] for e in got[key]] == [ids[key], more[key]] for key in keys)
