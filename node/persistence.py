@@ -19,6 +19,7 @@ the cron until the disk accepts them: nothing acknowledged is dropped.
 
 from __future__ import annotations
 
+import asyncio
 import errno
 import logging
 import os
@@ -276,7 +277,7 @@ class Persistence:
         snapshot.replace_durably(tmp, path)
 
     def _io(self, job: Callable[[], None], target: int | None = None,
-            manifest: bool = False) -> None:
+            manifest: bool = False) -> asyncio.Future[None]:
         """Run `job` on the persistence I/O thread (FIFO). With `target`, the job is an fsync
         that makes the effects up to that offset durable; `manifest` jobs write the manifest,
         and until one succeeds writes are refused (the files it names are the data set)."""
@@ -284,6 +285,7 @@ class Persistence:
         t0 = time.perf_counter()
         fut = self.server.loop.run_in_executor(self.io, job)
         fut.add_done_callback(lambda f: self._io_done(f, target, t0, manifest))
+        return fut
 
     def _io_wait(self) -> None:
         """Block until every queued I/O job ran (DEBUG LOADAOF, shutdown)."""
@@ -603,10 +605,18 @@ class Persistence:
                 for path in gone:
                     _unlink(path)
 
-            self._io(switch, manifest=True)
-            self.aof_rewrites += 1
-            self.last_rewrite_status = "ok"
-            log.info("Background AOF rewrite finished successfully")
+            def switched(f: asyncio.Future[None]) -> None:
+                # As in Redis, the rewrite is over once the new manifest is on disk: INFO shows
+                # aof_rewrite_in_progress:0 only when the files it names are the AOF.
+                self.rewrite_in_progress = False
+                if f.cancelled() or f.exception() is not None:
+                    self.last_rewrite_status = "err"
+                    return
+                self.aof_rewrites += 1
+                self.last_rewrite_status = "ok"
+                log.info("Background AOF rewrite finished successfully")
+
+            self._io(switch, manifest=True).add_done_callback(switched)
 
         # The child writes under a temporary name (known once aux() picked the seq); `done`
         # renames it.
