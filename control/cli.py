@@ -24,7 +24,8 @@ a local cluster (data and logs under ./.xshard):
 manage a cluster (etcd from --etcd, $XSHARD_ETCD or ./.xshard):
   create    create a cluster in etcd (--shards N --replicas R)
   status    shards, roles, offsets, lag, slots and epochs
-  failover  SHARD [--force]: promote the most up-to-date replica
+  failover  SHARD [--to NODE] [--force]: hand a shard to a replica; a live primary is
+            switched over without losing a write, a dead one (or --force) replaced
   add-shard register a new, empty shard (prints its id)
   move-slots --to SHARD (--slots A-B[,C...] | --from SHARD --count N) [--wait]
             move slots online

@@ -3,7 +3,7 @@
 Each handler is parse -> lookup -> engine (node.groups) -> reply -> effects, in Redis's order,
 so that the same bad input gets the same error.
 
-Effects (DESIGN §1): every change of a pending entry goes out as one idempotent
+Effects (node/effects.py): every change of a pending entry goes out as one idempotent
 `XCLAIM key group consumer 0 id TIME ms RETRYCOUNT n FORCE JUSTID LASTID last-id`
 (streamPropagateXCLAIM), a cursor move as `XGROUP SETID key group id ENTRIESREAD n`
 (streamPropagateGroupID), and a new consumer as `XGROUP CREATECONSUMER key group consumer`

@@ -2,7 +2,7 @@
 second key space (what a replica and an AOF replay do, node/effects.py), give the same
 stream, groups, PELs and NACKs, after random workloads that mix them with every group command.
 
-Rules relied on: DESIGN's effect log ("every write is reduced to deterministic effects that a
+Rules relied on: the effect log (node/effects.py: "every write is reduced to deterministic effects that a
 replica or a restart can apply blindly"); XADD/XTRIM with a policy go out as the exact trim of
 what was removed (ACKED as a plain trim, DELREF with DELREF); XDELEX and XACKDEL go out
 verbatim (their result is a function of the stream and its groups, which the replica holds);
