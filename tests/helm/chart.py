@@ -36,6 +36,10 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "network-policy": {"networkPolicy": {"enabled": True, "nodeFrom": [
         {"podSelector": {"matchLabels": {"app": "spark"}}}]}},
     "create-plain-job": {"create": {"hook": False}},
+    "metrics": {"metrics": {"serviceMonitor": {"enabled": True, "labels": {"release": "prom"}},
+                            "prometheusRule": {"enabled": True}}},
+    "podmonitor": {"metrics": {"podMonitor": {"enabled": True},
+                               "dashboard": {"enabled": False}}},
 }
 
 

@@ -4,10 +4,14 @@ parsed by the program's own parsers."""
 
 from __future__ import annotations
 
+import json
 import os
 import shlex
+from pathlib import Path
 from typing import Any
 from unittest import mock
+
+import yaml
 
 import pytest
 
@@ -28,6 +32,9 @@ from tests.helm.chart import (
 )
 
 kv = pytest.importorskip("kubernetes_validate", reason="pip install kubernetes-validate (dev)")
+import jsonschema  # noqa: E402 - kubernetes-validate's dependency
+
+CRDS = Path(__file__).parent / "crds"
 
 # The oldest Kubernetes the chart supports and the newest the validator knows.
 KUBE_VERSIONS = ("1.30.0", kv.utils.latest_version())
@@ -51,16 +58,39 @@ def test_variant_renders_and_lints_strictly(variant: str) -> None:
         assert (report["errors"], bad) == ([], []), report
 
 
+def validate(d: dict[str, Any], kube: str) -> None:
+    """Strict validation: Kubernetes' own kinds by kubernetes-validate, the Prometheus
+    Operator's by the schemas vendored under tests/helm/crds (tools/helm_crd_schemas.py)."""
+    if d["apiVersion"] == "monitoring.coreos.com/v1":
+        schema = json.loads((CRDS / f"{d['kind'].lower()}-monitoring-v1.json").read_text())
+        jsonschema.Draft202012Validator(schema).validate(d)
+    else:
+        kv.validate(d, kube, strict=True)
+
+
 @pytest.mark.parametrize("kube", KUBE_VERSIONS)
 @pytest.mark.parametrize("variant", sorted(VARIANTS))
 def test_every_object_validates_strictly(variant: str, kube: str) -> None:
     docs = manifests(VARIANTS[variant])
     for d in docs:
         try:
-            kv.validate(d, kube, strict=True)
-        except kv.ValidationError as e:
+            validate(d, kube)
+        except jsonschema.ValidationError as e:
             path = ".".join(str(p) for p in e.path)
             pytest.fail(f"{d['kind']}/{d['metadata']['name']} on {kube}: {path}: {e.message}")
+
+
+def test_validation_refuses_unknown_fields() -> None:
+    """Not vacuous: a misspelt field fails, for a built-in kind and for a CRD's."""
+    docs = manifests(VARIANTS["metrics"])
+    (sm,) = by_kind(docs, "ServiceMonitor")
+    sm["spec"]["endpoints"][0]["relabellings"] = []
+    with pytest.raises(jsonschema.ValidationError, match="relabellings"):
+        validate(sm, KUBE_VERSIONS[0])
+    (job,) = by_kind(docs, "Job")
+    job["spec"]["template"]["spec"]["containers"][0]["securitycontext"] = {}
+    with pytest.raises(jsonschema.ValidationError, match="securitycontext"):
+        validate(job, KUBE_VERSIONS[0])
 
 
 @pytest.mark.parametrize("values, where, words", [
@@ -331,3 +361,43 @@ def test_a_flag_the_program_does_not_know_is_caught() -> None:
     where, argv, env = next(x for x in lines if x[1][0] == "router")
     with pytest.raises(SystemExit):
         _parse([*argv, "--no-such-option", "1"], env)
+
+
+# --- metrics -----------------------------------------------------------------------------------
+
+def test_rendered_rules_and_dashboard_are_the_files() -> None:
+    """The one copy of each under files/ (the observability tests check those), templated."""
+    docs = manifests(VARIANTS["metrics"])
+    rules_file = CHART / "files" / "rules" / "xshard-rules.yml"
+    (rule,) = by_kind(docs, "PrometheusRule")
+    assert rule["spec"] == yaml.safe_load(rules_file.read_text())
+    dashboards = [c for c in by_kind(manifests(), "ConfigMap")
+                  if c["metadata"]["labels"].get("grafana_dashboard") == "1"]
+    assert len(dashboards) == 1, "the dashboard renders with the default values"
+    text = (CHART / "files" / "dashboards" / "xshard.json").read_text()
+    assert dashboards[0]["data"]["xshard.json"] == text.rstrip("\n")
+    assert json.loads(dashboards[0]["data"]["xshard.json"]) == json.loads(text)
+    assert not list((CHART / "templates").rglob("*.json")), "never a copy in templates/"
+
+
+@pytest.mark.parametrize("variant", ["metrics", "podmonitor"])
+def test_scrapes_select_the_xshard_pods_and_add_the_labels_the_rules_use(variant: str) -> None:
+    docs = manifests(VARIANTS[variant])
+    (mon,) = by_kind(docs, "ServiceMonitor") + by_kind(docs, "PodMonitor")
+    (ep,) = mon["spec"].get("endpoints") or mon["spec"]["podMetricsEndpoints"]
+    assert ep["port"] == "metrics" and ep["path"] == "/metrics"
+    targets = {r["targetLabel"]: r for r in ep["relabelings"]}
+    assert set(targets) == {"cluster", "kind", "shard", "node"}
+    assert targets["cluster"]["replacement"] == "rel-xshard"
+    assert targets["shard"]["sourceLabels"] == ["__meta_kubernetes_pod_label_xshard_shard"]
+    sel = mon["spec"]["selector"]["matchLabels"]
+    if mon["kind"] == "ServiceMonitor":
+        (svc,) = [s for s in by_kind(docs, "Service") if sel.items() <= s["metadata"][
+            "labels"].items()]
+        sel = svc["spec"]["selector"]
+    scraped = {d["metadata"]["labels"]["app.kubernetes.io/component"] for d in docs
+               if pod_spec(d) is not None and sel.items() <= d["spec"]["template"][
+                   "metadata"]["labels"].items()}
+    assert scraped == {"node", "router", "controller"}
+    if variant == "metrics":
+        assert mon["metadata"]["labels"]["release"] == "prom"
