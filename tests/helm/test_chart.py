@@ -11,9 +11,8 @@ from pathlib import Path
 from typing import Any
 from unittest import mock
 
-import yaml
-
 import pytest
+import yaml
 
 from tests.helm.chart import (
     CHART,
