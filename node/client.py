@@ -82,3 +82,4 @@ class Client:
         self.readonly = False
         self.asking = False  # ASKING: the next command may use a slot being imported
         self.no_evict = False
+        self.server.monitors.pop(self.id, None)  # RESET ends MONITOR

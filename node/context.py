@@ -93,6 +93,7 @@ class ClientContext(ConnectionOwner, Protocol):
 
     role: str  # "master" or "slave", as ROLE and HELLO say
     start_time: float  # time.time() at start (LASTSAVE before any save, uptime)
+    monitors: dict[int, Client]  # MONITOR clients by id (node/monitor.py); RESET leaves it
 
     @property
     def db(self) -> Watches: ...

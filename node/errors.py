@@ -413,6 +413,7 @@ def replconf_unrecognized(option: bytes) -> bytes:
 
 # --- router (router/): what a proxy in front of the shards answers itself ---------------------
 # It also answers CLUSTERDOWN, SLOT_NOT_SERVED, CROSSSLOT and INVALID_CURSOR above.
+MONITOR_DENY_BLOCKING = b"ERR MONITOR isn't allowed for DENY BLOCKING client"
 SLOWLOG_COUNT = b"ERR count should be greater than or equal to -1"
 NOT_THROUGH_ROUTER = b"ERR '%s' is not supported through a router; send it to a node"
 EXECABORT_NODE_GONE = b"EXECABORT Transaction discarded because the node went away"

@@ -308,6 +308,14 @@ class RespConnection(asyncio.Protocol):
         if t is not None and not self._closing:
             t.write(data)
 
+    def send_monitor(self, data: bytes) -> None:
+        """A MONITOR line (node/monitor.py): straight to the socket, outside any reply order
+        or fsync gate, as Redis writes to its monitors."""
+        t = self.transport
+        if t is not None and not self._closing:
+            self.server.stats.net_output_bytes += len(data)
+            t.write(data)
+
     def finish(self) -> None:
         """Close once the replies already written have left (QUIT, a protocol error)."""
         self.close()

@@ -25,6 +25,7 @@ from node.config import Config
 from node.effects import EffectLog
 from node.keyspace import Keyspace
 from node.latency import LatencyMonitor
+from node.monitor import feed as feed_monitors
 from node.protocol import RespConnection
 from node.resp import QUEUED, ReplyError
 from node.slotmove import MoveStats
@@ -66,6 +67,7 @@ class Server:
         self.slowlog = SlowLog(config)
         self.latency = LatencyMonitor(config)
         self.clients: dict[int, Client] = {}
+        self.monitors: dict[int, Client] = {}  # MONITOR clients by id (node/monitor.py)
         self.next_client_id = 1
         self.start_time = time.time()
         self.run_id = os.urandom(20).hex()
@@ -266,6 +268,8 @@ class Server:
             self.stats.total_commands += 1
             if usec >= self.slow_usec:
                 self.slow_command(c, argv, name, usec)
+            if self.monitors:
+                feed_monitors(self.monitors, c, argv)
         if effects.offset != offset:
             c.woff = effects.offset
         if self.blocking.ready and not c.in_exec:
@@ -284,8 +288,9 @@ class Server:
     def slow_command(self, c: Client, argv: list[bytes], name: bytes, usec: int) -> None:
         """A command at or over slow_usec: SLOWLOG and the latency monitor's command events
         (`fast-command` for commands flagged fast), each by its own threshold."""
-        self.slowlog.push(c, argv, usec)
         spec = command_table.lookup(name)
+        if spec is None or "skip_slowlog" not in spec.flags:  # EXEC: its commands are logged
+            self.slowlog.push(c, argv, usec)
         fast = spec is not None and "fast" in spec.flags
         self.latency.add_if_needed(b"fast-command" if fast else b"command", usec // 1000)
 
@@ -330,6 +335,7 @@ class Server:
         self.blocking.unblock(c, None)
         self.db.unwatch_all(c)
         self.clients.pop(c.id, None)
+        self.monitors.pop(c.id, None)
 
     # --- lifecycle ------------------------------------------------------------------------------
     async def start(self) -> None:

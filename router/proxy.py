@@ -33,6 +33,7 @@ from node.cmdstats import CommandStats
 from node.commands import load_all
 from node.commands.reads import parse_xread_options
 from node.config import Config
+from node.monitor import feed as feed_monitors
 from node.protocol import RespConnection
 from node.resp import ReplyError, encode_command, error
 from node.slots import SLOTS, key_slot
@@ -91,6 +92,7 @@ class Router:
         self.node_password = node_password
         self.pools: dict[tuple[str, int, int, bool], Pool] = {}
         self.clients: dict[int, Client] = {}
+        self.monitors: dict[int, Client] = {}  # MONITOR clients (router/introspection.py)
         self.next_client_id = 1
         self.role = "master"
         self.db = RouterWatches()
@@ -169,6 +171,8 @@ class Router:
     def dispatch(self, c: RouterClient, argv: list[bytes], cell: Cell) -> None:
         """Route one request; its reply goes into `cell` whenever it is ready."""
         self.stats.total_commands += 1
+        if self.monitors:
+            feed_monitors(self.monitors, c, argv)
         conn: ClientConn = c.conn  # type: ignore[assignment]
         name = argv[0].lower()
         route = ROUTES.get(name)
@@ -250,3 +254,4 @@ class Router:
         self.blocking.unblock(c, None)
         self.db.unwatch_all(c)
         self.clients.pop(c.id, None)
+        self.monitors.pop(c.id, None)

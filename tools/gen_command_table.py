@@ -67,7 +67,7 @@ SERVED: dict[str, list[str] | None] = {
     "latency": ["latest", "history", "reset", "histogram", "help"], "config": ["get", "set", "resetstat", "rewrite", "help"],
     "command": ["count", "info", "docs", "getkeys", "getkeysandflags", "list", "help"],
     "debug": None, "time": None, "lastsave": None, "save": None, "bgsave": None,
-    "bgrewriteaof": None, "shutdown": None,
+    "bgrewriteaof": None, "shutdown": None, "monitor": None,
     # transactions
     "multi": None, "exec": None, "discard": None, "watch": None, "unwatch": None,
     # replication and cluster

@@ -1,5 +1,6 @@
-"""What the node says about its own speed and size: SLOWLOG, LATENCY and MEMORY STATS.
+"""What the node says about itself: SLOWLOG, LATENCY, MEMORY STATS and MONITOR.
 
+    MONITOR
     SLOWLOG GET [count] | LEN | RESET | HELP
     LATENCY LATEST | HISTORY event | RESET [event ...] | HISTOGRAM [command ...] | HELP
     MEMORY STATS (the rest of MEMORY is in node/commands/keys.py)
@@ -46,6 +47,19 @@ LATENCY_HELP = [
     b"    If no commands are specified then all histograms are replied.",
     b"HELP", b"    Prints this help.",
 ]
+
+
+@command(b"monitor")
+def monitor(c: Client, argv: list[bytes]) -> bytes:
+    """From now on the client gets every command the node runs (node/monitor.py). As in
+    Redis, a second MONITOR (or one from a replication link) answers nothing, and inside
+    EXEC it is refused."""
+    if c.in_exec:
+        raise ReplyError(errors.MONITOR_DENY_BLOCKING)
+    if c.id in c.server.monitors or c.is_master:
+        return b""
+    c.server.monitors[c.id] = c
+    return OK
 
 
 @command(b"slowlog")

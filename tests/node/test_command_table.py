@@ -186,7 +186,7 @@ def test_is_write_and_lookup() -> None:
     assert spec is not None and set(spec.subcommands) == {
         b"create", b"setid", b"destroy", b"createconsumer", b"delconsumer", b"help"}
     assert table.lookup(b"xgroup|create") is spec.subcommands[b"create"]
-    assert table.lookup(b"monitor") is None
+    assert table.lookup(b"subscribe") is None
     xadd = table.lookup(b"xadd")
     assert (xadd.arity, xadd.first_key, xadd.last_key, xadd.step) == (-5, 1, 1, 1)
     assert "write" in xadd.flags and "@stream" in xadd.acl_categories

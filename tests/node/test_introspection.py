@@ -387,3 +387,66 @@ def test_instantaneous_ops_follow_the_load(node) -> None:
         assert float(stats["instantaneous_input_kbps"]) > 0
     finally:
         c.close()
+
+
+# -- MONITOR ----------------------------------------------------------------------------------
+
+MONITORED = [
+    ["SET", "k", 'a "b"\n\x01'], ["XADD", "s", "1-1", "f", "v"], ["PING"],
+    ["CONFIG", "GET", "maxmemory"],  # admin: not shown
+    ["AUTH", "nopass"],  # an error, shown redacted
+    ["MULTI"], ["SET", "k2", "v"], ["EXEC"],
+    ["XREAD", "COUNT", "1", "STREAMS", "s", "0"], ["DEL", "k", "k2", "s"],
+    ["ECHO", "done"],
+]
+
+
+def _monitor_lines(handle) -> list[tuple[str, str]]:
+    """What a MONITOR client sees while another client runs MONITORED: (client kind, args)."""
+    import re
+
+    mon = RawClient(handle.host, handle.port)
+    c = RawClient(handle.host, handle.port)
+    try:
+        assert mon.call("MONITOR") == ("+", b"OK")
+        for cmd in MONITORED:
+            c.call(*cmd)
+        lines = []
+        while True:
+            kind, text = mon.read_reply()
+            assert kind == "+"
+            m = re.fullmatch(rb"(\d+)\.(\d{6}) \[0 127\.0\.0\.1:(\d+)\] (.*)", text)
+            assert m, text
+            lines.append(m.group(4).decode())
+            if m.group(4) == b'"ECHO" "done"':
+                break
+        mon.send_raw(b"*1\r\n$5\r\nRESET\r\n")  # RESET leaves MONITOR
+        assert mon.read_reply() == ("+", b"RESET")
+        c.call("PING")
+        assert mon.call("PING") == ("+", b"PONG")  # no line for the other client's PING
+        return lines
+    finally:
+        mon.close()
+        c.close()
+
+
+def test_monitor_matches_redis(node, oracle) -> None:
+    mine = _monitor_lines(node)
+    assert mine == _monitor_lines(oracle)
+    assert mine[0] == r'"SET" "k" "a \"b\"\n\x01"' and '"AUTH" "(redacted)"' in mine
+    assert not any("CONFIG" in line for line in mine)
+
+
+def test_monitor_twice_and_in_exec(node, oracle) -> None:
+    for h in (node, oracle):
+        c = RawClient(h.host, h.port)
+        try:
+            c.call("MULTI")
+            c.call("MONITOR")
+            assert c.call("EXEC") == ("*", [("-", b"ERR MONITOR isn't allowed for DENY "
+                                                  b"BLOCKING client")])
+            assert c.call("MONITOR") == ("+", b"OK")
+            c.send_raw(b"*1\r\n$7\r\nMONITOR\r\n*1\r\n$4\r\nPING\r\n")  # MONITOR again: no reply
+            assert c.read_reply() == ("+", b"PONG")
+        finally:
+            c.close()
