@@ -34,7 +34,8 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "1x0": {"shards": 1, "replicasPerShard": 0, "etcd": {"replicas": 1},
             "node": {"persistence": {"enabled": False}, "zoneSpread": ""}},
     "network-policy": {"networkPolicy": {"enabled": True, "nodeFrom": [
-        {"podSelector": {"matchLabels": {"app": "spark"}}}]}},
+        {"podSelector": {"matchLabels": {"app": "spark"}}}], "metricsFrom": [
+        {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}]}},
     "create-plain-job": {"create": {"hook": False}},
     "metrics": {"metrics": {"serviceMonitor": {"enabled": True, "labels": {"release": "prom"}},
                             "prometheusRule": {"enabled": True}}},

@@ -400,3 +400,16 @@ def test_scrapes_select_the_xshard_pods_and_add_the_labels_the_rules_use(variant
     assert scraped == {"node", "router", "controller"}
     if variant == "metrics":
         assert mon["metadata"]["labels"]["release"] == "prom"
+
+
+def test_network_policies_let_in_the_release_clients_and_prometheus() -> None:
+    docs = manifests(VARIANTS["network-policy"])
+    pols = {p["metadata"]["name"]: p["spec"] for p in by_kind(docs, "NetworkPolicy")}
+    assert set(pols) == {f"rel-xshard-{n}" for n in ("internal", "router", "metrics", "node")}
+    assert pols["rel-xshard-internal"]["ingress"] == [{"from": [{"podSelector": {
+        "matchLabels": pols["rel-xshard-internal"]["podSelector"]["matchLabels"]}}]}]
+    assert "from" not in pols["rel-xshard-router"]["ingress"][0]  # clients from anywhere
+    assert pols["rel-xshard-metrics"]["ingress"][0]["from"][0]["namespaceSelector"]
+    assert pols["rel-xshard-node"]["ingress"][0]["from"] == [
+        {"podSelector": {"matchLabels": {"app": "spark"}}}]
+    assert not by_kind(manifests(), "NetworkPolicy")
