@@ -150,13 +150,7 @@ async def _serve(config: Config, config_file: str) -> int:
         except EtcdConfigError as e:
             log.error("Bad etcd settings: %s", e)
             return 1
-    persistence.start()
-    try:
-        await server.start()
-    except OSError as e:
-        log.error("Could not create server TCP listening socket %s:%d: %s",
-                  config.bind, config.port, e.strerror)
-        return 1
+    # Before the RESP port, so that a node that answers PING also answers scrapes.
     metrics = None
     if config.metrics_port:
         from node import metricsserver
@@ -166,11 +160,19 @@ async def _serve(config: Config, config_file: str) -> int:
         try:
             metrics = await metricsserver.start(
                 metricsserver.new_registry(server.metrics), server.metrics.ready,
-                (config.bind.split() or ["127.0.0.1"])[0].lstrip("-"), config.metrics_port)
+                (config.bind.split() or ["127.0.0.1"])[0].lstrip("-"), config.metrics_port,
+                server.metrics.stream_text)
         except OSError as e:
             log.error("Could not listen for metrics on port %d: %s", config.metrics_port,
                       e.strerror)
             return 1
+    persistence.start()
+    try:
+        await server.start()
+    except OSError as e:
+        log.error("Could not create server TCP listening socket %s:%d: %s",
+                  config.bind, config.port, e.strerror)
+        return 1
     # Long-lived objects made during start-up (and later during loading) need not be scanned by
     # every full collection; a larger young generation also means fewer collections per XADD.
     gc.collect()

@@ -1,15 +1,9 @@
 """The node's Prometheus families, read from the node's own state at scrape time.
 
-A scrape runs on the event loop like a command, so everything here is bounded:
-- commands, clients, replication and persistence are counters the node keeps anyway;
-- per-stream families cover at most `metrics-max-streams` streams whose names match
-  `metrics-streams` (the *tracked* streams). A stream is admitted when a scrape's bounded scan
-  of the key space (SCAN_BUDGET keys per scrape, resuming where the last one stopped) or its
-  first delivery to a group finds it while there is room; a deleted one leaves at the next
-  scrape and makes room. A scrape reads each tracked stream's counters in O(groups), never its
-  entries, so 100k streams cost a scrape no more than the cap allows;
-- the delivery histogram is observed as XREADGROUP delivers (`observe_delivery`), once per
-  entry and group, from the entry ID's time.
+A scrape runs on the event loop like a command, so everything here is bounded: commands,
+clients, replication and persistence are counters the node keeps anyway. The per-stream
+families (node/streammetrics.py) cover at most `metrics-max-streams` streams and are written
+in chunks that give the loop back in between (`stream_text`).
 
 Replicas export the per-stream families only while their link to the primary is up (their
 data is then the primary's, up to the replication lag); during a full sync or with the link
@@ -19,9 +13,8 @@ down they export none, rather than stale values.
 from __future__ import annotations
 
 import time
-from bisect import bisect_left, bisect_right
+from bisect import bisect_right
 from collections.abc import Iterator
-from itertools import islice
 from typing import TYPE_CHECKING
 
 from prometheus_client.core import (
@@ -33,18 +26,13 @@ from prometheus_client.core import (
 
 from node import histogram
 from node.cmdstats import CALLS, FAILED, REJECTED
-from node.histogram import Histogram, MsHistogram
-from node.patterns import stringmatch
-from node.stream import Stream
+from node.histogram import Histogram
+from node.streammetrics import StreamMetrics, exposition
 
 if TYPE_CHECKING:
-    from node.groups import ConsumerGroup
     from node.server import Server
 
-SCAN_BUDGET = 20000  # keys looked at per scrape while fewer streams than the cap are tracked
 OFFSET_SAMPLES = 3000  # offset/time samples kept for replica lag in seconds (5 min at 10/s)
-MIN_TIME_ID_MS = 946684800000  # 2000-01-01: an ID below this is not a time (e.g. 1-1)
-_LAG_WALK_NODES = 256  # stream nodes walked to estimate a lag Redis reports as NULL
 
 
 class OffsetClock:
@@ -75,91 +63,6 @@ class OffsetClock:
         return max(0.0, now - t)
 
 
-class StreamMetrics:
-    """The tracked streams and their delivery histograms (see the module docstring)."""
-
-    __slots__ = ("server", "tracked", "delivery", "_scan_pos")
-
-    def __init__(self, server: Server) -> None:
-        self.server = server
-        self.tracked: dict[bytes, None] = {}  # insertion-ordered set of stream names
-        self.delivery: dict[tuple[bytes, bytes], MsHistogram] = {}
-        self._scan_pos = 0
-
-    def admit(self, key: bytes) -> bool:
-        """Track `key` if its name matches and there is room."""
-        if key in self.tracked:
-            return True
-        cfg = self.server.config
-        if len(self.tracked) >= cfg.metrics_max_streams:
-            return False
-        if not stringmatch(cfg.metrics_streams.encode(errors="surrogateescape"), key):
-            return False
-        self.tracked[key] = None
-        return True
-
-    def observe_delivery(self, key: bytes, group: bytes, sids: list[int], now_ms: int) -> None:
-        """XREADGROUP delivered `sids` (new to the group): observe each one's time in transit."""
-        h = self.delivery.get((key, group))
-        if h is None:
-            if not self.admit(key):
-                return
-            h = self.delivery[(key, group)] = MsHistogram()
-        h.observe_ms_many(now_ms - (sid >> 64) if now_ms > sid >> 64 else 0
-                          for sid in sids if sid >> 64 >= MIN_TIME_ID_MS)
-
-    def refresh(self) -> None:
-        """At scrape time: forget what is gone, then scan a bounded part of the key space."""
-        data = self.server.db.data
-        cfg = self.server.config
-        for key in [k for k in self.tracked if type(data.get(k)) is not Stream
-                    or not stringmatch(cfg.metrics_streams.encode(errors="surrogateescape"), k)]:
-            del self.tracked[key]
-        over = len(self.tracked) - cfg.metrics_max_streams
-        if over > 0:  # the cap was lowered (CONFIG SET)
-            for key in list(islice(self.tracked, len(self.tracked) - over, None)):
-                del self.tracked[key]
-        if self.delivery:
-            for kg in [kg for kg in self.delivery if kg[0] not in self.tracked
-                       or kg[1] not in data[kg[0]].groups]:
-                del self.delivery[kg]
-        if len(self.tracked) >= cfg.metrics_max_streams or not data:
-            return
-        pos = self._scan_pos if self._scan_pos < len(data) else 0
-        keys = list(islice(data, pos, pos + SCAN_BUDGET))
-        self._scan_pos = pos + len(keys)
-        for key in keys:
-            if type(data[key]) is Stream and not self.admit(key) and (
-                    len(self.tracked) >= cfg.metrics_max_streams):
-                break
-
-    def streams(self) -> Iterator[tuple[str, Stream]]:
-        data = self.server.db.data
-        for key in self.tracked:
-            yield key.decode(errors="replace"), data[key]
-
-
-def estimated_lag(s: Stream, g: ConsumerGroup) -> int:
-    """Entries after the group's last ID when Redis cannot say (XINFO's lag is NULL): whole
-    stream nodes after it counted exactly, the node holding it counted half; past
-    _LAG_WALK_NODES nodes, the rest is assumed as full as the walked ones."""
-    last = g.last_id
-    if last >= s.last_id or not s.length:
-        return 0
-    if last < s.first_id:
-        return s.length
-    firsts, nodes = s._firsts, s._nodes
-    i = bisect_left(firsts, last + 1)  # the first node that starts after `last`
-    walked = nodes[i:i + _LAG_WALK_NODES]
-    n = sum(nd.live for nd in walked)
-    rest = len(nodes) - i - len(walked)
-    if rest > 0 and walked:
-        n += rest * n // len(walked)
-    if i > 0:
-        n += nodes[i - 1].live // 2
-    return n
-
-
 class NodeCollector:
     """The node's families (a prometheus_client custom collector)."""
 
@@ -183,6 +86,14 @@ class NodeCollector:
             return False, "fenced: etcd lease or role not fresh"
         return True, ""
 
+    async def stream_text(self, openmetrics: bool) -> bytes:
+        """The per-stream families (MetricsServer's `extra`): none on a replica whose link to
+        its primary is down."""
+        r = self.server.replication
+        if r is not None and r.is_replica and not r.replica.connected:
+            return b""
+        return await exposition(self.streams, openmetrics)
+
     def describe(self) -> list[Metric]:
         return []  # collected at scrape time; nothing to check at registration
 
@@ -200,9 +111,9 @@ class NodeCollector:
             from control.metrics import etcd_rtt
 
             yield etcd_rtt()
-        r = s.replication
-        if r is None or not r.is_replica or r.replica.connected:
-            yield from self._streams()
+        yield GaugeMetricFamily("xshard_metrics_tracked_streams", "Streams the per-stream "
+                                "families cover (at most metrics-max-streams).",
+                                value=len(self.streams.tracked))
 
     def _commands(self) -> Iterator[Metric]:
         calls = CounterMetricFamily("xshard_commands", "Commands run, by command (INFO "
@@ -265,67 +176,3 @@ class NodeCollector:
         yield CounterMetricFamily("xshard_persistence_errors", "Failed AOF writes, fsyncs, "
                                   "manifest switches, snapshots and rewrites.",
                                   value=p.error_count if p is not None else 0)
-
-    def _streams(self) -> Iterator[Metric]:
-        sm = self.streams
-        sm.refresh()
-        cfg = self.server.config
-        now_ms = int(time.time() * 1000)
-        length = GaugeMetricFamily("xshard_stream_length", "Entries in the stream (XLEN).",
-                                   labels=["stream"])
-        added = CounterMetricFamily("xshard_stream_entries_added", "Entries ever added to the "
-                                    "stream (XINFO STREAM entries-added).", labels=["stream"])
-        lag = GaugeMetricFamily(
-            "xshard_stream_group_lag", "Entries not yet delivered to the group: XINFO GROUPS "
-            "lag; where that is NULL (entries deleted after the group's last ID), an estimate "
-            "from the stream's nodes after that ID.", labels=["stream", "group"])
-        pending = GaugeMetricFamily("xshard_stream_group_pending", "Entries delivered to the "
-                                    "group and not acknowledged (XPENDING count).",
-                                    labels=["stream", "group"])
-        oldest = GaugeMetricFamily(
-            "xshard_stream_group_oldest_pending_age_seconds", "Seconds since the last "
-            "delivery of the group's lowest pending ID (0 with nothing pending): grows while a "
-            "consumer holds an entry without acknowledging it.", labels=["stream", "group"])
-        nacked = CounterMetricFamily(
-            "xshard_stream_group_nacked", "Pending entries the group's consumers released "
-            "with XNACK (Redis 8.8), since this process started.", labels=["stream", "group"])
-        idle = GaugeMetricFamily("xshard_stream_group_consumer_idle_seconds", "Seconds since "
-                                 "the consumer's last attempted interaction (XINFO CONSUMERS "
-                                 "idle); only with metrics-consumers yes.",
-                                 labels=["stream", "group", "consumer"])
-        consumers = cfg.metrics_consumers
-        for name, st in sm.streams():
-            length.add_metric([name], st.length)
-            added.add_metric([name], st.entries_added)
-            for gname, g in st.groups.items():
-                gl = [name, gname.decode(errors="replace")]
-                n = g.lag(st)
-                lag.add_metric(gl, n if n is not None else estimated_lag(st, g))
-                pending.add_metric(gl, len(g.pel))
-                nacked.add_metric(gl, g.nacked_total)
-                if g.pel:
-                    t = g.pel.peekitem(0)[1][0]
-                    oldest.add_metric(gl, max(0, now_ms - t) / 1000)
-                else:
-                    oldest.add_metric(gl, 0)
-                if consumers:
-                    for c in g.consumers.values():
-                        idle.add_metric([*gl, c.name.decode(errors="replace")],
-                                        max(0, now_ms - c.seen_time) / 1000)
-        yield length
-        yield added
-        yield lag
-        yield pending
-        yield nacked
-        yield oldest
-        if consumers:
-            yield idle
-        yield histogram.family(
-            "xshard_delivery_latency_seconds", "Time from an entry's ID (its XADD time) to "
-            "its first delivery to the group by XREADGROUP; entries with IDs that are no time "
-            "(below the year 2000) are not observed.", ["stream", "group"],
-            (([k.decode(errors="replace"), g.decode(errors="replace")], h)
-             for (k, g), h in sm.delivery.items()))
-        yield GaugeMetricFamily("xshard_metrics_tracked_streams", "Streams the per-stream "
-                                "families cover (at most metrics-max-streams).",
-                                value=len(sm.tracked))

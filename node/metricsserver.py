@@ -8,7 +8,7 @@ runs synchronously, like a command.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 from aiohttp import web
 from prometheus_client import (
@@ -26,6 +26,8 @@ log = logging.getLogger("xshard.metrics")
 
 # (ready, reason): /readyz answers 200 with "ready", or 503 with the reason.
 Readiness = Callable[[], tuple[bool, str]]
+# More exposition text, written by the process itself (OpenMetrics when the flag is set).
+Extra = Callable[[bool], Awaitable[bytes]]
 
 
 def new_registry(*collectors: Collector) -> CollectorRegistry:
@@ -39,9 +41,11 @@ def new_registry(*collectors: Collector) -> CollectorRegistry:
 class MetricsServer:
     """An aiohttp site serving one registry and one readiness check."""
 
-    def __init__(self, registry: CollectorRegistry, ready: Readiness) -> None:
+    def __init__(self, registry: CollectorRegistry, ready: Readiness,
+                 extra: Extra | None = None) -> None:
         self.registry = registry
         self.ready = ready
+        self.extra = extra
         self.runner: web.AppRunner | None = None
         self.port = 0
 
@@ -67,11 +71,14 @@ class MetricsServer:
             self.runner = None
 
     async def _metrics(self, request: web.Request) -> web.Response:
-        accept = request.headers.get("Accept", "")
-        if "application/openmetrics-text" in accept:
+        om = "application/openmetrics-text" in request.headers.get("Accept", "")
+        more = await self.extra(om) if self.extra is not None else b""
+        if om:
             body, ctype = openmetrics.generate_latest(self.registry), openmetrics.CONTENT_TYPE_LATEST
+            if more:  # before the final "# EOF"
+                body = body[:-len(b"# EOF\n")] + more + b"# EOF\n"
         else:
-            body, ctype = generate_latest(self.registry), CONTENT_TYPE_LATEST
+            body, ctype = generate_latest(self.registry) + more, CONTENT_TYPE_LATEST
         # aiohttp refuses a content_type with parameters; the header carries them whole.
         return web.Response(body=body, headers={"Content-Type": ctype})
 
@@ -83,11 +90,11 @@ class MetricsServer:
         return web.Response(text=("ready" if ok else why) + "\n", status=200 if ok else 503)
 
 
-async def start(registry: CollectorRegistry, ready: Readiness, host: str,
-                port: int) -> MetricsServer | None:
+async def start(registry: CollectorRegistry, ready: Readiness, host: str, port: int,
+                extra: Extra | None = None) -> MetricsServer | None:
     """Start the endpoint when `port` is set (0 = metrics off): the caller's one line."""
     if not port:
         return None
-    ms = MetricsServer(registry, ready)
+    ms = MetricsServer(registry, ready, extra)
     await ms.start(host, port)
     return ms

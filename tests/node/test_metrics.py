@@ -7,6 +7,9 @@ import shutil
 
 import pytest
 import redis
+from prometheus_client.openmetrics.parser import (
+    text_string_to_metric_families as openmetrics_families,
+)
 
 from tests.support.procs import free_port, wait_until
 from tests.support.scrape import fetch, get, promtool_check, samples, value
@@ -39,9 +42,21 @@ def test_endpoints_and_formats(xnode) -> None:
     status, ctype, text = get(port, "/metrics")
     assert status == 200 and ctype.startswith("text/plain")
     assert value(text, "process_resident_memory_bytes")
+    r = n.client()
+    odd = 'we"ird\\name\nx'  # label values are escaped
+    for i in range(250):  # more than one chunk of streams
+        r.xadd(f"s{i}", {"a": 1})
+    r.xadd(odd, {"a": 1})
+    r.xgroup_create(odd, "g", id="0")
+    r.xreadgroup("g", "c", {odd: ">"})
     status, ctype, om = get(port, "/metrics", accept="application/openmetrics-text; "
                             "version=1.0.0; charset=utf-8")
     assert ctype.startswith("application/openmetrics-text") and om.rstrip().endswith("# EOF")
+    fams = {f.name: f for f in openmetrics_families(om)}  # the strict OpenMetrics parser
+    assert len(fams["xshard_stream_length"].samples) == 251
+    assert {s.labels["stream"] for s in fams["xshard_stream_group_lag"].samples} == {odd}
+    assert value(fetch(port), "xshard_delivery_latency_seconds_count", stream=odd,
+                 group="g") == 1
     assert get(port, "/nothing")[0] == 404
 
 
