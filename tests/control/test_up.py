@@ -4,6 +4,7 @@ the local cluster (./.xshard or XSHARD_ETCD). Real processes throughout."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -245,6 +246,35 @@ def test_commands_find_the_cluster_from_xshard_etcd(up, tmp_path) -> None:  # no
     assert st.returncode == 0 and "s1n1" in st.stdout, st.stdout + st.stderr
     st = xshard("status", cwd=tmp_path)  # the cluster name and etcd from ./.xshard
     assert st.returncode == 0 and "cluster uptest" in st.stdout, st.stderr
+    assert u.stop() == 0
+
+
+def test_status_shows_lag_in_seconds_and_the_groups_furthest_behind(up, tmp_path) -> None:  # noqa: ANN001
+    """Every process up starts has a metrics port, listed in prometheus/targets.json; status
+    reads the replicas' lag in seconds and the groups' lag from the primaries' metrics."""
+    u = up()
+    targets = json.loads((tmp_path / ".xshard" / "prometheus" / "targets.json").read_text())
+    assert sorted(t["labels"]["node"] for t in targets) == [
+        "controller", "router0", "s0n0", "s0n1", "s1n0", "s1n1"]
+    r = redis.Redis(port=u.base + 4, socket_timeout=10)
+    for i in range(30):
+        r.xadd("jobs", {"i": i})
+    r.xgroup_create("jobs", "slow", id="0")
+    r.xreadgroup("slow", "c", {"jobs": ">"}, count=3)
+    assert r.execute_command("WAIT", 1, 5000) >= 1
+
+    def status() -> str:
+        st = xshard("status", cwd=tmp_path)
+        assert st.returncode == 0, st.stderr
+        return st.stdout
+
+    wait_until(lambda: re.search(r"^\S*\s+jobs\s+slow\s+27\s+3\s", status(), re.M)
+               is not None, 20, what="the group in status")
+    out = status()
+    assert "LAG(BYTES)" in out and "LAG(S)" in out
+    replica_rows = [line.split() for line in out.splitlines() if " replica " in line]
+    assert len(replica_rows) == 2 and all(re.fullmatch(r"\d+\.\d", row[-1])
+                                          for row in replica_rows), out
     assert u.stop() == 0
 
 
