@@ -238,3 +238,23 @@ def nack_state(c: redis.Redis, key: str) -> list:
         gd = dict(zip(g[::2], g[1::2], strict=True))
         out.append((gd[b"name"], gd[b"pel-count"], gd[b"nacked-count"], gd[b"pending"]))
     return out
+
+
+def test_idle_pending_order_against_a_plain_sort() -> None:
+    """C1, O2 on the data layer: ConsumerGroup.idle_pending (C-speed passes, no index) picks
+    exactly what sorting every pending entry by (delivery time, ID) and cutting at the idle
+    time and COUNT picks, on random PELs full of equal delivery times."""
+    import random
+
+    from node.groups import Consumer, ConsumerGroup
+
+    rng = random.Random(5)
+    for _ in range(1000):
+        g = ConsumerGroup(0, 0)
+        c = g.consumers[b"c"] = Consumer(b"c", 0)
+        for sid in rng.sample(range(1, 200), rng.randint(1, 60)):
+            g.set_nack(sid, c, rng.choice([0, 5, 5, 7, 9, 10, 12]), 1)
+        now, min_idle, count = rng.randint(0, 15), rng.randint(0, 10), rng.randint(0, 70)
+        want = [sid for t, sid in sorted((v[0], sid) for sid, v in g.pel.items())
+                if t <= now - min_idle]
+        assert g.idle_pending(now, min_idle, count) == (want[:count] if count else want)

@@ -156,6 +156,30 @@ def test_effects_during_the_image_follow_it_in_order() -> None:
     same_keys(src, dst, keys)
 
 
+def test_nacked_entries_move_with_the_slot() -> None:
+    """XNACK's unowned pending entries (Redis 8.8: owner "", delivery time 0, their counts)
+    move in the PEL parts, mixed with owned ones, and an XNACK during the copy follows it."""
+    src, dst = Source(), InprocServer()
+    k = TAG + b"nack"
+    for i in range(1, 2 * PEL_PER_CHUNK + 50):
+        run(src, [b"XADD", k, b"%d-1" % i, b"n", b"%d" % i])
+    run(src, [b"XGROUP", b"CREATE", k, b"g", b"0"])
+    run(src, [b"XREADGROUP", b"GROUP", b"g", b"a", b"STREAMS", k, b">"])
+    ids = [b"%d-1" % i for i in range(1, 2 * PEL_PER_CHUNK + 50, 3)]
+    assert run(src, [b"XNACK", k, b"g", b"FATAL", b"IDS", b"%d" % len(ids), *ids]) == \
+        b":%d\r\n" % len(ids)
+    sent: list[bytes] = []
+    copy = SlotCopy(src, {SLOT}, sent.append)
+    copy.next_image(1)
+    run(src, [b"XNACK", k, b"g", b"SILENT", b"IDS", b"2", b"2-1", b"3-1"])
+    cmds = image(copy, sent)
+    assert [c[2] for c in cmds if c[0] == b"XSHARD.RESTORE"].count(b"PEL") == 3
+    assert all(r[:1] in (b"+", b":") for r in _apply(dst, cmds))
+    same_keys(src, dst, [k])
+    g = dst.db.get_stream(k).groups[b"g"]
+    assert g.nacked_count() == len(ids) + 2 and g.pel[2 << 64 | 1] == (0, 0, None)
+
+
 def test_a_flushall_breaks_the_copy() -> None:
     src = Source()
     fill(src)
