@@ -32,7 +32,9 @@ import pytest
 import redis
 
 from tests.conftest import NodeHandle
+from tests.support.persist import wait_rewrite_done
 from tests.support.procs import wait_until
+from tests.support.rawresp import RawClient
 
 LLONG_MAX = (1 << 63) - 1
 
@@ -218,8 +220,8 @@ def test_nack_state_survives_restarts_dump_and_restore(xnode: Callable[..., Node
     c = h.client()
     assert nack_state(c, "s") == want
     c.execute_command("BGREWRITEAOF")
-    wait_until(lambda: c.info("persistence")["aof_rewrite_in_progress"] == 0
-               and c.info("persistence")["aof_rewrite_scheduled"] == 0, 30, what="AOF rewrite")
+    with RawClient(h.host, h.port) as rc:
+        wait_rewrite_done(rc)
     h.kill()
     h.start()
     c = h.client()

@@ -25,7 +25,7 @@ from collections.abc import Iterator
 import pytest
 
 from tests.support.diff import SideState, drop_map_keys, normalize
-from tests.support.inproc import InprocServer, run
+from tests.support.inproc import InprocServer, group_state, run
 from tests.support.rawresp import RawClient, encode_command, show
 
 MAXS = "18446744073709551615"
@@ -952,17 +952,6 @@ def _group_workload(seed: int, n: int = 400) -> list[list[bytes]]:
     return cmds
 
 
-def _group_state(server: _Server) -> object:
-    s = server.db.get_stream(b"s")
-    if s is None:
-        return None
-    out = {}
-    for name, g in s.groups.items():
-        out[name] = (g.last_id, g.entries_read, dict(g.pel.items()),
-                     {n: list(c.pel) for n, c in g.consumers.items()})
-    return out, s.dump_state()
-
-
 def _primary(seed: int) -> _Server:
     primary = _Server()
     primary.config.stream_node_max_entries = 5
@@ -988,7 +977,7 @@ def test_effects_replay_to_the_same_groups(seed: int) -> None:
     replica.clock = primary.clock + 1_000_000  # later than every delivery time
     for e in effects:
         assert not _run(replica, e).startswith(b"-"), e
-    assert _group_state(replica) == _group_state(primary)
+    assert group_state(replica) == group_state(primary)
 
 
 def _full(c: RawClient) -> tuple:
@@ -1030,7 +1019,7 @@ def test_effects_applied_by_redis_give_the_same_groups(seed: int, oracle, node) 
         # And the same as the primary, delivery times included.
         want = []
         for name, (last_id, entries_read, pel, consumers) in sorted(
-                _group_state(primary)[0].items()):  # type: ignore[index]
+                group_state(primary)[0].items()):  # type: ignore[index]
             want.append((name, _fmt(last_id), entries_read,
                          [(_fmt(sid), owner, t, n) for sid, (t, n, owner) in pel.items()],
                          sorted((n, len(p)) for n, p in consumers.items())))

@@ -17,7 +17,7 @@ from collections.abc import Callable
 
 import pytest
 
-from tests.support.inproc import InprocServer, run
+from tests.support.inproc import InprocServer, group_state, run
 from tests.support.persist import diff_states, dump_state
 from tests.support.rawresp import RawClient
 from tests.support.replset import Member, ReplicaSet, states_equal
@@ -96,17 +96,6 @@ def workload(seed: int, n: int = 500) -> list[list[bytes]]:
             cmds.append([b"XAUTOCLAIM", b"s", g, c, rng.choice([b"0", b"20"]), b"0",
                          b"COUNT", b"%d" % rng.randint(1, 4)])
     return cmds
-
-
-def group_state(server: InprocServer) -> object:
-    s = server.db.get_stream(b"s")
-    if s is None:
-        return None
-    out = {}
-    for name, g in s.groups.items():
-        out[name] = (g.last_id, g.entries_read, dict(g.pel.items()),
-                     {n: list(c.pel) for n, c in g.consumers.items()}, g.nacked_count())
-    return out, s.dump_state()
 
 
 def replay(seed: int, cmds: list[list[bytes]]) -> tuple[InprocServer, InprocServer]:

@@ -66,3 +66,16 @@ def run(server: InprocServer, argv: list[bytes]) -> bytes:
         return b"-" + e.message
     except Blocked:
         return b"*-1\r\n"
+
+
+def group_state(server: InprocServer, key: bytes = b"s") -> object:
+    """A stream's groups exactly (cursor, counter, PEL with NACKs, consumer PELs) and its
+    entries: what a replay of the effects must reproduce."""
+    s = server.db.get_stream(key)
+    if s is None:
+        return None
+    out = {}
+    for name, g in s.groups.items():
+        out[name] = (g.last_id, g.entries_read, dict(g.pel.items()),
+                     {n: list(c.pel) for n, c in g.consumers.items()})
+    return out, s.dump_state()
