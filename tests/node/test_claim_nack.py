@@ -260,3 +260,24 @@ def test_idle_pending_order_against_a_plain_sort() -> None:
         want = [sid for t, sid in sorted((v[0], sid) for sid, v in g.pel.items())
                 if t <= now - min_idle]
         assert g.idle_pending(now, min_idle, count) == (want[:count] if count else want)
+
+
+def test_xnack_serves_a_reader_blocked_with_claim(node: NodeHandle, r: redis.Redis) -> None:
+    """N1 with BLOCK (O: an XNACK signals its stream, like a write): a reader blocked in
+    XREADGROUP ... CLAIM gets the released entry at once, as 4 elements."""
+    import threading
+
+    setup_stream(r, 1)
+    r.xreadgroup("g", "c1", {"s": ">"})
+    got: list = []
+    waiter = node.client()
+    t = threading.Thread(target=lambda: got.append(waiter.xreadgroup(
+        "g", "c2", {"s": ">"}, block=20_000, claim_min_idle_time=3_600_000)))
+    t.start()
+    wait_until(lambda: r.info("clients")["blocked_clients"] == 1, 10, what="reader blocked")
+    assert r.xnack("s", "g", "FAIL", "1-0") == 1
+    t.join(10)
+    assert not t.is_alive()
+    (entry,) = got[0][0][1]
+    assert (entry[0], entry[1], entry[3]) == (b"1-0", {b"n": b"1"}, 1)
+    assert pending(r) == {b"1-0": (b"c2", 2)}
