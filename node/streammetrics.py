@@ -131,8 +131,9 @@ _FAMILIES = (
      "Pending entries the group's consumers released with XNACK (Redis 8.8), since this "
      "process started."),
     ("xshard_stream_group_oldest_pending_age_seconds", "gauge",
-     "Seconds since the last delivery of the group's lowest pending ID (0 with nothing "
-     "pending): grows while a consumer holds an entry without acknowledging it."),
+     "Seconds since the last delivery of the group's lowest pending ID that a consumer owns "
+     "(0 with none): grows while a consumer holds an entry without acknowledging it. "
+     "Entries released by XNACK are counted by xshard_stream_group_nacked_total instead."),
     ("xshard_stream_group_consumer_idle_seconds", "gauge",
      "Seconds since the consumer's last attempted interaction (XINFO CONSUMERS idle); only "
      "with metrics-consumers yes."),
@@ -140,6 +141,21 @@ _FAMILIES = (
      "Time from an entry's ID (its XADD time) to its first delivery to the group by "
      "XREADGROUP; entries with IDs that are no time (below the year 2000) are not observed."),
 )
+
+
+def _oldest_owned_age(g: ConsumerGroup, now_ms: int) -> float:
+    """Seconds since the delivery of the lowest pending ID some consumer owns: one look per
+    consumer, since an XNACK'ed entry (delivery time 0, nobody's) may be the lowest of all."""
+    pel = g.pel
+    if not pel:
+        return 0.0
+    first = pel.peekitem(0)
+    if first[1][2] is None:  # unowned: take the lowest owned one instead
+        heads = [c.pel[0] for c in g.consumers.values() if c.pel]
+        if not heads:
+            return 0.0
+        first = (0, pel[min(heads)])
+    return max(0, now_ms - first[1][0]) / 1000
 
 
 def _label(v: bytes) -> str:
@@ -183,7 +199,7 @@ async def exposition(sm: StreamMetrics, openmetrics: bool) -> bytes:
                 lag.append(f"xshard_stream_group_lag{gl} {n}")
                 pending.append(f"xshard_stream_group_pending{gl} {len(g.pel)}")
                 nacked.append(f"xshard_stream_group_nacked_total{gl} {g.nacked_total}")
-                age = max(0, now_ms - g.pel.peekitem(0)[1][0]) / 1000 if g.pel else 0.0
+                age = _oldest_owned_age(g, now_ms)
                 oldest.append(f"xshard_stream_group_oldest_pending_age_seconds{gl} {age!r}")
                 if consumers:
                     for c in g.consumers.values():

@@ -134,6 +134,18 @@ def test_oldest_pending_age_and_consumers(xnode) -> None:
     text = fetch(port)
     assert value(text, "xshard_stream_group_oldest_pending_age_seconds", stream="jobs",
                  group="workers") == 0
+    # An XNACK'ed entry (delivery time 0, nobody's) is not a held one: the age is that of
+    # the lowest entry a consumer owns, not 56 years.
+    r.xadd("jobs", {"a": 2})
+    r.xadd("jobs", {"a": 3})
+    first, second = (e[0] for e in r.xreadgroup("workers", "w", {"jobs": ">"})[0][1])
+    r.xnack("jobs", "workers", "FAIL", first)
+    age = value(fetch(port), "xshard_stream_group_oldest_pending_age_seconds", stream="jobs",
+                group="workers")
+    assert 0 <= age < 3600
+    r.xack("jobs", "workers", second)
+    assert value(fetch(port), "xshard_stream_group_oldest_pending_age_seconds", stream="jobs",
+                 group="workers") == 0
 
 
 def test_null_lag_is_estimated(xnode) -> None:
