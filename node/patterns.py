@@ -10,13 +10,18 @@ from functools import lru_cache
 
 
 @lru_cache(maxsize=256)
-def _compile(pattern: bytes, nocase: bool) -> re.Pattern[bytes]:
-    out = []
+def _compile(pattern: bytes, nocase: bool) -> tuple[tuple[re.Pattern[bytes], int], ...]:
+    """The pattern's parts between its stars: (regex, length) each. Every part matches a
+    fixed number of bytes (one per `?`, class or literal), which is what lets `stringmatch`
+    place them left to right without backtracking."""
+    out: list[bytes] = []
+    parts: list[list[bytes]] = [out]
     i, n = 0, len(pattern)
     while i < n:
         ch = pattern[i:i + 1]
         if ch == b"*":
-            out.append(b".*")
+            out = []
+            parts.append(out)
         elif ch == b"?":
             out.append(b".")
         elif ch == b"\\" and i + 1 < n:
@@ -48,10 +53,30 @@ def _compile(pattern: bytes, nocase: bool) -> re.Pattern[bytes]:
         else:
             out.append(re.escape(ch))
         i += 1
-    return re.compile(b"".join(out), re.DOTALL | (re.IGNORECASE if nocase else 0))
+    flags = re.DOTALL | (re.IGNORECASE if nocase else 0)
+    return tuple((re.compile(b"".join(p), flags), len(p)) for p in parts)
 
 
 def stringmatch(pattern: bytes, s: bytes, nocase: bool = False) -> bool:
+    """Redis stringmatchlen. Between two stars the leftmost place a part fits is always the
+    best one, so each part is searched once: O(len(s) x len(pattern)) at worst. One regex
+    with `.*` per star backtracks exponentially (`?*?*?*?*?*?*?*?*x` against a 100-byte key
+    held the node for minutes), the hang Redis fixed in 7.0.9 (CVE-2022-36021)."""
     if pattern == b"*":
         return True
-    return _compile(pattern, nocase).fullmatch(s) is not None
+    parts = _compile(pattern, nocase)
+    first, size = parts[0]
+    if len(parts) == 1:
+        return first.fullmatch(s) is not None
+    if first.match(s) is None:
+        return False
+    pos = size
+    for part, size in parts[1:-1]:
+        if size:
+            m = part.search(s, pos)
+            if m is None:
+                return False
+            pos = m.end()
+    last, size = parts[-1]
+    start = len(s) - size
+    return start >= pos and last.fullmatch(s, start) is not None

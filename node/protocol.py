@@ -23,6 +23,7 @@ Hot-path choices (the node runs every command through `_process`):
 from __future__ import annotations
 
 import asyncio
+import re
 import socket
 from collections.abc import Callable
 from typing import TYPE_CHECKING
@@ -30,7 +31,14 @@ from typing import TYPE_CHECKING
 import hiredis
 
 from node import errors
-from node.resp import SKIP, ProtocolError, check_request_header, parse_request
+from node.resp import (
+    SKIP,
+    ProtocolError,
+    check_request_header,
+    collect_bulks,
+    multibulk_header,
+    parse_request,
+)
 
 if TYPE_CHECKING:
     from node.client import Client
@@ -43,6 +51,13 @@ _BLOCKED_INPUT_LIMIT = 64 * 1024  # a blocked client's input buffered before rea
 _MAX_COMMANDS_PER_TURN = 128  # commands of one client run before yielding to the loop
 WRITE_HIGH = 256 * 1024  # transport water marks: replies to one batch are written at once;
 WRITE_LOW = 64 * 1024  # past the high mark reading pauses instead of buffering without bound
+# hiredis allocates all of an array's slots when it reads the `*N` line, before any element
+# arrived: `*2147483647` costs 16 GB of address space and every full garbage collection then
+# walks the 2^31 empty slots (25 s). A chunk with a count of 6 digits or more (found at C
+# speed, ~1% of the parse) goes to the exact parser instead, which collects such a request's
+# elements as they arrive (`_big`), as Redis does.
+_BIG_COUNT = re.compile(rb"\*[0-9]{6}")
+BIG_REQUEST = 100_000  # a request declaring more elements than this is collected by `_big`
 
 
 def set_nodelay(transport: asyncio.BaseTransport) -> None:
@@ -53,12 +68,22 @@ def set_nodelay(transport: asyncio.BaseTransport) -> None:
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
 
+def _tail(parts: list[bytes]) -> bytes:
+    """The last 8 bytes of `parts` joined: a `*N` line may come in pieces of any size."""
+    t = parts[-1][-8:]
+    i = len(parts) - 1
+    while len(t) < 8 and i > 0:
+        i -= 1
+        t = parts[i][-8:] + t
+    return t
+
+
 class RespConnection(asyncio.Protocol):
     """One client socket of a RESP server. Parses synchronously, replies once per batch."""
 
     __slots__ = ("server", "execute", "transport", "reader", "client", "_slow", "_boundary",
                  "_span", "_span_len", "_done", "_closing", "_write_paused", "_read_paused",
-                 "_stalls", "_halt", "_pending")
+                 "_stalls", "_halt", "_pending", "_big")
 
     def __init__(self, server: ConnectionOwner,
                  execute: Callable[[Client, list[bytes]], bytes | None]) -> None:
@@ -80,6 +105,7 @@ class RespConnection(asyncio.Protocol):
         self._stalls = 0  # stall() without resume(): later requests wait (router)
         self._halt = False  # closing or write-paused or stalled: run no command now
         self._pending = 0  # bytes received into an incomplete request
+        self._big: tuple[int, list[bytes]] | None = None  # a huge request's count and elements
 
     # --- asyncio callbacks --------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -118,13 +144,17 @@ class RespConnection(asyncio.Protocol):
             return
         self.server.stats.net_input_bytes += len(data)
         reader = self.reader
-        if self._slow or (data[:1] != b"*" and self._boundary):
+        if self._slow or self._big is not None or (data[:1] != b"*" and self._boundary):
             self._slow += data
             self._process()
             return
         # Keep the bytes since the last known request boundary: if hiredis rejects something,
         # the slow path re-parses them exactly as Redis would.
         span = self._span
+        if (self._boundary or span) and (_BIG_COUNT.search(data) is not None or (
+                span and not self._boundary and _BIG_COUNT.search(_tail(span) + data[:8]))):
+            self._huge_count(data)  # (past _SPAN_LIMIT without a boundary it cannot re-parse)
+            return
         if self._boundary:
             self._span = [data]
             self._span_len = len(data)
@@ -216,6 +246,23 @@ class RespConnection(asyncio.Protocol):
             self.finish()
         return n
 
+    def _huge_count(self, data: bytes) -> None:
+        """A chunk declares a count hiredis must not see: the exact parser takes the bytes since
+        the last boundary (the commands of them that already ran are skipped)."""
+        if self._boundary:
+            self._span = []
+            self._span_len = 0
+            self._done = 0
+        if self._span is not None:
+            self._span.append(data)
+            self._span_len += len(data)
+        out: list[bytes] = []
+        self._fallback(out)
+        if out:
+            self._write(b"".join(out))
+        if self.client is not None and self.client.close_after_reply:
+            self.finish()
+
     def _continue(self) -> None:
         if not self._write_paused:
             self._resume_reading()
@@ -243,10 +290,29 @@ class RespConnection(asyncio.Protocol):
         buf = self._slow
         pos = 0
         max_bulk = self.server.config.proto_max_bulk_len
+        argv: list[bytes] | None
         while c.blocked is None and not c.close_after_reply and not self._halt:
             try:
-                argv, end = parse_request(buf, pos, max_bulk, c.authenticated)
+                if self._big is not None:
+                    count, got = self._big
+                    argv = got
+                    pos = collect_bulks(buf, pos, count, got, max_bulk, c.authenticated)
+                    if len(got) < count:
+                        break
+                    self._big = None
+                    end = pos
+                else:
+                    argv, end = parse_request(buf, pos, max_bulk, c.authenticated)
+                    if argv is None and buf[pos:pos + 1] == b"*":
+                        head = multibulk_header(buf, pos, c.authenticated)
+                        if head is not None and head[0] > BIG_REQUEST:
+                            # Collect it from here on: re-parsing it on every read would be
+                            # quadratic in its size.
+                            self._big = (head[0], [])
+                            pos = head[1]
+                            continue
             except ProtocolError as e:
+                self._big = None
                 out.append(self._protocol_error_reply(e.text))
                 pos = len(buf)
                 break
@@ -262,7 +328,7 @@ class RespConnection(asyncio.Protocol):
             if reply is not None:
                 out.append(reply)
         rest = buf[pos:]
-        if rest[:1] == b"*" or not rest:
+        if self._big is None and (not rest or rest[:1] == b"*" and _BIG_COUNT.search(rest) is None):
             # Back to hiredis at a request boundary.
             self._slow = b""
             self._boundary = True

@@ -57,6 +57,10 @@ class ReplyError(Exception):
     def __init__(self, message: bytes | str) -> None:
         if isinstance(message, str):
             message = message.encode()
+        if b"\r" in message or b"\n" in message:
+            # An error is one line: user input quoted in it (a group name, an ID) must not end
+            # it early, so CR and LF become spaces as in Redis's addReplyErrorFormat.
+            message = message.replace(b"\r", b" ").replace(b"\n", b" ")
         super().__init__(message)
         self.message = message
 
@@ -332,34 +336,53 @@ def parse_request(buf: bytes, pos: int, max_bulk: int, authed: bool) -> tuple[li
         if argv is None:
             raise ProtocolError(b"unbalanced quotes in request")
         return (argv or SKIP), nl + 1
+    head = multibulk_header(buf, pos, authed)
+    if head is None:
+        return None, pos
+    count, p = head
+    if count <= 0:
+        return SKIP, p
+    argv: list[bytes] = []
+    p = collect_bulks(buf, p, count, argv, max_bulk, authed)
+    return (argv, p) if len(argv) == count else (None, pos)
+
+
+def multibulk_header(buf: bytes, pos: int, authed: bool) -> tuple[int, int] | None:
+    """The declared count of the multibulk request at `pos` and where its elements start, or
+    None while the header line is incomplete; raises ProtocolError as Redis does."""
     cr = buf.find(b"\r", pos)
     if cr < 0:
-        if n - pos > PROTO_INLINE_MAX_SIZE:
+        if len(buf) - pos > PROTO_INLINE_MAX_SIZE:
             raise ProtocolError(b"too big mbulk count string")
-        return None, pos
-    if cr + 1 >= n:
-        return None, pos
+        return None
+    if cr + 1 >= len(buf):
+        return None
     count = _strict_ll(buf[pos + 1:cr])
     if count is None or count > INT_MAX:
         raise ProtocolError(b"invalid multibulk length")
     if count > PROTO_UNAUTH_MULTIBULK and not authed:
         raise ProtocolError(b"unauthenticated multibulk length")
-    p = cr + 2
-    if count <= 0:
-        return SKIP, p
-    argv = []
-    for _ in range(count):
+    return count, cr + 2
+
+
+def collect_bulks(buf: bytes, p: int, count: int, argv: list[bytes], max_bulk: int,
+                  authed: bool) -> int:
+    """Append the complete bulk strings at `p` to `argv` until it holds `count`; returns where
+    the next unread byte is. A caller can keep `argv` between reads and go on from there, so
+    a request declaring millions of elements is read once, not again on every read."""
+    n = len(buf)
+    while len(argv) < count:
         if p >= n:
-            return None, pos
+            return p
         cr = buf.find(b"\r", p)
         if cr < 0:
             if n - p > PROTO_INLINE_MAX_SIZE:
                 raise ProtocolError(b"too big bulk count string")
-            return None, pos
+            return p
         if buf[p] != 36:  # '$'
             raise ProtocolError(b"expected '$', got '%s'" % buf[p:p + 1])
         if cr + 1 >= n:
-            return None, pos
+            return p
         ln = _strict_ll(buf[p + 1:cr])
         if ln is None or ln < 0 or ln > max_bulk:
             raise ProtocolError(b"invalid bulk length")
@@ -367,10 +390,10 @@ def parse_request(buf: bytes, pos: int, max_bulk: int, authed: bool) -> tuple[li
             raise ProtocolError(b"unauthenticated bulk length")
         start = cr + 2
         if start + ln + 2 > n:
-            return None, pos
+            return p
         argv.append(buf[start:start + ln])
         p = start + ln + 2  # Redis skips the two bytes after a bulk without looking at them
-    return argv, p
+    return p
 
 
 def _strict_ll(b: bytes) -> int | None:

@@ -44,9 +44,14 @@ CASES = [
     ("inline-unbalanced-double-quote", b'SET "a\r\n'),
     ("inline-unbalanced-single-quote", b"ECHO 'a\r\n"),
     ("inline-quote-then-char", b'ECHO "a"b\r\n'),
+    ("mbulk-nested-huge-count", b"*1\r\n*2147483647\r\n"),
     # (the cases above are protocol errors, see _N_PROTOCOL_ERRORS)
     # valid but unusual framing: no close
     ("mbulk-large-count-waits", b"*1048577\r\n"),
+    ("mbulk-huge-count-waits", b"*2147483647\r\n"),
+    ("mbulk-huge-count-after-ping", b"*1\r\n$4\r\nPING\r\n*2147483647\r\n$4\r\nPING\r\n"),
+    ("error-text-with-crlf-stays-one-line",
+     encode_command([b"XREADGROUP", b"GROUP", b"g\r\nx", b"c", b"STREAMS", b"k\nz", b">"])),
     ("mbulk-zero-then-ping", b"*0\r\n*1\r\n$4\r\nPING\r\n"),
     ("mbulk-minus-one-then-ping", b"*-1\r\nPING\r\n"),
     ("bulk-trailing-bytes-skipped", b"*1\r\n$4\r\nPINGxx\r\n"),
@@ -82,7 +87,7 @@ CASES = [
      + encode_command([b"XRANGE", K, b"x", b"+"]) + encode_command([b"XLEN", K])),
     ("pipeline-then-bad-bulk", b"PING\r\n" * 3 + b"*1\r\n$-1\r\n" + b"PING\r\n"),
 ]
-_N_PROTOCOL_ERRORS = 15
+_N_PROTOCOL_ERRORS = 16
 
 
 def _exchange_all(addr: tuple[str, int], payloads: list[bytes], quiet: float = 0.4,
