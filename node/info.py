@@ -7,7 +7,7 @@ import platform
 import resource
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import TYPE_CHECKING
 
 from node import REDIS_VERSION
@@ -262,27 +262,33 @@ SECTIONS: dict[str, Callable[[Server], list[tuple[str, object]]]] = {
 }
 
 
-def render(server: Server, names: list[str]) -> bytes:
-    """The INFO text for the requested sections ('default', 'all', 'everything' or names)."""
+def wanted_sections(names: list[str], default: tuple[str, ...], every: tuple[str, ...],
+                    known: Collection[str]) -> list[str]:
+    """The sections INFO's arguments ask for, in order, once each: 'default', 'all' and
+    'everything' expand, unknown names are dropped (Redis prints nothing for them)."""
     wanted: list[str] = []
-    if not names:
-        names = ["default"]
-    for name in names:
+    for name in names or ["default"]:
         n = name.lower()
         if n == "default":
-            wanted += DEFAULT_SECTIONS
+            wanted += default
         elif n in ("all", "everything"):
-            wanted += ALL_SECTIONS
-        elif n in SECTIONS:
+            wanted += every
+        elif n in known:
             wanted.append(n)
-    seen: set[str] = set()
+    return list(dict.fromkeys(wanted))
+
+
+def format_sections(sections: list[tuple[str, list[tuple[str, object]]]]) -> bytes:
+    """INFO text: '# Title' then 'field:value' lines per section, a blank line between."""
     parts = []
-    for n in wanted:
-        if n in seen:
-            continue
-        seen.add(n)
-        lines = [f"# {'CPU' if n == 'cpu' else n.capitalize()}"]
-        lines += [f"{k}:{v}" for k, v in SECTIONS[n](server)]
+    for name, fields in sections:
+        lines = [f"# {'CPU' if name == 'cpu' else name.capitalize()}"]
+        lines += [f"{k}:{v}" for k, v in fields]
         parts.append("\r\n".join(lines))
-    text = "\r\n\r\n".join(parts)
-    return (text + "\r\n").encode()
+    return ("\r\n\r\n".join(parts) + "\r\n").encode()
+
+
+def render(server: Server, names: list[str]) -> bytes:
+    """The INFO text for the requested sections ('default', 'all', 'everything' or names)."""
+    wanted = wanted_sections(names, DEFAULT_SECTIONS, ALL_SECTIONS, SECTIONS)
+    return format_sections([(n, SECTIONS[n](server)) for n in wanted])

@@ -5,20 +5,18 @@
 - SCAN: every shard in turn, behind one cursor.
 - CONFIG GET reads one node; CONFIG RESETSTAT goes to every node (CONFIG SET does too, by its
   request policy, without a rule here).
-- ROLE, INFO and CLUSTER describe the router: CLUSTER answers as a cluster made of the live
-  routers, each owning an even share of the slots, so cluster-aware clients spread over the
-  routers and never see -MOVED.
+- ROLE and CLUSTER describe the router (INFO does too, in router/introspection.py): CLUSTER
+  answers as a cluster made of the live routers, each owning an even share of the slots, so
+  cluster-aware clients spread over the routers and never see -MOVED.
 """
 
 from __future__ import annotations
 
-import os
-import time
 from collections.abc import Callable
 from functools import partial
 from typing import TYPE_CHECKING
 
-from node import REDIS_VERSION, command_table, errors
+from node import command_table, errors
 from node.cluster import redis_id
 from node.resp import (
     Verbatim,
@@ -144,34 +142,6 @@ def config_resetstat(router: Router, c: RouterClient, argv: list[bytes], cell: C
 @router_command(b"role")
 def role(router: Router, c: RouterClient, argv: list[bytes], cell: Cell) -> None:
     _conn(c).fill(cell, encode([b"master", 0, []], c.proto))
-
-
-@router_command(b"info")
-def info(router: Router, c: RouterClient, argv: list[bytes], cell: Cell) -> None:
-    up = int(time.time() - router.start_time)
-    st = router.stats
-    fields = [
-        "# Server", f"redis_version:{REDIS_VERSION}", "redis_mode:standalone",
-        "xshard_role:router", f"process_id:{os.getpid()}",
-        f"run_id:{redis_id(router.router_id)}", f"tcp_port:{router.config.port}",
-        f"uptime_in_seconds:{up}", "",
-        "# Clients", f"connected_clients:{len(router.clients)}",
-        f"blocked_clients:{sum(1 for x in router.clients.values() if x.blocked)}", "",
-        "# Stats", f"total_connections_received:{st.total_connections}",
-        f"total_commands_processed:{st.total_commands}",
-        f"rejected_connections:{st.rejected_connections}",
-        f"total_net_input_bytes:{st.net_input_bytes}",
-        f"total_net_output_bytes:{st.net_output_bytes}",
-        f"redirects_moved:{router.redirects['moved']}",
-        f"redirects_ask:{router.redirects['ask']}", "",
-        "# Replication", "role:master", "connected_slaves:0", "",
-        "# Cluster", "cluster_enabled:0", f"slotmap_version:{router.map.version}",
-        # Where the shards are, for clients that read them directly (pipeline/cluster.py asks
-        # one of these nodes for CLUSTER SHARDS).
-        "xshard_primaries:" + ",".join(f"{h}:{p}" for h, p in router.primaries()),
-    ]
-    text = ("\r\n".join(fields) + "\r\n").encode()
-    _conn(c).fill(cell, encode(Verbatim(text), c.proto))
 
 
 # --- CLUSTER: the live routers as a cluster that owns every slot ---------------------------------

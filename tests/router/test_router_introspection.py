@@ -60,3 +60,46 @@ def test_slowlog_fans_out_and_per_node_reports_are_refused(cluster: Cluster) -> 
             n.call("CONFIG", "SET", "slowlog-log-slower-than", "10000")
             n.close()
         c.close()
+
+
+def _info(c: RawClient, *sections: str) -> tuple[list[str], dict[str, str]]:
+    text = c.call("INFO", *sections)[1].decode()
+    titles = [line[2:] for line in text.splitlines() if line.startswith("# ")]
+    return titles, dict(line.split(":", 1) for line in text.splitlines() if ":" in line)
+
+
+def test_info_through_a_router_honours_sections_and_adds_the_shards(cluster: Cluster) -> None:
+    c = RawClient(cluster.router.host, cluster.router.port)
+    try:
+        c.call("FLUSHALL")
+        keys = cluster.keys_on_each_shard("i") + cluster.keys_on_each_shard("j")
+        for k in keys:
+            c.call("XADD", k, "*", "f", "v")
+        c.call("SET", keys[0] + "x", "v", "EX", "100")
+        titles, f = _info(c)
+        assert titles == ["Server", "Clients", "Memory", "Stats", "Replication", "CPU",
+                          "Errorstats", "Cluster", "Keyspace"]
+        assert f["xshard_role"] == "router" and f["role"] == "master"
+        assert f["cluster_shards"] == "3" and f["cluster_shards_unreachable"] == "0"
+        assert f["cluster_keys"] == str(len(keys) + 1) == str(c.call("DBSIZE")[1])
+        assert f["cluster_expires"] == "1"
+        assert f["db0"].startswith(f"keys={len(keys) + 1},expires=1,")
+        direct = 0
+        for p in cluster.primaries():
+            with RawClient(p.host, p.port) as n:
+                direct += int(_info(n, "stats")[1]["total_commands_processed"])
+        # each node's count only grows: the sum asked after theirs is at least theirs
+        assert direct <= int(_info(c, "cluster")[1]["cluster_total_commands_processed"])
+        assert f["xshard_primaries"].count(",") == 2
+        # one section, in any case; several; unknown ones print nothing
+        assert _info(c, "SERVER")[0] == ["Server"]
+        assert _info(c, "clients", "keyspace")[0] == ["Clients", "Keyspace"]
+        assert _info(c, "cluster")[1]["xshard_primaries"] == f["xshard_primaries"]
+        assert _info(c, "nosuch") == ([], {})
+        c.hello(3)
+        kind, _ = c.call("INFO", "cluster")
+        assert kind == "="
+        assert _info(c, "cluster")[1]["cluster_keys"] == str(len(keys) + 1)
+    finally:
+        c.call("FLUSHALL")
+        c.close()
