@@ -103,3 +103,12 @@ def test_info_through_a_router_honours_sections_and_adds_the_shards(cluster: Clu
     finally:
         c.call("FLUSHALL")
         c.close()
+
+
+def test_pipeline_finds_the_shards_from_the_routers_info(cluster: Cluster) -> None:
+    """pipeline/cluster.py reads `xshard_role` and `xshard_primaries` from INFO server and
+    INFO cluster of a router to find the nodes it asks for CLUSTER SHARDS (without Spark)."""
+    from pipeline.cluster import Topology
+
+    seeds, is_router = Topology(f"redis://{cluster.router.host}:{cluster.router.port}")._seeds()
+    assert is_router and sorted(seeds) == sorted((p.host, p.port) for p in cluster.primaries())
