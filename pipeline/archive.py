@@ -29,6 +29,9 @@ from typing import Any
 from pipeline.cluster import SEQ_MAX, Topology, XShardError, format_id, parse_id
 from pipeline.reader import name_of, resolve
 
+# IDs past year 9999 (or of 2^63 ms and more, negative in the LONG) have no date: Spark files
+# them under date=__HIVE_DEFAULT_PARTITION__.
+_LAST_DAY_MS = 253402300799999
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 
 
@@ -54,8 +57,19 @@ def archived_up_to(spark: Any, out: str) -> dict[str, int]:
     from pyspark.sql import functions as F
 
     df = spark.read.option("basePath", out).parquet(out)
-    rows = df.groupBy("stream").agg(F.max(F.struct("ms", "seq")).alias("top")).collect()
-    return {r.stream: (r.top.ms % (1 << 64)) << 64 | (r.top.seq % (1 << 64)) for r in rows}
+    # ms and seq are unsigned halves in signed LONGs (see pipeline/reader.py): compare them
+    # unsigned, or an ID of 2^63 ms or more would sort before the others.
+    rows = df.groupBy("stream").agg(
+        F.max(F.struct(_unsigned("ms").alias("ms"), _unsigned("seq").alias("seq")))
+        .alias("top")).collect()
+    return {r.stream: int(r.top.ms) << 64 | int(r.top.seq) for r in rows}
+
+
+def _unsigned(col: str) -> Any:
+    from pyspark.sql import functions as F
+
+    c = F.col(col).cast("decimal(20,0)")
+    return F.when(F.col(col) < 0, c + F.lit(str(1 << 64)).cast("decimal(20,0)")).otherwise(c)
 
 
 def run(spark: Any, url: str, streams: list[str], out: str, cutoff: int, trim: bool = True
@@ -82,7 +96,9 @@ def run(spark: Any, url: str, streams: list[str], out: str, cutoff: int, trim: b
                   .option("streams", ",".join(names))
                   .option("startingOffsets", json.dumps(start))
                   .option("endingOffsets", json.dumps(end)).load()
-                  .withColumn("date", F.date_format(F.timestamp_millis("ms"), "yyyy-MM-dd")))
+                  .withColumn("date", F.when(
+                      F.col("ms").between(0, _LAST_DAY_MS),
+                      F.date_format(F.timestamp_millis("ms"), "yyyy-MM-dd"))))
             counts = {r.stream: r["count"] for r in df.groupBy("stream").count().collect()}
             if counts:
                 df.write.mode("append").partitionBy("stream", "date").parquet(out)

@@ -36,7 +36,13 @@ __all__ = ["MAX_ID", "SEQ_MAX", "Addr", "Shard", "Topology", "XShardError", "for
 Addr = tuple[str, int]
 T = TypeVar("T")
 
-# Errors after which the same request may succeed once the topology is re-read.
+# Errors after which the same request may succeed once the topology is re-read. redis-py
+# turns most of them into classes of their own and strips the code from the message ("MOVED 5
+# h:p" becomes MovedError("5 h:p")), so they are matched by class; the others by prefix.
+_RETRY_CLASSES = (redis.ConnectionError, redis.TimeoutError, ConnectionError, TimeoutError,
+                  redis.exceptions.AskError,  # and MovedError, its subclass
+                  redis.exceptions.ClusterDownError,  # and MasterDownError
+                  redis.exceptions.TryAgainError, redis.exceptions.ReadOnlyError)
 _RETRY_PREFIXES = ("MOVED", "ASK", "CLUSTERDOWN", "TRYAGAIN", "READONLY", "LOADING",
                    "MASTERDOWN", "NOREPLICAS")
 
@@ -60,7 +66,8 @@ def parse_url(url: str) -> tuple[Addr, str | None]:
 
 
 def retryable(e: BaseException) -> bool:
-    if isinstance(e, redis.ConnectionError | redis.TimeoutError | ConnectionError | TimeoutError):
+    """A failover, a slot move or a lost connection: worth a retry on a fresh topology."""
+    if isinstance(e, _RETRY_CLASSES):
         return True
     return isinstance(e, redis.ResponseError) and str(e).startswith(_RETRY_PREFIXES)
 

@@ -10,6 +10,12 @@ Batch: one partition per stream, or several ID ranges (split by time) for a stre
 splitEntries. Filters on `stream`, `id` (equality) and `ms` are pushed into the ranges when
 `spark.sql.python.filterPushdown.enabled` is on (Spark 4.1+); otherwise Spark filters.
 
+`ms` and `seq` are an ID's two unsigned 64-bit halves in Spark's signed LONG: a half of 2^63 or
+more wraps to a negative number (two's complement, so `ms % 2**64` gives it back), and `id`
+always holds the exact ID. Such IDs exist only when written explicitly (the clock is ~2^40 ms).
+Pushed `ms` filters select exactly the rows Spark's signed comparison would: `ms < 10` also
+matches the wrapped IDs.
+
 Streaming: offsets are {stream: last-id}. latestOffset re-resolves the globs (new streams start
 from their first entry) and asks every shard for its streams' last IDs in one pipeline. With
 maxEntriesPerTrigger (or Spark 4.2's ReadMaxRows) each stream with new entries gets an equal
@@ -90,8 +96,23 @@ class Range(InputPartition):
 
 
 # -- reading one range --------------------------------------------------------------------------
+_LONG_MIN, _LONG_MAX = -(1 << 63), (1 << 63) - 1
+
+
 def _signed(v: int) -> int:
+    """An unsigned 64-bit ID half as Spark's LONG (two's complement)."""
     return v - (1 << 64) if v >= 1 << 63 else v
+
+
+def ms_spans(lo: int, hi: int) -> list[tuple[int, int]]:
+    """The unsigned ms intervals whose signed LONG value is in [lo, hi] (signed bounds): the
+    non-negative part as is, the negative part as the wrapped IDs at 2^63 and above."""
+    out = []
+    if hi >= 0 and max(lo, 0) <= hi:
+        out.append((max(lo, 0), hi))
+    if lo < 0 and lo <= min(hi, -1):
+        out.append((lo + (1 << 64), min(hi, -1) + (1 << 64)))
+    return out
 
 
 def _column(values: list[bytes], binary: bool) -> pa.Array:
@@ -211,8 +232,8 @@ class XShardBatchReader(DataSourceReader):
                               "batch read starts at 'earliest' or at JSON offsets")
         self.opts = opts
         self.topo = Topology.discover(opts.url, opts.retry_timeout)
-        self.ms_lo = 0
-        self.ms_hi = SEQ_MAX
+        self.ms_lo = _LONG_MIN  # pushed bounds on the signed `ms` column
+        self.ms_hi = _LONG_MAX
         self.points: set[int] | None = None
         self.only: set[bytes] | None = None
 
@@ -226,24 +247,32 @@ class XShardBatchReader(DataSourceReader):
         ending = o.ending if isinstance(o.ending, dict) else {}
         lens = self._lengths(streams)
         parts: list[Range] = []
+        spans = ms_spans(self.ms_lo, self.ms_hi)
+        pts = tuple(sorted(self.points)) if self.points is not None else None
         for s in streams:
             name = name_of(s)
-            lo = max(starting[name] + 1 if name in starting else 0, self.ms_lo << 64)
-            hi = min(ending.get(name, last[s]), last[s], self.ms_hi << 64 | SEQ_MAX)
-            if lo > hi or not last[s]:
-                continue
-            pts = tuple(sorted(self.points)) if self.points is not None else None
-            pieces = -(-lens[s] // o.split_entries) if pts is None else 1
-            lo_ms, hi_ms = lo >> 64, hi >> 64
-            pieces = max(1, min(pieces, hi_ms - lo_ms + 1))
-            start = lo
-            for i in range(1, pieces + 1):
-                end = hi if i == pieces else \
-                    (lo_ms + (hi_ms - lo_ms) * i // pieces) << 64 | SEQ_MAX
-                if start <= end:
-                    parts.append(Range(s, start, end, len(parts), pts))
-                start = end + 1
+            for a, b in spans:
+                lo = max(starting[name] + 1 if name in starting else 0, a << 64)
+                hi = min(ending.get(name, last[s]), last[s], b << 64 | SEQ_MAX)
+                if lo <= hi and last[s]:
+                    pieces = -(-lens[s] // o.split_entries) if pts is None else 1
+                    parts += self._split(s, lo, hi, pieces, pts, len(parts))
         return parts
+
+    @staticmethod
+    def _split(s: bytes, lo: int, hi: int, pieces: int, pts: tuple[int, ...] | None,
+               n: int) -> list[Range]:
+        """[lo, hi] in up to `pieces` ranges of equal time spans."""
+        lo_ms, hi_ms = lo >> 64, hi >> 64
+        pieces = max(1, min(pieces, hi_ms - lo_ms + 1))
+        out = []
+        start = lo
+        for i in range(1, pieces + 1):
+            end = hi if i == pieces else (lo_ms + (hi_ms - lo_ms) * i // pieces) << 64 | SEQ_MAX
+            if start <= end:
+                out.append(Range(s, start, end, n + len(out), pts))
+            start = end + 1
+        return out
 
     def _lengths(self, streams: list[bytes]) -> dict[bytes, int]:
         by_shard: dict[int, list[bytes]] = {}
@@ -271,7 +300,7 @@ class XShardBatchReader(DataSourceReader):
         if col == "ms" and isinstance(f, EqualTo | GreaterThan | GreaterThanOrEqual | LessThan
                                       | LessThanOrEqual) and isinstance(f.value, int):
             v = f.value
-            if v < 0 or v > SEQ_MAX:
+            if not _LONG_MIN <= v <= _LONG_MAX:
                 return False
             if isinstance(f, EqualTo | GreaterThanOrEqual):
                 self.ms_lo = max(self.ms_lo, v)
@@ -280,7 +309,7 @@ class XShardBatchReader(DataSourceReader):
             if isinstance(f, EqualTo | LessThanOrEqual):
                 self.ms_hi = min(self.ms_hi, v)
             if isinstance(f, LessThan):
-                if v == 0:
+                if v == _LONG_MIN:
                     self.ms_lo, self.ms_hi = 1, 0  # nothing
                 else:
                     self.ms_hi = min(self.ms_hi, v - 1)

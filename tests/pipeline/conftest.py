@@ -2,6 +2,8 @@
 
 - `spark` (session): local[2,4], small shuffles, no UI, Python filter pushdown on, the xshard
   source registered. Its Python workers import this worktree (PYTHONPATH).
+- `started(start)`: a streaming query past its start-up, started again when Spark's own start
+  of the query's Python source worker timed out (see `started`).
 - `cluster3` (module): 3 shards x (primary + replica) in the session's etcd, no controller
   (tests/support/cluster.py), shared by the tests of a module that only read and write;
   `router3` (module): a router in front of it. `etcd_url` and `xcluster` come from
@@ -12,12 +14,14 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
 
 from tests.conftest import REPO, NodeHandle
 from tests.support.cluster import Cluster, start_cluster
+from tests.support.procs import wait_until
 
 pyspark = pytest.importorskip("pyspark", reason="the Spark tests need `pip install -e '.[spark]'`")
 
@@ -44,6 +48,35 @@ def spark() -> Iterator[object]:
     pipeline.register(s)
     yield s
     s.stop()
+
+
+# Spark gives a streaming query's Python source worker a fixed 10 s to start and connect back
+# (PythonWorkerFactory.createSimpleWorker; not configurable in Spark 4.3). Importing pyspark and
+# pyarrow takes ~1.5 s on an idle machine and more than 10 s at a load of 12 on 2 cores, where
+# this message then kills the query before its source exists.
+WORKER_START_TIMEOUT = "Python worker failed to connect back"
+
+
+def _text(e: BaseException) -> str:
+    cause = getattr(e, "_cause", None)
+    return f"{e} {cause.toString() if cause is not None else ''}"
+
+
+def started(start: Callable[[], Any], tries: int = 3) -> Any:
+    """start() until the query has run its first trigger (so its source exists). Only a query
+    killed by Spark's worker start-up timeout, before it read anything, is started again
+    (from the same checkpoint: nothing was planned); any other error fails the test."""
+    for attempt in range(1, tries + 1):
+        q = start()
+        wait_until(lambda q=q: q.exception() is not None or q.lastProgress is not None, 120,
+                   0.2, what="the streaming query's first trigger")
+        e = q.exception()
+        if e is None:
+            return q
+        q.stop()
+        if WORKER_START_TIMEOUT not in _text(e) or attempt == tries:
+            raise AssertionError(f"the streaming query failed at its start: {e}")
+    raise AssertionError("unreachable")
 
 
 @pytest.fixture(scope="module")

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 import redis
 
+from tests.pipeline.conftest import started
 from tests.pipeline.test_stream import parquet_rows
 from tests.support.procs import wait_until
 
@@ -42,13 +43,23 @@ def test_primary_failover_mid_query_loses_and_duplicates_nothing(spark, xcluster
     out, ckpt = tmp_path / "out", tmp_path / "ckpt"
     df = (spark.readStream.format("xshard").option("url", url).option("streams", "fo:*")
           .option("retryTimeoutMs", "30000").load())
+    q = None
+
+    def rows_at_least(n: int) -> bool:
+        if q.exception() is not None:  # a dead query fails the test now, with its reason
+            raise AssertionError(f"the query failed: {q.exception()}")
+        return len(parquet_rows(spark, out)) >= n
+
+    def has_all(want: set[tuple[str, str]]) -> bool:
+        return rows_at_least(0) and want <= set(parquet_rows(spark, out))
+
     t = threading.Thread(target=writer)
     t.start()
-    q = (df.select("stream", "id").writeStream.format("parquet").option("path", str(out))
-         .option("checkpointLocation", str(ckpt)).trigger(processingTime="200 milliseconds")
-         .start())
     try:
-        wait_until(lambda: len(parquet_rows(spark, out)) >= 300, 120, what="rows flowing")
+        q = started(lambda: df.select("stream", "id").writeStream.format("parquet")
+                    .option("path", str(out)).option("checkpointLocation", str(ckpt))
+                    .trigger(processingTime="200 milliseconds").start())
+        wait_until(lambda: rows_at_least(300), 120, 0.5, what="rows flowing")
         victim = c.primary_id("0")
         assert victim is not None
         c.nodes[victim].kill()
@@ -60,13 +71,13 @@ def test_primary_failover_mid_query_loses_and_duplicates_nothing(spark, xcluster
         stop.set()
         t.join(60)
         want = set(acked)
-        wait_until(lambda: want <= set(parquet_rows(spark, out)), 120,
-                   what="every acknowledged entry")
+        wait_until(lambda: has_all(want), 120, 0.5, what="every acknowledged entry")
         assert q.exception() is None
     finally:
         stop.set()
         t.join(60)
-        q.stop()
+        if q is not None:
+            q.stop()
     rows = parquet_rows(spark, out)
     assert len(rows) == len(set(rows)), "an entry arrived twice"
     assert set(acked) <= set(rows)

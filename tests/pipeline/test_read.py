@@ -15,7 +15,8 @@ from pipeline.cluster import Topology
 from pipeline.reader import XShardBatchReader, resolve
 from tests.support.cluster import Cluster
 
-pytestmark = [pytest.mark.spark, pytest.mark.etcd]
+# 300 s: the first test also pays for starting the shared SparkSession and the cluster.
+pytestmark = [pytest.mark.spark, pytest.mark.etcd, pytest.mark.timeout(300)]
 
 
 def node_url(c: Cluster, nid: str = "s0n0") -> str:
@@ -135,6 +136,70 @@ def test_filters_are_pushed_into_id_ranges(spark, cluster3: Cluster, data: list[
     parts = rd.partitions()
     assert {p.stream for p in parts} == {b"ev:3"}
     assert min(p.lo for p in parts) == (a + 1) << 64 and max(p.hi >> 64 for p in parts) <= b
+
+
+def test_ids_past_a_signed_long_wrap_and_filter_as_spark_compares(spark, cluster3: Cluster,  # noqa: ANN001
+                                                                  tmp_path) -> None:  # noqa: ANN001
+    """ID halves of 2^63 and more are negative in ms/seq (two's complement, `id` exact); a
+    pushed `ms` filter keeps exactly the rows Spark's signed comparison keeps; the archive
+    job orders such IDs unsigned (its re-run archives and trims nothing)."""
+    from pipeline import archive
+    from pipeline.cluster import MAX_ID
+
+    big = 1 << 63
+    ids = ["5-1", f"{big - 1}-{big}", f"{big}-0", f"{(1 << 64) - 1}-{(1 << 64) - 1}"]
+    r = redis.RedisCluster(host="127.0.0.1", port=cluster3.nodes["s0n0"].port)
+    for i in ids:
+        r.xadd("wrap:x", {"i": i}, id=i)
+    df = spark.read.format("xshard").option("url", node_url(cluster3)).option(
+        "streams", "wrap:x").load()
+
+    def signed(v: int) -> int:
+        return v - (1 << 64) if v >= big else v
+
+    rows = {(x.id, x.ms, x.seq) for x in df.collect()}
+    assert rows == {(i, signed(int(i.split("-")[0])), signed(int(i.split("-")[1]))) for i in ids}
+    assert {(x.ms % (1 << 64), x.seq % (1 << 64)) for x in df.collect()} == {
+        tuple(map(int, i.split("-"))) for i in ids}
+    for cond in ("ms < 10", "ms >= 0", "ms < 0", "ms = -1", "ms > 5", "ms <= -9223372036854775808",
+                 "ms >= 5 and ms < 6", "ms > 9223372036854775806"):
+        pushed = sorted(x.id for x in df.where(cond).collect())
+        # `ms + 0` is not a column: Spark evaluates it itself.
+        spark_side = sorted(x.id for x in df.where(cond.replace("ms", "(ms + 0)")).collect())
+        assert pushed == spark_side, cond
+    out = tmp_path / "arch"
+    rep = archive.run(spark, node_url(cluster3), ["wrap:x"], str(out), MAX_ID)
+    assert rep["wrap:x"] == {"archived": 3, "up_to": ids[2], "trimmed": 3}
+    rep = archive.run(spark, node_url(cluster3), ["wrap:x"], str(out), MAX_ID)
+    assert rep["wrap:x"] == {"archived": 0, "up_to": ids[2], "trimmed": 0}
+    assert [e.decode() for e, _ in r.xrange("wrap:x")] == ids[3:]
+    r.close()
+
+
+def test_a_stale_topology_is_retried_after_moved(cluster3: Cluster, data: list[str]) -> None:
+    """A call that meets a redirect re-reads the shards and succeeds. redis-py raises MOVED,
+    ASK, CLUSTERDOWN, TRYAGAIN, READONLY and MASTERDOWN as classes of their own with the code
+    stripped from the message; matching the message missed them, so a node that had not yet
+    heard of a failover (answering MOVED to the old primary) failed the query."""
+    from pipeline.cluster import retryable
+
+    topo = Topology.discover(node_url(cluster3), retry_timeout=30)
+    key = b"ev:1"
+    i = topo.shard_of(key)
+    j = (i + 1) % len(topo.shards)
+    sh = topo.shards
+    sh[i].primary, sh[j].primary = sh[j].primary, sh[i].primary  # as if a failover moved them
+    with pytest.raises(redis.exceptions.MovedError):
+        topo.conn(topo.node(topo.shard_of(key))).xlen(key)
+    assert topo.call(lambda: topo.conn(topo.node(topo.shard_of(key))).xlen(key), "XLEN") == 300
+    topo.close()
+    ex = redis.exceptions
+    for e in (ex.MovedError("5 h:1"), ex.AskError("5 h:1"), ex.ClusterDownError("down"),
+              ex.MasterDownError("link down"), ex.TryAgainError("again"),
+              ex.ReadOnlyError("replica"), ex.BusyLoadingError("loading"),
+              ex.ResponseError("NOREPLICAS Not enough good replicas to write")):
+        assert retryable(e), e
+    assert not retryable(ex.ResponseError("WRONGTYPE Operation against a key"))
 
 
 def test_resolve_globs_on_every_shard(cluster3: Cluster, data: list[str]) -> None:

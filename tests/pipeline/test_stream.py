@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 import redis
 
+from tests.pipeline.conftest import started
 from tests.pipeline.test_read import fill, node_url
 from tests.support.cluster import Cluster
 from tests.support.procs import wait_until
@@ -55,7 +56,7 @@ def test_stream_restart_from_checkpoint_is_exactly_once(spark, cluster3: Cluster
                 .option("path", str(out)).option("checkpointLocation", str(ckpt))
                 .trigger(processingTime="200 milliseconds").start())
 
-    q = start()
+    q = started(start)
     try:
         wait_until(lambda: len(parquet_rows(spark, out)) >= 300, 120, what="first batches")
         fill(r, ["st:a", "st:b"], 100, "2")  # written while the query runs
@@ -64,7 +65,7 @@ def test_stream_restart_from_checkpoint_is_exactly_once(spark, cluster3: Cluster
     seen = parquet_rows(spark, out)
     assert 300 <= len(seen) < 800  # stopped in the middle: admission control works
     fill(r, ["st:c", "st:new"], 100, "3")  # while stopped; st:new appears now
-    q = start()
+    q = started(start)
     try:
         want = set(all_entries(r, ["st:a", "st:b", "st:c", "st:new"]))
         assert len(want) == 1000
@@ -172,7 +173,7 @@ def test_sink_is_exactly_once_when_a_query_restarts(spark, cluster3: Cluster,  #
                 .option("checkpointLocation", str(tmp_path / "ckpt"))
                 .trigger(processingTime="200 milliseconds").start())
 
-    q = start()
+    q = started(start)
     try:
         wait_until(lambda: r.xlen("copy:rs:a") == 300 and r.xlen("copy:rs:b") == 300, 120,
                    what="batch 1 copied")
@@ -185,7 +186,7 @@ def test_sink_is_exactly_once_when_a_query_restarts(spark, cluster3: Cluster,  #
     partial = r.xlen("copy:rs:a")
     assert partial == 600 and r.xlen("copy:rs:b") == 300  # rs:a's partition did write
     flag.unlink()
-    q = start()
+    q = started(start)
     try:
         wait_until(lambda: r.xlen("copy:rs:b") >= 600, 120, what="batch 2 replayed")
         q.processAllAvailable()
