@@ -57,11 +57,6 @@ def spark() -> Iterator[object]:
 WORKER_START_TIMEOUT = "Python worker failed to connect back"
 
 
-def _text(e: BaseException) -> str:
-    cause = getattr(e, "_cause", None)
-    return f"{e} {cause.toString() if cause is not None else ''}"
-
-
 def started(start: Callable[[], Any], tries: int = 3) -> Any:
     """start() until the query has run its first trigger (so its source exists). Only a query
     killed by Spark's worker start-up timeout, before it read anything, is started again
@@ -74,7 +69,7 @@ def started(start: Callable[[], Any], tries: int = 3) -> Any:
         if e is None:
             return q
         q.stop()
-        if WORKER_START_TIMEOUT not in _text(e) or attempt == tries:
+        if WORKER_START_TIMEOUT not in str(e) or attempt == tries:
             raise AssertionError(f"the streaming query failed at its start: {e}")
     raise AssertionError("unreachable")
 
