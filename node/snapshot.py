@@ -41,7 +41,10 @@ if TYPE_CHECKING:
 log = logging.getLogger("xshard.node")
 
 MAGIC = b"XSHARDSNAP"
-VERSION = 2  # 2: a stream head carries its IDMP map (node/idmp.py); version 1 files load
+# 2: a stream head carries its IDMP map (node/idmp.py); 3: a pending entry may be unowned
+# (released by XNACK), which an older loader cannot read, so it refuses the file by its
+# version instead of failing on the missing consumer. Versions 1 and 2 load.
+VERSION = 3
 _HEAD = struct.Struct("<BI")
 _CRC = struct.Struct("<I")
 _BLOCKS_PER_RECORD = 256

@@ -250,6 +250,7 @@ def test_replicas_and_a_promoted_replica_have_the_same_map(
 def test_version_1_snapshots_still_load(tmp_path) -> None:  # noqa: ANN001
     """A snapshot written before IDMP (format version 1: no map in the stream head) loads."""
     import marshal
+    import struct
     from types import SimpleNamespace
 
     from node import snapshot
@@ -259,7 +260,7 @@ def test_version_1_snapshots_still_load(tmp_path) -> None:  # noqa: ANN001
     s.append(5 << 64, [b"f", b"v"], 100, 4096)
     db = SimpleNamespace(data={b"k": s}, expires={})  # what records() reads of a Keyspace
     chunks = list(snapshot.records(db, {"x": 1}))  # type: ignore[arg-type]
-    assert chunks[0].endswith(b"\x02\x00")
+    assert chunks[0].endswith(struct.pack("<H", snapshot.VERSION))
     v1 = [chunks[0][:-2] + b"\x01\x00"]
     for ch in chunks[1:]:
         if ch[:1] == b"S":
@@ -272,3 +273,26 @@ def test_version_1_snapshots_still_load(tmp_path) -> None:  # noqa: ANN001
     snap = snapshot.read(str(path))
     got = snap.data[b"k"]
     assert got.idmp is None and list(got.range(0, (1 << 128) - 1)) == [(5 << 64, [b"f", b"v"])]
+
+
+def test_a_newer_snapshot_format_is_refused_by_its_version(tmp_path) -> None:  # noqa: ANN001
+    """A file from a newer format (say, one whose pending entries an older loader cannot read,
+    as version 3's unowned XNACK entries are to version 2) is refused with a message that names
+    both versions, not with whatever error its records would cause."""
+    import struct
+    from types import SimpleNamespace
+
+    import pytest
+
+    from node import snapshot
+    from node.stream import Stream
+
+    db = SimpleNamespace(data={b"k": Stream()}, expires={})
+    chunks = list(snapshot.records(db, {}))  # type: ignore[arg-type]
+    newer = struct.pack("<H", snapshot.VERSION + 1)
+    path = tmp_path / "future.snap"
+    path.write_bytes(chunks[0][:-2] + newer + b"".join(chunks[1:]))
+    with pytest.raises(snapshot.SnapshotError,
+                       match=f"version {snapshot.VERSION + 1} is newer than this server's "
+                             f"{snapshot.VERSION}"):
+        snapshot.read(str(path))
