@@ -17,11 +17,8 @@ from __future__ import annotations
 import argparse
 import os
 import re
-import shutil
-import signal
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from pathlib import Path
@@ -31,13 +28,13 @@ import redis
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from control.etcd import EtcdProcess  # noqa: E402
+from benchmarks.etcdcluster import BenchCluster  # noqa: E402
 from control.ports import free_port  # noqa: E402
-from control.store import read_view  # noqa: E402
 
 
 class Writers:
-    """XADD + WAIT 1 through the router; every XADD's (start, end) and every acked entry."""
+    """XADD + WAIT 1 through the router; every XADD's (start, end) and every acked entry.
+    Also the load of tests/control/test_switchover.py (`with Writers(port, n) as w:`)."""
 
     def __init__(self, port: int, n: int) -> None:
         self.port = port
@@ -70,7 +67,21 @@ class Writers:
                 if acks >= 1:
                     self.acked.append((key, eid))
 
-    def longest_ms(self, a: float, b: float) -> tuple[float, int]:
+    def __enter__(self) -> Writers:
+        for t in self.threads:
+            t.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        for t in self.threads:
+            t.join(30)
+
+    def count(self) -> int:
+        with self.lock:
+            return len(self.acked)
+
+    def longest_ms(self, a: float = 0.0, b: float = float("inf")) -> tuple[float, int]:
         """The longest XADD that overlapped [a, b], and how many did."""
         with self.lock:
             xs = [(t1 - t0) * 1000 for t0, t1 in self.spans if t1 >= a and t0 <= b]
@@ -85,52 +96,35 @@ def main() -> int:
                     "switchover (also the baseline window)")
     ap.add_argument("--output", default="", help="write the results as Markdown here")
     args = ap.parse_args()
-    tmp = Path(tempfile.mkdtemp(prefix="switchover-bench-"))
-    etcd = EtcdProcess(tmp / "etcd")
-    url = etcd.start()
-    cluster = "bench"
-    py = [sys.executable, "-m", "control.cli"]
-    procs: list[subprocess.Popen] = []
-
-    def spawn(name: str, *argv: str) -> None:
-        procs.append(subprocess.Popen(py + list(argv), cwd=REPO, stderr=subprocess.STDOUT,
-                                      stdout=open(tmp / f"{name}.log", "ab")))
-
+    bc = BenchCluster("switchover-bench-")
     rows: list[tuple[int, str, float, float, float, float, int]] = []
     w: Writers | None = None
     try:
-        subprocess.run(py + ["create", "--etcd", url, "--cluster", cluster, "--shards", "1"],
-                       cwd=REPO, check=True, capture_output=True)
         for i in range(2):
-            d = tmp / f"n{i}"
-            d.mkdir()
-            spawn(f"n{i}", "node", "--port", str(free_port()), "--dir", str(d), "--etcd", url,
-                  "--cluster", cluster, "--shard", "0", "--node-id", f"n{i}")
-            while len(read_view(url, cluster).shards["0"].value.members()) < i + 1:
+            bc.spawn_node(f"n{i}", free_port())
+            while len(bc.view().shards["0"].value.members()) < i + 1:
                 time.sleep(0.1)
-        spawn("controller", "controller", "--etcd", url, "--cluster", cluster)
+        bc.spawn("controller", "controller")
         rport = free_port()
-        spawn("router", "router", "--port", str(rport), "--etcd", url, "--cluster", cluster)
+        bc.spawn("router", "router", "--port", str(rport))
         while True:
             try:
                 redis.Redis(port=rport).xadd("warmup", {"a": 1})
                 break
             except redis.RedisError:
                 time.sleep(0.1)
-        w = Writers(rport, args.writers)
-        for t in w.threads:
-            t.start()
+        w = Writers(rport, args.writers).__enter__()
         for run in range(args.runs):
             a = time.monotonic()
             time.sleep(args.gap)
             t0 = time.monotonic()
             base, _ = w.longest_ms(a, t0 - 0.05)
-            res = subprocess.run(py + ["failover", "0", "--etcd", url, "--cluster", cluster],
-                                 cwd=REPO, capture_output=True, text=True)
-            t1 = time.monotonic()
-            if res.returncode != 0:
-                print(f"run {run}: failover failed: {res.stderr.strip()}", flush=True)
+            try:
+                res = bc.xshard("failover", "0")
+            except subprocess.CalledProcessError as e:
+                print(f"run {run}: failover failed: {e.stderr.strip()}", flush=True)
                 continue
+            t1 = time.monotonic()
             time.sleep(0.3)  # let the XADDs in flight at the end finish
             worst, n = w.longest_ms(t0, t1)
             m = re.search(r"(\S+) is the new primary .*waited (\d+) ms", res.stdout)
@@ -139,20 +133,13 @@ def main() -> int:
             print(f"run {run}: -> {new}: longest XADD {worst:.1f} ms (quiet window before: "
                   f"{base:.1f} ms), command {(t1 - t0) * 1000:.0f} ms, writes paused "
                   f"{paused:.0f} ms, {n} XADDs overlapped", flush=True)
-        w.stop.set()
-        for t in w.threads:
-            t.join(30)
+        w.__exit__()
         r = redis.Redis(port=rport)
         lost = sum(1 for key, eid in w.acked if not r.xrange(key, eid, eid))
     finally:
         if w is not None:
             w.stop.set()
-        for p in reversed(procs):
-            if p.poll() is None:
-                p.send_signal(signal.SIGTERM)
-                p.wait(10)
-        etcd.stop()
-        shutil.rmtree(tmp, ignore_errors=True)
+        bc.stop()
     worst = sorted(x[2] for x in rows)
     base = sorted(x[3] for x in rows)
     load = os.getloadavg()

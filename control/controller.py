@@ -46,7 +46,7 @@ from control import reshard
 from control.etcdconn import EtcdConfig
 from control.lease import LeaseLost, LeaseSession
 from control.nodeclient import NodeError, NodeOps
-from control.records import Compare, ShardRecord, View
+from control.records import Compare, Entry, ShardRecord, View
 from control.store import BaseStore
 
 log = logging.getLogger("xshard.controller")
@@ -92,6 +92,15 @@ async def ask_offsets(view: View, ids: list[str],
     return [c for c in found if c is not None], {i: skipped[i] for i in ids if i in skipped}
 
 
+def shard_entry(store: BaseStore, view: View, shard: str) -> Entry[ShardRecord]:
+    """The shard's record, or a FailoverError that names the shards there are."""
+    entry = view.shards.get(shard)
+    if entry is None:
+        raise FailoverError(f"unknown shard '{shard}' (cluster '{store.cluster}' has shards "
+                            f"{', '.join(view.shard_ids()) or 'none'})")
+    return entry
+
+
 async def failover(store: BaseStore, view: View, shard: str, *, force: bool = False,
                    reason: str = "", extra_compares: list[Compare] | None = None,
                    nodes: NodeOps | None = None, logger: logging.Logger = log) -> str:
@@ -101,10 +110,7 @@ async def failover(store: BaseStore, view: View, shard: str, *, force: bool = Fa
     too: it sees the new epoch, fences itself and becomes a replica; writes it accepted that
     the chosen replica had not yet received are lost, as with Redis's CLUSTER FAILOVER FORCE
     (but never a write that WAIT acknowledged on the chosen replica)."""
-    entry = view.shards.get(shard)
-    if entry is None:
-        raise FailoverError(f"unknown shard '{shard}' (cluster '{store.cluster}' has shards "
-                            f"{', '.join(view.shard_ids()) or 'none'})")
+    entry = shard_entry(store, view, shard)
     rec = entry.value
     old = rec.primary
     old_live = view.live(old)

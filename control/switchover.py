@@ -33,7 +33,7 @@ import logging
 import time
 from dataclasses import dataclass
 
-from control.controller import FailoverError, ask_offsets
+from control.controller import FailoverError, ask_offsets, shard_entry
 from control.nodeclient import NodeOps
 from control.records import ShardRecord, View
 from control.store import BaseStore
@@ -74,10 +74,7 @@ async def switchover(store: BaseStore, view: View, shard: str, *, to: str | None
     """Hand shard `shard` from its live primary to a caught-up replica; see the module
     docstring. Raises FailoverError (the primary unpaused and still primary) when it cannot."""
     nodes = nodes or NodeOps()
-    entry = view.shards.get(shard)
-    if entry is None:
-        raise FailoverError(f"unknown shard '{shard}' (cluster '{store.cluster}' has shards "
-                            f"{', '.join(view.shard_ids()) or 'none'})")
+    entry = shard_entry(store, view, shard)
     rec = entry.value
     old = rec.primary
     if old is None or not view.live(old):

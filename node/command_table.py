@@ -497,20 +497,22 @@ def _proto_slot(proto: int) -> int:
     return 3 if proto == 3 else 2
 
 
-def _info_bytes(cmd: CommandSpec, proto: int) -> bytes:
+def _encoded(cache: list[bytes | None], tree: Callable[[CommandSpec], Any], cmd: CommandSpec,
+             proto: int) -> bytes:
+    """A command's INFO or DOCS reply, encoded once per protocol and kept in `cache`."""
     p = _proto_slot(proto)
-    b = cmd._info[p]
+    b = cache[p]
     if b is None:
-        b = cmd._info[p] = encode(_info_tree(cmd), p)
+        b = cache[p] = encode(tree(cmd), p)
     return b
+
+
+def _info_bytes(cmd: CommandSpec, proto: int) -> bytes:
+    return _encoded(cmd._info, _info_tree, cmd, proto)
 
 
 def _docs_bytes(cmd: CommandSpec, proto: int) -> bytes:
-    p = _proto_slot(proto)
-    b = cmd._docs[p]
-    if b is None:
-        b = cmd._docs[p] = encode(_docs_tree(cmd), p)
-    return b
+    return _encoded(cmd._docs, _docs_tree, cmd, proto)
 
 
 _ALL_INFO: dict[int, bytes] = {}

@@ -242,8 +242,10 @@ _HEX = b"0123456789abcdefABCDEF"
 def split_inline_args(line: bytes) -> list[bytes] | None:
     """Redis sdssplitargs: spaces separate, "double" quotes take escapes, 'single' take \\'.
 
-    Returns None for unbalanced quotes (or a closing quote not followed by a space).
+    Returns None for unbalanced quotes (or a closing quote not followed by a space). Redis
+    reads the line as a C string, so a NUL byte ends it (parse_request never passes one).
     """
+    line = line.split(b"\0", 1)[0]
     args: list[bytes] = []
     i, n = 0, len(line)
     while True:
@@ -252,34 +254,23 @@ def split_inline_args(line: bytes) -> list[bytes] | None:
         if i >= n:
             return args
         cur = bytearray()
-        inq = insq = False
+        quote = 0  # the open quote, 34 (") or 39 ('), or 0 outside quotes
         while True:
-            if inq:
+            if quote:
                 if i >= n:
                     return None
                 ch = line[i]
-                if ch == 92 and i + 3 < n and line[i + 1] == 120 and line[i + 2] in _HEX \
-                        and line[i + 3] in _HEX:  # \xHH
+                if quote == 34 and ch == 92 and i + 3 < n and line[i + 1] == 120 \
+                        and line[i + 2] in _HEX and line[i + 3] in _HEX:  # \xHH
                     cur.append(int(line[i + 2:i + 4], 16))
                     i += 3
-                elif ch == 92 and i + 1 < n:
+                elif quote == 34 and ch == 92 and i + 1 < n:
                     i += 1
                     cur += _ESCAPES.get(line[i], bytes([line[i]]))
-                elif ch == 34:  # closing "
-                    if i + 1 < n and line[i + 1] not in b" \n\r\t\v\f":
-                        return None
-                    i += 1
-                    break
-                else:
-                    cur.append(ch)
-            elif insq:
-                if i >= n:
-                    return None
-                ch = line[i]
-                if ch == 92 and i + 1 < n and line[i + 1] == 39:
+                elif quote == 39 and ch == 92 and i + 1 < n and line[i + 1] == 39:
                     i += 1
                     cur.append(39)
-                elif ch == 39:
+                elif ch == quote:  # the closing quote must end the argument
                     if i + 1 < n and line[i + 1] not in b" \n\r\t\v\f":
                         return None
                     i += 1
@@ -290,12 +281,10 @@ def split_inline_args(line: bytes) -> list[bytes] | None:
                 if i >= n:
                     break
                 ch = line[i]
-                if ch in b" \n\r\t\v\f\0":
+                if ch in b" \n\r\t\v\f":
                     break
-                if ch == 34:
-                    inq = True
-                elif ch == 39:
-                    insq = True
+                if ch == 34 or ch == 39:
+                    quote = ch
                 else:
                     cur.append(ch)
             i += 1
@@ -325,6 +314,8 @@ def parse_request(buf: bytes, pos: int, max_bulk: int, authed: bool) -> tuple[li
         return None, pos
     if buf[pos] != 42:  # not '*': an inline command
         nl = buf.find(b"\n", pos)
+        if nl >= 0 and buf.find(b"\0", pos, nl) >= 0:
+            nl = -1  # Redis finds the newline with strchr, which stops at a NUL: no line yet
         if nl < 0:
             if n - pos > PROTO_INLINE_MAX_SIZE:
                 raise ProtocolError(b"too big inline request")

@@ -79,14 +79,10 @@ def _push(c: Client, argv: list[bytes], left: bool) -> bytes:
     return integer(len(lst))
 
 
-@command(b"lpush")
-def lpush(c: Client, argv: list[bytes]) -> bytes:
-    return _push(c, argv, True)
-
-
-@command(b"rpush")
-def rpush(c: Client, argv: list[bytes]) -> bytes:
-    return _push(c, argv, False)
+@command(b"lpush", b"rpush")
+def push(c: Client, argv: list[bytes]) -> bytes:
+    """LPUSH and RPUSH."""
+    return _push(c, argv, argv[0].lower() == b"lpush")
 
 
 @command(b"llen")

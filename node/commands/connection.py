@@ -104,15 +104,10 @@ def reset(c: Client, argv: list[bytes]) -> bytes:
     return b"+RESET\r\n"
 
 
-@command(b"readonly")
+@command(b"readonly", b"readwrite")
 def readonly(c: Client, argv: list[bytes]) -> bytes:
-    c.readonly = True
-    return OK
-
-
-@command(b"readwrite")
-def readwrite(c: Client, argv: list[bytes]) -> bytes:
-    c.readonly = False
+    """READONLY / READWRITE: may this client read from a cluster replica (node/cluster.py)."""
+    c.readonly = argv[0].lower() == b"readonly"
     return OK
 
 

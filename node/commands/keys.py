@@ -168,24 +168,17 @@ def _expire_generic(c: Client, argv: list[bytes], unit_ms: int, absolute: bool) 
     return ONE
 
 
-@command(b"expire")
+# name -> (unit in ms, absolute time?): one handler per family, as Redis's expireGenericCommand
+_EXPIRE = {b"expire": (1000, False), b"pexpire": (1, False), b"expireat": (1000, True),
+           b"pexpireat": (1, True)}
+_TTL = {b"ttl": (1000, False), b"pttl": (1, False), b"expiretime": (1000, True),
+        b"pexpiretime": (1, True)}
+
+
+@command(*_EXPIRE)
 def expire(c: Client, argv: list[bytes]) -> bytes:
-    return _expire_generic(c, argv, 1000, False)
-
-
-@command(b"pexpire")
-def pexpire(c: Client, argv: list[bytes]) -> bytes:
-    return _expire_generic(c, argv, 1, False)
-
-
-@command(b"expireat")
-def expireat(c: Client, argv: list[bytes]) -> bytes:
-    return _expire_generic(c, argv, 1000, True)
-
-
-@command(b"pexpireat")
-def pexpireat(c: Client, argv: list[bytes]) -> bytes:
-    return _expire_generic(c, argv, 1, True)
+    """EXPIRE, PEXPIRE, EXPIREAT, PEXPIREAT."""
+    return _expire_generic(c, argv, *_EXPIRE[argv[0].lower()])
 
 
 def _ttl_generic(c: Client, key: bytes, unit_ms: int, absolute: bool) -> bytes:
@@ -200,24 +193,10 @@ def _ttl_generic(c: Client, key: bytes, unit_ms: int, absolute: bool) -> bytes:
     return integer((left + unit_ms // 2) // unit_ms)
 
 
-@command(b"ttl")
+@command(*_TTL)
 def ttl(c: Client, argv: list[bytes]) -> bytes:
-    return _ttl_generic(c, argv[1], 1000, False)
-
-
-@command(b"pttl")
-def pttl(c: Client, argv: list[bytes]) -> bytes:
-    return _ttl_generic(c, argv[1], 1, False)
-
-
-@command(b"expiretime")
-def expiretime(c: Client, argv: list[bytes]) -> bytes:
-    return _ttl_generic(c, argv[1], 1000, True)
-
-
-@command(b"pexpiretime")
-def pexpiretime(c: Client, argv: list[bytes]) -> bytes:
-    return _ttl_generic(c, argv[1], 1, True)
+    """TTL, PTTL, EXPIRETIME, PEXPIRETIME."""
+    return _ttl_generic(c, argv[1], *_TTL[argv[0].lower()])
 
 
 @command(b"persist")

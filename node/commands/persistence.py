@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 
 from node import errors
 from node.client import Client
@@ -46,10 +47,7 @@ def bgsave(c: Client, argv: list[bytes]) -> bytes:
         raise ReplyError(errors.BGSAVE_IN_PROGRESS)
     if p.saver.busy and not schedule:
         raise ReplyError(errors.BGSAVE_CHILD_ACTIVE)
-    busy = p.saver.busy
-    p.bgsave()
-    return encode(Status(b"Background saving scheduled" if busy else
-                         b"Background saving started"), c.proto)
+    return _started(c, p.bgsave, b"Background saving")
 
 
 @command(b"bgrewriteaof")
@@ -59,10 +57,15 @@ def bgrewriteaof(c: Client, argv: list[bytes]) -> bytes:
         raise ReplyError(errors.REWRITE_IN_PROGRESS)
     if not c.server.config.appendonly:
         raise ReplyError(errors.REWRITE_NEEDS_AOF)
-    busy = p.saver.busy
-    p.rewrite()
-    return encode(Status(b"Background append only file rewriting scheduled" if busy else
-                         b"Background append only file rewriting started"), c.proto)
+    return _started(c, p.rewrite, b"Background append only file rewriting")
+
+
+def _started(c: Client, start: Callable[[], object], what: bytes) -> bytes:
+    """Start a background job: "scheduled" when the one forked saver is busy (the job waits
+    for it), else "started", as Redis words it."""
+    busy = _persistence(c).saver.busy
+    start()
+    return encode(Status(what + (b" scheduled" if busy else b" started")), c.proto)
 
 
 @command(b"shutdown")

@@ -5,68 +5,20 @@ and direct clients of the old primary get -MOVED once it is over."""
 from __future__ import annotations
 
 import threading
-import time
 
 import pytest
 import redis
 
+from benchmarks.switchover_bench import Writers
 from tests.support.cluster import run_cli
 from tests.support.procs import wait_until
 
 pytestmark = [pytest.mark.etcd, pytest.mark.failover, pytest.mark.slow]
 
 
-class Load:
-    """Writers doing XADD then WAIT 1 through a router, recording what was acknowledged."""
-
-    def __init__(self, port: int, writers: int = 4) -> None:
-        self.port = port
-        self.acked: list[tuple[str, bytes]] = []
-        self.errors: list[str] = []
-        self.xadd_ms: list[float] = []
-        self.stop = threading.Event()
-        self.lock = threading.Lock()
-        self.threads = [threading.Thread(target=self._run, args=(w,)) for w in range(writers)]
-
-    def _run(self, w: int) -> None:
-        r = redis.Redis(port=self.port, socket_timeout=15, protocol=2)
-        i = 0
-        while not self.stop.is_set():
-            key = f"w{w}-{i % 8}"
-            t0 = time.perf_counter()
-            try:
-                eid = r.xadd(key, {"w": w, "i": i})
-                t1 = time.perf_counter()
-                n = r.execute_command("WAIT", 1, 2000)
-            except redis.RedisError as e:
-                with self.lock:
-                    self.errors.append(f"{type(e).__name__}: {e}")
-                i += 1
-                continue
-            with self.lock:
-                self.xadd_ms.append((t1 - t0) * 1000)
-                if n >= 1:
-                    self.acked.append((key, eid))
-            i += 1
-
-    def __enter__(self) -> Load:
-        for t in self.threads:
-            t.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop.set()
-        for t in self.threads:
-            t.join(30)
-
-    def count(self) -> int:
-        with self.lock:
-            return len(self.acked)
-
-
 def test_switchover_under_load_loses_nothing_and_shows_no_error(xcluster) -> None:  # noqa: ANN001
     c = xcluster(shards=2, replicas=1, routers=1)
-    with Load(c.router.port) as load:
+    with Writers(c.router.port, 4) as load:
         wait_until(lambda: load.count() > 50, 20, what="the load to run")
         for expect in ("s0n1", "s0n0"):  # over and back
             before = load.count()
@@ -89,7 +41,7 @@ def test_switchover_under_load_loses_nothing_and_shows_no_error(xcluster) -> Non
     wait_until(lambda: all(old.xlen(k) == r.xlen(k) for k in present
                            if c.shard_of(k) == 0), 10, what="the replica to have every entry")
     print(f"acked {len(load.acked)}, longest XADD through the router "
-          f"{max(load.xadd_ms):.1f} ms")
+          f"{load.longest_ms()[0]:.1f} ms")
 
 
 def test_direct_clients_of_the_old_primary_get_moved(xcluster) -> None:  # noqa: ANN001

@@ -230,6 +230,31 @@ def test_inline_commands(node):
     s.close()
 
 
+def test_inline_command_with_a_nul_byte_is_an_unfinished_line(node, oracle):
+    """Redis finds an inline command's newline with strchr, which stops at a NUL: the line
+    never ends, and past 64 KiB the client gets a protocol error. (Our parser looped forever
+    on a NUL, stalling the whole node.) Other clients are served meanwhile."""
+    def run(port: int) -> tuple[bytes, bytes]:
+        s = socket.create_connection(("127.0.0.1", port), timeout=10)
+        s.sendall(b"ECHO a\0b\r\nPING\r\n")
+        other = socket.create_connection(("127.0.0.1", port), timeout=10)
+        other.sendall(b"PING\r\n")
+        served = other.recv(100)
+        other.close()
+        s.sendall(b"x" * 70000 + b"\r\n")
+        data = b""
+        while not data.endswith(b"\r\n"):
+            chunk = s.recv(1000)
+            if not chunk:
+                break
+            data += chunk
+        s.close()
+        return served, data
+
+    assert run(node.port) == run(oracle.port) == (
+        b"+PONG\r\n", b"-ERR Protocol error: too big inline request\r\n")
+
+
 def test_deep_pipeline_keeps_order_and_other_clients_are_served(node, r):
     """A pipeline far deeper than one turn's share runs in order while others get served."""
     other = node.client()

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 
+from node.resp import encode_command
 from tests.conftest import NodeHandle, _attach, _node_env, spawn_node
 from tests.support.persist import (
     AOF_DIR,
@@ -234,6 +235,14 @@ def test_config_set_appendonly_at_runtime(spawn: Spawn) -> None:
         assert_same(before, dump_state(c))
 
 
+def _shutdown_and_start(h, c, how: str) -> None:  # noqa: ANN001
+    """SHUTDOWN SAVE|NOSAVE on raw connection `c`: the node exits 0; start it again."""
+    c.send_raw(encode_command([b"SHUTDOWN", how.encode()]))
+    c.read_until_close(10)
+    assert h.proc.popen.wait(10) == 0
+    h.start()
+
+
 def test_save_bgsave_lastsave_shutdown(spawn: Spawn) -> None:
     """SAVE/BGSAVE/LASTSAVE and INFO's save fields; SHUTDOWN NOSAVE/SAVE; SIGTERM saves when
     save points are configured."""
@@ -253,17 +262,11 @@ def test_save_bgsave_lastsave_shutdown(spawn: Spawn) -> None:
         st = wait_rewrite_done(c)
         assert st["rdb_last_bgsave_status"] == "ok" and st["rdb_changes_since_last_save"] == "0"
         raw_ok(c, "XADD", "s", "3-1", "a", "3")
-        c.send_raw(b"*2\r\n$8\r\nSHUTDOWN\r\n$6\r\nNOSAVE\r\n")
-        c.read_until_close(10)
-    assert h.proc.popen.wait(10) == 0
-    h.start()
+        _shutdown_and_start(h, c, "NOSAVE")
     with raw(h) as c:
         assert [e[1][0][1] for e in raw_ok(c, "XRANGE", "s", "-", "+")[1]] == [b"1-1", b"2-1"]
         raw_ok(c, "XADD", "s", "4-1", "a", "4")
-        c.send_raw(b"*2\r\n$8\r\nSHUTDOWN\r\n$4\r\nSAVE\r\n")
-        c.read_until_close(10)
-    assert h.proc.popen.wait(10) == 0
-    h.start()
+        _shutdown_and_start(h, c, "SAVE")
     with raw(h) as c:
         assert raw_ok(c, "XLEN", "s") == (":", 3)
         raw_ok(c, "XADD", "s", "5-1", "a", "5")

@@ -23,34 +23,11 @@ from collections.abc import Iterator
 import pytest
 
 from node.streamid import SEQ_MAX
+from tests.support.diff import Pair
 from tests.support.inproc import InprocServer, run
-from tests.support.rawresp import RawClient, show
+from tests.support.rawresp import RawClient
 
 MAXS = "18446744073709551615"
-
-
-class Pair:
-    """The same commands on xshard and on redis-server; replies must be identical."""
-
-    def __init__(self, ours: RawClient, ref: RawClient) -> None:
-        self.ours = ours
-        self.ref = ref
-        self.history: list[tuple] = []
-
-    def __call__(self, *cmd: bytes | str | int) -> tuple:
-        a = self.ours.call(*cmd)
-        b = self.ref.call(*cmd)
-        self.history.append(cmd)
-        assert a == b, (f"{cmd!r}\nxshard:\n{show(a)}\nredis:\n{show(b)}\n"
-                        f"history: {self.history[-10:]!r}")
-        return a
-
-    def run(self, script: list[tuple]) -> None:
-        for cmd in script:
-            self(*cmd)
-
-    def config(self, name: str, value: int | str) -> None:
-        self(*("CONFIG", "SET", name, str(value)))
 
 
 @pytest.fixture

@@ -27,7 +27,7 @@ from tests.support.gen import fmt_command
 from tests.support.rawresp import RawClient, Reply, brief, show
 
 __all__ = [
-    "KnownDifference", "Mismatch", "SideState", "normalize", "compare_run", "map_pairs",
+    "Pair", "KnownDifference", "Mismatch", "SideState", "normalize", "compare_run", "map_pairs",
     "drop_map_keys", "MASKED",
 ]
 
@@ -359,3 +359,30 @@ def compare_run(
             raise ConnectionError(f"oracle connection lost at command #{i}: {ro_raw[1]!r}")
         past.append(argv)
     return None
+
+
+class Pair:
+    """The same commands, one at a time, on xshard and on a reference server: the replies
+    must be identical, after `adjust` (a subclass masks what may differ)."""
+
+    def __init__(self, ours: RawClient, ref: RawClient) -> None:
+        self.ours = ours
+        self.ref = ref
+        self.history: list[tuple] = []
+
+    def adjust(self, cmd: tuple, a: Reply, b: Reply) -> tuple[Reply, Reply]:
+        return a, b
+
+    def __call__(self, *cmd: bytes | str | int) -> Reply:
+        a, b = self.adjust(cmd, self.ours.call(*cmd), self.ref.call(*cmd))
+        self.history.append(cmd)
+        assert a == b, (f"{cmd!r}\nxshard:\n{show(a)}\nreference:\n{show(b)}\n"
+                        f"history: {self.history[-12:]!r}")
+        return a
+
+    def run(self, script: list[tuple]) -> None:
+        for cmd in script:
+            self(*cmd)
+
+    def config(self, name: str, value: int | str) -> None:
+        self("CONFIG", "SET", name, str(value))

@@ -294,19 +294,16 @@ class StreamWorkload:
     def xlen(self) -> list[bytes]:
         return [b"XLEN", self.key()]
 
-    def xrange(self) -> list[bytes]:
+    def xrange(self, rev: bool = False) -> list[bytes]:
         key = self.stream_key()
-        argv = [b"XRANGE", key, self.range_id(key, True), self.range_id(key, False)]
+        argv = [b"XREVRANGE" if rev else b"XRANGE", key, self.range_id(key, not rev),
+                self.range_id(key, rev)]
         if self.rng.random() < 0.4:
             argv += [b"COUNT", self.count_arg()]
         return argv
 
     def xrevrange(self) -> list[bytes]:
-        key = self.stream_key()
-        argv = [b"XREVRANGE", key, self.range_id(key, False), self.range_id(key, True)]
-        if self.rng.random() < 0.4:
-            argv += [b"COUNT", self.count_arg()]
-        return argv
+        return self.xrange(rev=True)
 
     def read_ids(self, key: bytes, group: bool) -> bytes:
         r = self.rng.random()
