@@ -185,6 +185,9 @@ class SlotMover:
         self.server = agent.server
         self.tasks: dict[str, asyncio.Task] = {}  # target shard -> the task moving slots there
         self.importing: set[int] = set()  # slots whose records name this shard as target
+        # Slots claimed by hand (CLUSTER SETSLOT NODE, `claim`) that no view has shown as ours
+        # yet: a view older than the claim must not have their keys dropped.
+        self.claimed: set[int] = set()
         # One switch at a time: every flip rewrites the slot map, so concurrent ones would
         # only fail each other's transactions while their slots stay paused.
         self.switching = asyncio.Lock()
@@ -216,6 +219,9 @@ class SlotMover:
                 if slot not in importing and (slot in self.importing or slot not in linked):
                     del cl.importing[slot]
         self.importing = importing
+        if self.claimed and v.slots is not None:
+            owner = owners(v.slots.value)
+            self.claimed = {s for s in self.claimed if owner[s] != shard}
         if primary and v.slots is not None:
             self.sweep()
 
@@ -227,7 +233,8 @@ class SlotMover:
         total = 0
         slots = []
         for slot in list(server.db.slots):
-            if cl.owner_of(slot) == shard or slot in self.importing or slot in cl.importing:
+            if cl.owner_of(slot) == shard or slot in self.importing or slot in cl.importing \
+                    or slot in self.claimed:
                 continue
             total += drop_slot(server, slot, b"-%s\r\n" % cl.redirect(slot))
             slots.append(slot)
@@ -430,6 +437,36 @@ class SlotMover:
         if done:
             return done
         raise MoveAborted("the slot map kept changing under the flip")
+
+    async def claim(self, slot: int) -> str | None:
+        """Give `slot` to this node's shard in etcd's slot map (CLUSTER SETSLOT NODE by hand on
+        the importing primary; the source has MIGRATEd the keys here). Returns None when done,
+        else why not. Refused while a move of the slot is recorded (the controller's), or when
+        this node is not its shard's named primary."""
+        store = self.agent.store
+        shard = self.agent.shard
+        async with self.switching:
+            for _ in range(30):
+                v = await store.view()
+                sh = v.shards.get(shard)
+                if v.slots is None or sh is None or sh.value.primary != self.agent.node_id:
+                    return "this node is not its shard's primary"
+                if owners(v.slots.value)[slot] == shard:
+                    return None
+                if slot in v.migrations:
+                    return "a move of the slot is recorded; xshard move-slots drives it"
+                new = move_slots(v.slots.value, [slot], shard)
+                compares = [store.guard(store.key("slots"), v.slots.mod),
+                            store.guard(store.key("shards", shard), sh.mod),
+                            store.guard(store.key("migrations", str(slot)), 0)]
+                self.claimed.add(slot)  # before the commit: a view may follow it at once
+                if await store.commit(compares,
+                                      [(store.key("slots"), json.dumps(new).encode(), 0)]):
+                    log.warning("slot %d given to shard %s in etcd (CLUSTER SETSLOT NODE by "
+                                "hand)", slot, shard)
+                    return None
+                self.claimed.discard(slot)
+        return "the slot map kept changing"
 
     async def _outcome(self, to: str, slots: list[int]) -> list[int]:
         """The slots that a flip whose answer was lost gave to `to`, read from etcd as soon as

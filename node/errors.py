@@ -468,6 +468,13 @@ def setslot_already_owner(slot: int) -> bytes:
     return b"ERR I'm already the owner of hash slot %d" % slot
 
 
+def setslot_claim_failed(slot: int, why: str) -> bytes:
+    """CLUSTER SETSLOT NODE by hand on the importing node, when etcd's slot map could not
+    be given the new owner (xshard only: the slot map lives in etcd)."""
+    return (b"ERR hash slot %d: the new owner could not be recorded in etcd (%s); the slot "
+            b"stays with its owner" % (slot, why.encode()))
+
+
 def setslot_still_has_keys(slot: int) -> bytes:
     return (b"ERR Can't assign hashslot %d to a different node while I still hold keys for "
             b"this hash slot." % slot)

@@ -103,5 +103,43 @@ def _setslot(c: Client, state, argv: list[bytes]) -> bytes:  # noqa: ANN001 - Cl
     else:
         if node.shard != state.myshard and mine and c.db.count_in_slot(slot):
             raise ReplyError(errors.setslot_still_has_keys(slot))
+        if node.shard == state.myshard and not mine and slot in state.importing \
+                and slot not in state.migrations:
+            _claim(c, argv, slot)  # a hand-driven move (redis-cli --cluster reshard)
         state.set_owner(slot, node.shard)
     return OK
+
+
+def _claim(c: Client, argv: list[bytes], slot: int) -> None:
+    """SETSLOT NODE <me> on the node importing a slot by hand: etcd holds the slot map, so the
+    new owner is written there (one transaction) before the reply. An owner set only here
+    would last until the next view, and the keys MIGRATE brought would then be dropped as
+    another shard's."""
+    import asyncio
+
+    from node.blocking import Blocked
+
+    mover = getattr(getattr(c.server, "agent", None), "mover", None)
+    if mover is None:
+        raise ReplyError(errors.setslot_claim_failed(slot, "no etcd agent"))
+    if c.in_exec:
+        raise ReplyError(errors.setslot_claim_failed(slot, "not inside MULTI"))
+    b = Blocked([], 0, argv)
+
+    async def claim() -> None:
+        try:
+            err = await mover.claim(slot)
+        except Exception as e:  # noqa: BLE001 - a bug must not leave the client parked
+            err = str(e) or type(e).__name__
+        if err is None:
+            c.server.cluster.set_owner(slot, c.server.cluster.myshard)
+            reply = OK
+        else:
+            reply = b"-%s\r\n" % errors.setslot_claim_failed(slot, err)
+        if c.blocked is b:
+            if reply[:1] == b"-":
+                c.server.stats.error(reply[1:-2])
+            c.server.blocking.unblock(c, reply)
+
+    asyncio.ensure_future(claim())
+    raise b

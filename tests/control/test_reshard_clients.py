@@ -3,6 +3,9 @@
 - a slot in CLUSTER SETSLOT MIGRATING/IMPORTING state (as redis-cli --cluster reshard drives
   it): redis-py's RedisCluster and ioredis's Cluster follow -ASK with ASKING to the target for
   keys the source lacks, and keep reading the keys the source still has from the source;
+- `redis-cli --cluster reshard` (IMPORTING, MIGRATING, MIGRATE, SETSLOT NODE): the importing
+  node records the new owner in etcd at SETSLOT NODE, so the moved streams stay there (before,
+  the owner was only set in the node and the next view dropped the keys MIGRATE had brought);
 - a slot moved by the controller: readers blocked on the source get -MOVED to the new owner at
   the switch; a RedisCluster reader re-issues its read there and gets the next entry.
 """
@@ -55,6 +58,12 @@ class Reader(threading.Thread):
             self.got = e
 
 
+def serves(node_client: redis.Redis, slot: int, port: int) -> bool:
+    """The node's CLUSTER SLOTS gives `slot` to the primary at `port`."""
+    return any(e[0] <= slot <= e[1] and e[2][1] == port
+               for e in node_client.execute_command("CLUSTER", "SLOTS"))
+
+
 def blocked(node_client: redis.Redis) -> int:
     return int(node_client.info("clients")["blocked_clients"])
 
@@ -94,6 +103,45 @@ def test_cluster_clients_follow_ask_to_the_importing_node(xcluster, ioredis_dir:
         p.execute_command("ASKING")
         p.xlen(k)
     assert p.execute() == [True, 1, True, 1]
+
+
+def test_redis_cli_cluster_reshard_moves_slots_for_good(xcluster) -> None:  # noqa: ANN001
+    c = xcluster(shards=2, replicas=1)
+    owner = owners(c.view().slots.value)
+    mine = [s for s in range(16384) if owner[s] == "0"]
+    slots, other = mine[:3], mine[-1]
+    keys = keys_in_slots(slots, per_slot=2, prefix="rcli")
+    src_h, dst_h = c.primary("0"), c.primary("1")
+    src, dst = src_h.client(), dst_h.client()
+    for k in keys:
+        for i in range(1, 30):
+            src.xadd(k, {"i": str(i)}, id=f"{i}-1")
+        src.xgroup_create(k, "g", "0")
+        src.xreadgroup("g", "c1", {k: ">"}, count=5)
+    full = {k: src.execute_command("XINFO", "STREAM", k, "FULL", "COUNT", "0") for k in keys}
+    ids = [x.execute_command("CLUSTER", "MYID") for x in (src, dst)]
+    r = subprocess.run(["redis-cli", "--cluster", "reshard", f"{src_h.host}:{src_h.port}",
+                        "--cluster-from", ids[0], "--cluster-to", ids[1], "--cluster-slots",
+                        str(len(slots)), "--cluster-yes"], capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    v = c.wait_for(lambda v: all(owners(v.slots.value)[s] == "1" for s in slots), 10,
+                   "the slots given to shard 1 in etcd")
+    assert not v.migrations
+    # Another move (by the controller) makes every node take a new view and sweep what it
+    # does not own: the hand-moved keys stay.
+    done = run_cli("move-slots", "--etcd", c.url, "--cluster", c.name, "--to", "1",
+                   "--slots", str(other), "--wait", "--timeout", "60")
+    assert done.returncode == 0, done.stdout + done.stderr
+    wait_until(lambda: serves(dst, other, dst_h.port), 10, what="the target's new view")
+    for k in keys:
+        assert dst.execute_command("XINFO", "STREAM", k, "FULL", "COUNT", "0") == full[k]
+    assert sum(src.execute_command("CLUSTER", "COUNTKEYSINSLOT", s) for s in slots) == 0
+    rc = redis.RedisCluster(host=src_h.host, port=src_h.port)
+    try:
+        assert all(rc.xlen(k) == 29 for k in keys)
+    finally:
+        rc.close()
 
 
 def test_readers_blocked_on_the_source_get_moved_at_the_switch(xcluster) -> None:  # noqa: ANN001
