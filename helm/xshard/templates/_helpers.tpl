@@ -185,13 +185,6 @@ seccompProfile:
   type: RuntimeDefault
 {{- end -}}
 
-{{- define "xshard.imagePullSecrets" -}}
-{{- with .Values.image.pullSecrets }}
-imagePullSecrets:
-{{ toYaml . }}
-{{- end }}
-{{- end -}}
-
 {{- define "xshard.metricsRelabelings" -}}
 # The labels the rules and the dashboard group by: the processes do not export them.
 - targetLabel: cluster
