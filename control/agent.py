@@ -33,6 +33,7 @@ from control.etcdconn import EtcdConfig
 from control.lease import POLICY, LeaseSession
 from control.records import NodeRecord, ShardRecord, View
 from control.store import Store
+from control.tasks import cancel_and_wait
 from node import errors
 
 if TYPE_CHECKING:
@@ -100,11 +101,7 @@ class Agent:
         """Revoke the lease on a clean shutdown, so that a primary's failover starts now
         instead of after the TTL."""
         self.mover.stop()
-        for t in self.tasks:
-            t.cancel()
-        for t in self.tasks:
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await t
+        await cancel_and_wait(*self.tasks)
         self.named_primary = False
         if self.session is not None:
             await self.session.close()

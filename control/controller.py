@@ -48,6 +48,7 @@ from control.lease import LeaseLost, LeaseSession
 from control.nodeclient import NodeError, NodeOps
 from control.records import Compare, Entry, ShardRecord, View
 from control.store import BaseStore
+from control.tasks import cancel_and_wait
 
 log = logging.getLogger("xshard.controller")
 
@@ -298,12 +299,17 @@ def run(conn: EtcdConfig | str, cluster: str, cid: str | None = None,
                           metrics_port, e.strerror)
                 return 1
         task = asyncio.ensure_future(c.run())
+        stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, task.cancel)
-        try:
-            await task
-        except asyncio.CancelledError:
+            loop.add_signal_handler(sig, stop.set)
+        stopped = asyncio.ensure_future(stop.wait())
+        await asyncio.wait({task, stopped}, return_when=asyncio.FIRST_COMPLETED)
+        if task.done():
+            stopped.cancel()
+            await task  # it ended by itself: its error, if any, is the process's
+        else:
+            await cancel_and_wait(task)  # once may not be enough (control/tasks.py)
             log.info("controller %s: stopped", c.id)
         if metrics is not None:
             await metrics.stop()

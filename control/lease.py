@@ -25,6 +25,7 @@ import time
 from dataclasses import dataclass
 
 from control.store import BaseStore
+from control.tasks import cancel_and_wait
 from node.histogram import Histogram
 
 log = logging.getLogger("xshard.lease")
@@ -137,9 +138,7 @@ class LeaseSession:
         """Stop keeping the lease alive and (by default) revoke it, so that what it holds
         goes now rather than after the TTL."""
         if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await self._task
+            await cancel_and_wait(self._task)
             self._task = None
         was_alive = self.alive
         self._lose("closed")

@@ -35,6 +35,7 @@ from control.records import (  # noqa: F401 - the records are part of this modul
     View,
     even_slots,
 )
+from control.tasks import cancel_and_wait
 
 log = logging.getLogger("xshard.store")
 
@@ -164,9 +165,7 @@ class BaseStore:
                 with contextlib.suppress(asyncio.TimeoutError):
                     await asyncio.wait_for(changed.wait(), resync)
         finally:
-            watcher.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await watcher
+            await cancel_and_wait(watcher)
 
 
 class Store(BaseStore):

@@ -15,6 +15,7 @@ import logging
 from control.etcdconn import EtcdConfig
 from control.lease import LeaseSession
 from control.store import Store, View
+from control.tasks import cancel_and_wait
 from router.proxy import Router
 
 log = logging.getLogger("xshard.router")
@@ -37,11 +38,7 @@ class EtcdTopology:
                        asyncio.ensure_future(self._registration())]
 
     async def stop(self) -> None:
-        for t in self._tasks:
-            t.cancel()
-        for t in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await t
+        await cancel_and_wait(*self._tasks)
         if self.session is not None:
             await self.session.close()
         with contextlib.suppress(Exception):
