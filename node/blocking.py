@@ -41,6 +41,7 @@ class Blocked(Exception):  # noqa: N818 - it is a control-flow signal, not an er
         self.on_timeout = on_timeout  # the reply at timeout for this protocol; default null array
         self.timer: asyncio.TimerHandle | None = None
         self.usec = 0  # time spent running it so far (commandstats count it once, when released)
+        self.original = argv  # as the client sent it ($ unresolved): what MONITOR and SLOWLOG show
 
     def timeout_reply(self, proto: int) -> bytes:
         return self.on_timeout(proto) if self.on_timeout is not None else null_array(proto)
@@ -147,5 +148,5 @@ class BlockingManager:
                     self.ready.pop(key, None)
         if reply is not None:
             if not ran:
-                self.server.count_released(b, reply)
+                self.server.count_released(c, b, reply)
             c.unblocked(reply)

@@ -1,17 +1,17 @@
 """Per-command counters and latency histograms: INFO commandstats, latencystats, errorstats.
 
 Each command seen gets one flat list, made once and updated in place by the dispatch path
-(node/server.py Server.call), so counting a call allocates nothing:
+(node/server.py Server.call), so counting a call makes no object but the counters' ints:
 
-    [calls, usec, rejected_calls, failed_calls, h0, h1, ... h63]
+    [calls, usec, rejected_calls, failed_calls, b0, b1, ... b63]
 
-`h<i>` counts the calls whose run time in nanoseconds, divided by 1024, has bit length i:
-h0 is under 1.024 us, h1 under 2.048 us, h2 under 4.096 us ... so bucket i holds the
-durations below 1024 * 2**i ns. These are the buckets Redis's LATENCY HISTOGRAM reports (its
-HdrHistogram iterated from 1024 ns in powers of two: 1, 2, 4, 8, 16, 32, 65, 131 ... us).
-The hot path does one `st[HIST + (ns >> 10).bit_length()] += 1`; 64 slots cover any time.
-Redis keeps a finer HdrHistogram per command; a factor of two is enough for p50/p99/p99.9
-(interpolated inside a bucket) and for a Prometheus histogram whose buckets never change.
+`b<j>` counts the calls whose run time in nanoseconds has bit length j: the hot path does one
+`st[HIST + ns.bit_length()] += 1` (no shift, no new int). Read, they form Redis's buckets:
+bucket 0 is b0..b10 (under 1024 ns), bucket i > 0 is b(10+i) (under 1024 * 2**i ns), so the
+bounds are 1.024, 2.048, 4.096 ... us: what Redis's LATENCY HISTOGRAM reports (its HdrHistogram
+iterated from 1024 ns in powers of two: 1, 2, 4, 8, 16, 32, 65, 131 ... us). Redis keeps a
+finer HdrHistogram per command; a factor of two is enough for p50/p99/p99.9 (interpolated
+inside a bucket) and for a Prometheus histogram whose buckets never change.
 
 Read API (for INFO and the metrics endpoint; nothing else reads the lists):
 - `CommandStats.iter_histograms()` yields `(command, bounds, cumulative, sum_seconds)`: the
@@ -40,9 +40,15 @@ RATE_SAMPLES = 16  # STATS_METRIC_SAMPLES
 BOUNDS: tuple[float, ...] = tuple((1024 << i) / 1e9 for i in range(MAX_EXP + 1)) + (float("inf"),)
 
 
-def bucket(usec: int) -> int:
-    """The bucket of a time known in whole microseconds (the hot path uses nanoseconds)."""
-    return (usec * 1000 >> 10).bit_length()
+def slot(usec: int) -> int:
+    """The histogram slot of a time known in whole microseconds (the hot path has ns)."""
+    return (usec * 1000).bit_length()
+
+
+def buckets(st: list[int]) -> list[int]:
+    """A command's calls per Redis bucket (0: under 1024 ns, i: under 1024 * 2**i ns)."""
+    h = st[HIST:]
+    return [sum(h[:11]), *h[11:]]
 
 
 def bound_usec(i: int) -> int:
@@ -102,7 +108,7 @@ class CommandStats:
             return None
         st[CALLS] += 1
         st[USEC] += usec
-        st[HIST + bucket(usec)] += 1
+        st[HIST + slot(usec)] += 1
         self.total_commands += 1
         return st
 
@@ -137,7 +143,7 @@ class CommandStats:
         """(command, upper bounds in seconds, cumulative counts, sum of run times in seconds)
         for every command that ran at least once; see the module docstring."""
         for name, st in sorted(self.calls.items()):
-            h = st[HIST:]
+            h = buckets(st)
             if not any(h):
                 continue
             cum, acc = [], 0
@@ -153,7 +159,7 @@ class CommandStats:
         st = self.calls.get(name)
         if st is None:
             return []
-        h = st[HIST:]
+        h = buckets(st)
         total = sum(h)
         if not total:
             return []

@@ -239,6 +239,7 @@ class Server:
             elif c.in_exec:
                 reply = b.timeout_reply(c.proto)
             else:
+                b.original = argv
                 self.blocking.block(c, b)
                 reply = None
         except Exception as e:  # a bug must never take the node down
@@ -264,22 +265,27 @@ class Server:
                 st[0] += 1
                 st[1] += usec
                 st[3] += failed
-                st[4 + (ns >> 10).bit_length()] += 1  # latency histogram (node/cmdstats.py)
+                st[4 + ns.bit_length()] += 1  # the latency histogram (node/cmdstats.py)
             self.stats.total_commands += 1
             if usec >= self.slow_usec:
-                self.slow_command(c, argv, name, usec)
+                self.slow_command(c, argv if b is None else b.original, name, usec)
             if self.monitors:
-                feed_monitors(self.monitors, c, argv)
+                feed_monitors(self.monitors, c, argv if b is None else b.original)
         if effects.offset != offset:
             c.woff = effects.offset
         if self.blocking.ready and not c.in_exec:
             self.blocking.serve_ready()
         return reply
 
-    def count_released(self, b: Blocked, reply: bytes) -> None:
+    def count_released(self, c: Client, b: Blocked, reply: bytes) -> None:
         """A blocked command released without running again (timeout, CLIENT UNBLOCK, a role
-        change): one call, and an error reply counts as rejected, as in Redis 7.2+."""
+        change): one call, and an error reply counts as rejected, as in Redis 7.2+; SLOWLOG
+        and MONITOR see it now (updateStatsOnUnblock)."""
         st = self.stats.timed(b.argv, b.usec)
+        if b.usec >= self.slow_usec:
+            self.slow_command(c, b.original, b.argv[0].lower(), b.usec)
+        if self.monitors:
+            feed_monitors(self.monitors, c, b.original)
         if reply[:1] == b"-":
             self.stats.error(reply[1:].rstrip(b"\r\n"))
             if st is not None:

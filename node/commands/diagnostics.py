@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 from node import command_table, errors
 from node.client import Client
-from node.cmdstats import HIST, bound_usec
+from node.cmdstats import bound_usec, buckets
 from node.commands import command
 from node.info import memory_figures
 from node.resp import OK, Map, ReplyError, Status, encode, integer
@@ -125,11 +125,12 @@ def histograms(calls: dict[bytes, list[int]], names: list[bytes]) -> Map:
     out = Map()
     for name in dict.fromkeys(wanted):
         st = calls.get(name)
-        if st is None or not any(st[HIST:]):
+        h = buckets(st) if st is not None else []
+        if not any(h):
             continue
         cdf = Map()
         acc = prev = 0
-        for i, n in enumerate(st[HIST:]):
+        for i, n in enumerate(h):
             acc += n
             if acc > prev:
                 cdf.append((bound_usec(i), acc))

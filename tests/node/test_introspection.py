@@ -397,7 +397,9 @@ MONITORED = [
     ["CONFIG", "GET", "maxmemory"],  # admin: not shown
     ["AUTH", "nopass"],  # an error, shown redacted
     ["MULTI"], ["SET", "k2", "v"], ["EXEC"],
-    ["XREAD", "COUNT", "1", "STREAMS", "s", "0"], ["DEL", "k", "k2", "s"],
+    ["XREAD", "COUNT", "1", "STREAMS", "s", "0"],
+    ["XREAD", "BLOCK", "10", "STREAMS", "s", "$"],  # shown once, when it times out
+    ["DEL", "k", "k2", "s"],
     ["ECHO", "done"],
 ]
 
