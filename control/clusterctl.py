@@ -40,6 +40,17 @@ def parser(prog: str, desc: str, *, nodes: bool = False) -> argparse.ArgumentPar
     return p
 
 
+def seconds(text: str) -> float:
+    """An argparse type: a number of seconds > 0 (a usage error otherwise)."""
+    try:
+        v = float(text)
+    except ValueError:
+        v = 0.0
+    if not v > 0:
+        raise argparse.ArgumentTypeError(f"must be a number of seconds > 0, not {text!r}")
+    return v
+
+
 def conn_from(a: argparse.Namespace) -> EtcdConfig:
     try:
         return etcdconn.from_args(a)
@@ -272,7 +283,7 @@ def failover_parser() -> argparse.ArgumentParser:
     p.add_argument("--to", default=None, metavar="NODE",
                    help="the replica to promote in a switchover (default: the one with the "
                         "highest offset)")
-    p.add_argument("--timeout", type=float, default=5.0, metavar="SECONDS",
+    p.add_argument("--timeout", type=seconds, default=5.0, metavar="SECONDS",
                    help="give a switchover up (the primary kept) when the replica has not "
                         "caught up in this time (default: 5)")
     p.add_argument("--force", action="store_true",
@@ -286,8 +297,6 @@ def failover_parser() -> argparse.ArgumentParser:
 
 def cmd_failover(argv: list[str]) -> int:
     a = failover_parser().parse_args(argv)
-    if a.timeout <= 0:
-        raise CliError("--timeout must be > 0")
     conn = conn_from(a)
     if a.if_primary is not None:
         skip = asyncio.run(handover_needed(conn, a.cluster, a.shard, a.if_primary))
@@ -324,7 +333,7 @@ def controller_parser() -> argparse.ArgumentParser:
     p = parser("controller", "Run a controller (one leader is elected in etcd).", nodes=True)
     p.add_argument("--id", default=None, help="controller id (default: host:pid)")
     p.add_argument("--logfile", default=None, help="log to this file (default: stderr)")
-    p.add_argument("--move-timeout", type=float, default=30.0, metavar="SECONDS",
+    p.add_argument("--move-timeout", type=seconds, default=30.0, metavar="SECONDS",
                    help="roll a started slot move back when its source or target shard has "
                    "had no live primary this long (default: 30)")
     p.add_argument("--metrics-port", type=int, default=0, metavar="PORT",
@@ -337,8 +346,6 @@ def controller_parser() -> argparse.ArgumentParser:
 
 def cmd_controller(argv: list[str]) -> int:
     a = controller_parser().parse_args(argv)
-    if a.move_timeout <= 0:
-        raise CliError("--move-timeout must be > 0")
     conn = conn_from(a)
     logging.basicConfig(level=logging.INFO, filename=a.logfile,
                         format=f"{os.getpid()}:C %(asctime)s %(levelname).1s %(message)s")

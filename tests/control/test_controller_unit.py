@@ -11,7 +11,6 @@ run in test_control.py.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
 
 import pytest
 
@@ -19,6 +18,7 @@ from control.controller import DEAD_PROBES, TICK, Controller, FailoverError, fai
 from control.memstore import MemoryEtcd, MemoryStore
 from control.nodeclient import NodeError, NodeOps
 from control.records import NodeRecord, ShardRecord
+from tests.support.memetcd import in_memory, run, until
 
 
 class ScriptedNodes(NodeOps):
@@ -66,18 +66,6 @@ async def make_shard(store: MemoryStore, members: dict[str, bool], primary: str 
     return leases
 
 
-def run(coro_fn: Callable[[], Awaitable[None]]) -> None:
-    asyncio.run(asyncio.wait_for(coro_fn(), 30))
-
-
-async def until(pred: Callable[[], Awaitable[bool]], what: str, timeout: float = 10) -> None:
-    """Wait on a condition (never a fixed sleep)."""
-    loop = asyncio.get_running_loop()
-    end = loop.time() + timeout
-    while not await pred():
-        if loop.time() > end:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.01)
 
 
 # --- failover(): the choice and the transaction ----------------------------------------------
@@ -169,95 +157,83 @@ async def stop(task: asyncio.Task) -> None:
         await task
 
 
-def test_a_deposed_leader_cannot_fail_over() -> None:
+@in_memory
+async def test_a_deposed_leader_cannot_fail_over(etcd: MemoryEtcd, store: MemoryStore) -> None:
     """Controller A believes it leads; meanwhile its leader key was replaced (its lease lapsed
     and B was elected). A's failover carries a compare on the create revision it was elected
     at, so it changes nothing; B's goes through."""
-    async def go() -> None:
-        etcd = MemoryEtcd()
-        store = MemoryStore(etcd, "c")
-        await make_shard(store, {"r1": True, "r2": True, "p": True})
-        nodes = ScriptedNodes()
-        nodes.offsets = {7001: 10, 7002: 20}
-        a, ta = await start_controller(etcd, "A", nodes)
-        await until(lambda: _leader_is(store, "A"), "A elected")
-        a_rev = a.leader_rev
-        ta.cancel()  # A stops running its loop but keeps its belief (a, a_rev) ...
-        with pytest.raises(asyncio.CancelledError):
-            await ta
-        b, tb = await start_controller(etcd, "B", nodes)
-        await until(lambda: _leader_is(store, "B"), "B elected")
-        assert b.leader_rev != a_rev
-        # The primary dies now; A (stale) ticks first.
-        await store.revoke((await store.view()).nodes["p"].lease)
-        a.leader_rev = a_rev
-        before = etcd.txns
-        await a._tick(await store.view())
-        assert etcd.txns == before + 1  # A tried ...
-        assert (await store.view()).shards["0"].value.primary == "p"  # ... and was refused
-        assert "etcd changed" in a.blocked["0"]
-        await until(lambda: _primary_is(store, "r2"), "B's failover")
-        await stop(tb)
-
-    run(go)
+    await make_shard(store, {"r1": True, "r2": True, "p": True})
+    nodes = ScriptedNodes()
+    nodes.offsets = {7001: 10, 7002: 20}
+    a, ta = await start_controller(etcd, "A", nodes)
+    await until(lambda: _leader_is(store, "A"), "A elected")
+    a_rev = a.leader_rev
+    ta.cancel()  # A stops running its loop but keeps its belief (a, a_rev) ...
+    with pytest.raises(asyncio.CancelledError):
+        await ta
+    b, tb = await start_controller(etcd, "B", nodes)
+    await until(lambda: _leader_is(store, "B"), "B elected")
+    assert b.leader_rev != a_rev
+    # The primary dies now; A (stale) ticks first.
+    await store.revoke((await store.view()).nodes["p"].lease)
+    a.leader_rev = a_rev
+    before = etcd.txns
+    await a._tick(await store.view())
+    assert etcd.txns == before + 1  # A tried ...
+    assert (await store.view()).shards["0"].value.primary == "p"  # ... and was refused
+    assert "etcd changed" in a.blocked["0"]
+    await until(lambda: _primary_is(store, "r2"), "B's failover")
+    await stop(tb)
 
 
-def test_a_missed_watch_event_costs_one_tick_not_the_failover() -> None:
-    async def go() -> None:
-        etcd = MemoryEtcd()
-        store = MemoryStore(etcd, "c")
-        leases = await make_shard(store, {"p": True, "r1": True, "r2": True})
-        nodes = ScriptedNodes()
-        nodes.offsets = {7001: 30, 7002: 20}
-        _c, task = await start_controller(etcd, "A", nodes)
-        await until(lambda: _leader_is(store, "A"), "A elected")
-        etcd.silent = True  # no watch event from here on
-        await store.revoke(leases["p"])
-        await until(lambda: _primary_is(store, "r1"), "failover from a resync tick",
-                    timeout=20 * TICK + 5)
-        rec = (await store.view()).shards["0"].value
-        assert rec.epoch == 6 and rec.replicas == ["r2", "p"]
-        await stop(task)
-
-    run(go)
+@in_memory
+async def test_a_missed_watch_event_costs_one_tick_not_the_failover(etcd: MemoryEtcd,
+                                                                    store: MemoryStore) -> None:
+    leases = await make_shard(store, {"p": True, "r1": True, "r2": True})
+    nodes = ScriptedNodes()
+    nodes.offsets = {7001: 30, 7002: 20}
+    _c, task = await start_controller(etcd, "A", nodes)
+    await until(lambda: _leader_is(store, "A"), "A elected")
+    etcd.silent = True  # no watch event from here on
+    await store.revoke(leases["p"])
+    await until(lambda: _primary_is(store, "r1"), "failover from a resync tick",
+                timeout=20 * TICK + 5)
+    rec = (await store.view()).shards["0"].value
+    assert rec.epoch == 6 and rec.replicas == ["r2", "p"]
+    await stop(task)
 
 
-def test_a_primary_that_refuses_connections_loses_its_lease_early() -> None:
-    async def go() -> None:
-        etcd = MemoryEtcd()
-        store = MemoryStore(etcd, "c")
-        await make_shard(store, {"p": True, "r1": True, "r2": True})
-        nodes = ScriptedNodes()
-        nodes.offsets = {7001: 3, 7002: 4}
-        _c, task = await start_controller(etcd, "A", nodes)
-        await until(lambda: _leader_is(store, "A"), "A elected")
-        nodes.dead.add(7000)  # the process is gone; its lease would live on for the TTL
-        await until(lambda: _primary_is(store, "r2"), f"{DEAD_PROBES} refusals, then failover")
-        assert "p" not in (await store.view()).nodes
-        await stop(task)
-
-    run(go)
+@in_memory
+async def test_a_primary_that_refuses_connections_loses_its_lease_early(etcd: MemoryEtcd,
+                                                                        store: MemoryStore) -> None:
+    await make_shard(store, {"p": True, "r1": True, "r2": True})
+    nodes = ScriptedNodes()
+    nodes.offsets = {7001: 3, 7002: 4}
+    _c, task = await start_controller(etcd, "A", nodes)
+    await until(lambda: _leader_is(store, "A"), "A elected")
+    nodes.dead.add(7000)  # the process is gone; its lease would live on for the TTL
+    await until(lambda: _primary_is(store, "r2"), f"{DEAD_PROBES} refusals, then failover")
+    assert "p" not in (await store.view()).nodes
+    await stop(task)
 
 
-def test_a_standby_takes_over_when_the_leader_lease_is_lost() -> None:
-    async def go() -> None:
-        etcd = MemoryEtcd()
-        store = MemoryStore(etcd, "c")
-        await make_shard(store, {"p": True, "r1": True, "r2": True})
-        nodes = ScriptedNodes()
-        a, ta = await start_controller(etcd, "A", nodes)
-        await until(lambda: _leader_is(store, "A"), "A elected")
-        b, tb = await start_controller(etcd, "B", nodes)
-        await until(lambda: _is_following(b), "B campaigning")
-        await store.revoke(a.session.id)  # A's lease is gone (expired, say)
-        await until(lambda: _leader_is(store, "B"), "B elected")
-        # A notices (its session reports the loss) and campaigns again as a follower.
-        await until(lambda: _not_leading(a), "A steps down")
-        await stop(ta)
-        await stop(tb)
-        assert (await store.view()).leader is None  # B resigned: its lease was revoked
+@in_memory
+async def test_a_standby_takes_over_when_the_leader_lease_is_lost(etcd: MemoryEtcd,
+                                                                  store: MemoryStore) -> None:
+    await make_shard(store, {"p": True, "r1": True, "r2": True})
+    nodes = ScriptedNodes()
+    a, ta = await start_controller(etcd, "A", nodes)
+    await until(lambda: _leader_is(store, "A"), "A elected")
+    b, tb = await start_controller(etcd, "B", nodes)
+    await until(lambda: _is_following(b), "B campaigning")
+    await store.revoke(a.session.id)  # A's lease is gone (expired, say)
+    await until(lambda: _leader_is(store, "B"), "B elected")
+    # A notices (its session reports the loss) and campaigns again as a follower.
+    await until(lambda: _not_leading(a), "A steps down")
+    await stop(ta)
+    await stop(tb)
+    assert (await store.view()).leader is None  # B resigned: its lease was revoked
 
-    run(go)
 
 
 async def _leader_is(store: MemoryStore, cid: str) -> bool:

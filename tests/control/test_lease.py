@@ -4,27 +4,16 @@ endpoint handling; the same session runs against real etcd in every test_control
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
 
 from control.etcdconn import ConfigError, EtcdConfig
 from control.lease import POLICY, LeasePolicy, LeaseSession
 from control.memstore import FakeClock, MemoryEtcd, MemoryStore
 from control.records import NodeRecord
+from tests.support.memetcd import in_memory, run, until
 
 FAST = LeasePolicy(ttl=1, interval=0.05, rpc_timeout=0.5)
 
 
-def run(fn: Callable[[], Awaitable[None]]) -> None:
-    asyncio.run(asyncio.wait_for(fn(), 30))
-
-
-async def until(pred: Callable[[], bool], what: str, timeout: float = 10) -> None:
-    loop = asyncio.get_running_loop()
-    end = loop.time() + timeout
-    while not pred():
-        if loop.time() > end:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.01)
 
 
 def test_one_policy_for_every_holder() -> None:
@@ -58,49 +47,39 @@ def test_keepalives_keep_the_lease_and_close_revokes_it() -> None:
     run(go)
 
 
-def test_done_resolves_when_the_lease_expires() -> None:
-    async def go() -> None:
-        etcd = MemoryEtcd()
-        store = MemoryStore(etcd, "c")
-        s = await LeaseSession.open(store, FAST)
-        await store.revoke(s.id)  # as if it had expired
-        assert await asyncio.wait_for(s.wait(), 10) == "expired"
-        assert s.age() == float("inf")
-        await s.close()
-
-    run(go)
+@in_memory
+async def test_done_resolves_when_the_lease_expires(etcd: MemoryEtcd, store: MemoryStore) -> None:
+    s = await LeaseSession.open(store, FAST)
+    await store.revoke(s.id)  # as if it had expired
+    assert await asyncio.wait_for(s.wait(), 10) == "expired"
+    assert s.age() == float("inf")
+    await s.close()
 
 
-def test_done_resolves_after_a_ttl_without_accepted_keepalives() -> None:
-    async def go() -> None:
-        etcd = MemoryEtcd()
-        store = MemoryStore(etcd, "c")
-        s = await LeaseSession.open(store, FAST)
-        await until(lambda: s.age() < FAST.interval, "a first keep-alive")
-        etcd.down = True
-        await until(lambda: s.age() > FAST.interval * 3, "keep-alives failing")
-        assert s.alive  # a hiccup shorter than the TTL costs nothing ...
-        why = await asyncio.wait_for(s.wait(), 10)  # ... a whole TTL loses the lease
-        assert why.startswith("no keep-alive accepted for 1s"), why
-        etcd.down = False
-        await s.close()
-
-    run(go)
+@in_memory
+async def test_done_resolves_after_a_ttl_without_accepted_keepalives(etcd: MemoryEtcd,
+                                                                     store: MemoryStore) -> None:
+    s = await LeaseSession.open(store, FAST)
+    await until(lambda: s.age() < FAST.interval, "a first keep-alive")
+    etcd.down = True
+    await until(lambda: s.age() > FAST.interval * 3, "keep-alives failing")
+    assert s.alive  # a hiccup shorter than the TTL costs nothing ...
+    why = await asyncio.wait_for(s.wait(), 10)  # ... a whole TTL loses the lease
+    assert why.startswith("no keep-alive accepted for 1s"), why
+    etcd.down = False
+    await s.close()
 
 
-def test_a_short_outage_is_survived() -> None:
-    async def go() -> None:
-        etcd = MemoryEtcd()
-        store = MemoryStore(etcd, "c")
-        s = await LeaseSession.open(store, LeasePolicy(ttl=3, interval=0.05, rpc_timeout=0.5))
-        etcd.down = True
-        await until(lambda: s.age() > 0.3, "keep-alives failing")
-        etcd.down = False
-        await until(lambda: s.age() < 0.2, "keep-alives accepted again")
-        assert s.alive
-        await s.close()
+@in_memory
+async def test_a_short_outage_is_survived(etcd: MemoryEtcd, store: MemoryStore) -> None:
+    s = await LeaseSession.open(store, LeasePolicy(ttl=3, interval=0.05, rpc_timeout=0.5))
+    etcd.down = True
+    await until(lambda: s.age() > 0.3, "keep-alives failing")
+    etcd.down = False
+    await until(lambda: s.age() < 0.2, "keep-alives accepted again")
+    assert s.alive
+    await s.close()
 
-    run(go)
 
 
 def test_endpoint_lists_and_tls_options_parse() -> None:
