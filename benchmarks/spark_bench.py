@@ -18,6 +18,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -87,7 +88,9 @@ def xrange_loop(r: redis.Redis, streams: list[str]) -> tuple[float, int]:
     return total / (time.perf_counter() - t0), total
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, spark: Any = None) -> int:
+    """Run the benchmark; with `spark`, in that session (the Spark tests' shared one), which is
+    left running; else in a local[2] session of its own."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true", help="small runs (smoke test)")
     ap.add_argument("--streams", type=int, default=12)
@@ -108,12 +111,16 @@ def main(argv: list[str] | None = None) -> int:
     total = args.streams * args.entries
     cl = Cluster3()
     rs = start_server("redis")
-    spark = (SparkSession.builder.master("local[2]").appName("xshard-bench")
-             .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", "2")
-             .config("spark.ui.showConsoleProgress", "false")
-             .getOrCreate())
-    spark.sparkContext.setLogLevel("ERROR")
+    own = spark is None
+    if own:
+        spark = (SparkSession.builder.master("local[2]").appName("xshard-bench")
+                 .config("spark.ui.enabled", "false")
+                 .config("spark.sql.shuffle.partitions", "2")
+                 .config("spark.ui.showConsoleProgress", "false")
+                 .getOrCreate())
+        spark.sparkContext.setLogLevel("ERROR")
     pipeline.register(spark)
+    master = spark.sparkContext.master
     load0 = os.getloadavg()[0]
     try:
         rc = redis.RedisCluster(host=HOST, port=cl.ports[0])
@@ -146,13 +153,15 @@ def main(argv: list[str] | None = None) -> int:
         rc.close()
         rr.close()
     finally:
-        spark.stop()
+        if own:
+            spark.stop()
         rs.stop()
         cl.stop()
     load1 = os.getloadavg()[0]
     lines = [
         f"Spark on xshard: {args.streams} streams x {args.entries} entries; 3 shards vs one "
-        f"redis-server; load average {load0:.2f} -> {load1:.2f} on {os.cpu_count()} cores",
+        f"redis-server; Spark {master}; load average {load0:.2f} -> {load1:.2f} on "
+        f"{os.cpu_count()} cores",
         "",
         "| measurement | metric | redis-server | xshard | ratio |",
         "|---|---|---|---|---|",
