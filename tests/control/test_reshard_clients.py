@@ -14,13 +14,13 @@ from __future__ import annotations
 
 import json
 import subprocess
-import threading
 from pathlib import Path
 
 import pytest
 import redis
 
 from control.records import owners
+from tests.control.test_reshard_router import Reader, blocked, half_moved
 from tests.router.test_router_core import ioredis_dir  # noqa: F401 - a fixture
 from tests.support.cluster import keys_in_slots, run_cli
 from tests.support.procs import wait_until
@@ -42,43 +42,16 @@ const cluster = new Redis.Cluster([{host: "127.0.0.1", port}],
 """
 
 
-class Reader(threading.Thread):
-    """One blocking command; its reply (or exception) in `.got`."""
-
-    def __init__(self, client: redis.Redis | redis.RedisCluster, *cmd: object,
-                 **kw: object) -> None:
-        super().__init__(daemon=True)
-        self.client, self.cmd, self.kw = client, cmd, kw
-        self.got: object = None
-
-    def run(self) -> None:
-        try:
-            self.got = self.client.execute_command(*self.cmd, **self.kw)
-        except redis.RedisError as e:
-            self.got = e
-
-
 def serves(node_client: redis.Redis, slot: int, port: int) -> bool:
     """The node's CLUSTER SLOTS gives `slot` to the primary at `port`."""
     return any(e[0] <= slot <= e[1] and e[2][1] == port
                for e in node_client.execute_command("CLUSTER", "SLOTS"))
 
 
-def blocked(node_client: redis.Redis) -> int:
-    return int(node_client.info("clients")["blocked_clients"])
-
-
 def test_cluster_clients_follow_ask_to_the_importing_node(xcluster, ioredis_dir: Path  # noqa: ANN001, F811
                                                           ) -> None:
     c = xcluster(shards=2, replicas=0, controller=False)
-    owner = owners(c.view().slots.value)
-    slot = next(s for s in range(16384) if owner[s] == "0")
-    kept, by_py, by_io = keys_in_slots([slot], per_slot=3, prefix="ask")
-    src, dst = c.nodes["s0n0"].client(), c.nodes["s1n0"].client()
-    src.xadd(kept, {"a": "1"}, id="1-0")
-    # The importing state lives as long as the connection that set it: keep `dst` open.
-    dst.execute_command("CLUSTER", "SETSLOT", slot, "IMPORTING", "s0n0")
-    src.execute_command("CLUSTER", "SETSLOT", slot, "MIGRATING", "s1n0")
+    slot, (kept, by_py, by_io), src, dst = half_moved(c)  # keep `dst` open
     seed = c.nodes["s1n0"]  # the clients' map says shard 0 owns the slot: they go to s0n0
     rc = redis.RedisCluster(host=seed.host, port=seed.port)
     try:

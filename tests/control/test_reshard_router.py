@@ -25,9 +25,10 @@ pytestmark = pytest.mark.etcd
 
 
 class Reader(threading.Thread):
-    """One blocking command through the router; its reply (or exception) in `.got`."""
+    """One blocking command (through a router, to a node or a RedisCluster); its reply (or
+    exception) in `.got`."""
 
-    def __init__(self, client: redis.Redis, *cmd: object) -> None:
+    def __init__(self, client: redis.Redis | redis.RedisCluster, *cmd: object) -> None:
         super().__init__(daemon=True)
         self.client = client
         self.cmd = cmd
@@ -42,6 +43,21 @@ class Reader(threading.Thread):
 
 def blocked(node_client: redis.Redis) -> int:
     return int(node_client.info("clients")["blocked_clients"])
+
+
+def half_moved(c) -> tuple[int, list[str], redis.Redis, redis.Redis]:  # noqa: ANN001
+    """A slot of shard 0 half-way through a hand-driven move to shard 1 (SETSLOT IMPORTING on
+    s1n0, MIGRATING on s0n0), three keys of it (the first, `1-0`, at the source), and clients
+    of source and target. The target's importing state lives as long as the connection that
+    set it (an importer's link): keep the target's client open for the whole test."""
+    owner = owners(c.view().slots.value)
+    slot = next(s for s in range(16384) if owner[s] == "0")
+    keys = keys_in_slots([slot], per_slot=3, prefix="ask")
+    src, dst = c.nodes["s0n0"].client(), c.nodes["s1n0"].client()
+    src.xadd(keys[0], {"a": "1"}, id="1-0")
+    dst.execute_command("CLUSTER", "SETSLOT", slot, "IMPORTING", "s0n0")
+    src.execute_command("CLUSTER", "SETSLOT", slot, "MIGRATING", "s1n0")
+    return slot, keys, src, dst
 
 
 def test_blocked_reads_follow_a_moving_slot(xcluster) -> None:  # noqa: ANN001
@@ -87,15 +103,7 @@ def test_router_follows_ask_with_asking(xcluster) -> None:  # noqa: ANN001
     """A slot half-way through a hand-driven move: keys the source lacks are asked of the
     target, which serves them only after ASKING, for plain and for blocked commands."""
     c = xcluster(shards=2, replicas=0, routers=1, controller=False)
-    owner = owners(c.view().slots.value)
-    slot = next(s for s in range(16384) if owner[s] == "0")
-    kept, new, waited = keys_in_slots([slot], per_slot=3, prefix="ask")
-    src, dst = c.nodes["s0n0"].client(), c.nodes["s1n0"].client()
-    src.xadd(kept, {"a": "1"}, id="1-0")
-    # The target's importing state lives as long as the connection that set it (an
-    # importer's link); keep it open for the whole test.
-    dst.execute_command("CLUSTER", "SETSLOT", slot, "IMPORTING", "s0n0")
-    src.execute_command("CLUSTER", "SETSLOT", slot, "MIGRATING", "s1n0")
+    slot, (kept, new, waited), src, dst = half_moved(c)
     with pytest.raises(redis.exceptions.AskError):
         src.xadd(new, {"b": "1"})
     rc = c.client()
