@@ -26,7 +26,8 @@ FROM python:${PYTHON}-slim
 ARG VERSION=0.1.0
 LABEL org.opencontainers.image.title="xshard" \
       org.opencontainers.image.description="A sharded, replicated Redis-Streams cluster in Python" \
-      org.opencontainers.image.version="${VERSION}"
+      org.opencontainers.image.version="${VERSION}" \
+      org.opencontainers.image.licenses="Apache-2.0"
 RUN groupadd --system --gid 10001 xshard \
  && useradd --system --uid 10001 --gid 10001 --home-dir /data --no-create-home \
       --shell /usr/sbin/nologin xshard \

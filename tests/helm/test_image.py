@@ -69,6 +69,9 @@ def test_dockerfile_is_multi_stage_non_root_with_xshard_as_entrypoint() -> None:
     labels = " ".join(i for i in final if i.startswith("LABEL"))
     for key in ("title", "description", "version"):
         assert f"org.opencontainers.image.{key}=" in labels
+    license_ = re.search(r'^license = \{text = "([^"]+)"\}', (REPO / "pyproject.toml").read_text(),
+                         re.M)
+    assert license_ and f'org.opencontainers.image.licenses="{license_[1]}"' in labels
     assert f"ARG VERSION={pyproject_version()}" in final
 
 
