@@ -57,6 +57,8 @@ def test_move_slots_cli(xcluster) -> None:
                     "--slots", spec, "--wait", "--timeout", "60")
         assert r.returncode == 0, r.stdout + r.stderr
         assert "done: 5 slots moved" in r.stdout
+        # The progress line (on stderr; redrawn in place on a terminal) ends full.
+        assert f"[{'#' * 30}] 5/5 slots, " in r.stderr and " MB/s" in r.stderr, r.stderr
         v = c.view()
         owner = owners(v.slots.value)
         assert all(owner[s] == "1" for s in slots) and not v.migrations
