@@ -178,7 +178,7 @@ def _pin(cpu: int | None):
 
 def start_server(kind: str, *, label: str | None = None, port: int | None = None,
                  workdir: Path | None = None, cpu: int | None = None,
-                 timeout: float = 20.0) -> ServerProc:
+                 timeout: float = 20.0, extra: tuple[str, ...] = ()) -> ServerProc:
     """Start redis-server ("redis") or our node ("node") on loopback and wait until it PINGs.
 
     redis-server runs with persistence off (`--save '' --appendonly no`) so it measures the
@@ -196,7 +196,7 @@ def start_server(kind: str, *, label: str | None = None, port: int | None = None
             env = None
         elif kind == "node":
             argv = [sys.executable, "-m", "control.cli", "node", "--port", str(p),
-                    "--dir", str(wd)]
+                    "--dir", str(wd), *extra]
             env = dict(os.environ)
             env["PYTHONPATH"] = str(REPO_ROOT) + os.pathsep + env.get("PYTHONPATH", "")
         else:
