@@ -1,12 +1,15 @@
-"""Throughput of this tree against an older commit, side by side in one run.
+"""Throughput of one commit against an older one, side by side in one run.
 
 Each round runs `benchmarks/node_bench.py` and `benchmarks/router_bench.py` (quick settings)
-from this tree and from a checkout of the other commit, alternately, so both see the same
+from a checkout of each commit, alternately, so both see the same
 machine load. Each figure is taken as a ratio to redis-server measured in the same
 benchmark run (node_bench's ratio, router_bench's ops/s divided by its redis-server row),
 which cancels most of the load; the result is the median over rounds of new / old.
 
-    python benchmarks/compare_commits.py --old 17a5a39 [--rounds 3] [--output FILE]
+    python benchmarks/compare_commits.py --old 17a5a39 [--new main] [--rounds 3] [--output FILE]
+
+Both sides run from `git archive` extracts, so editing the working tree meanwhile changes
+nothing.
 """
 
 from __future__ import annotations
@@ -59,24 +62,29 @@ def router_ratios(tree: Path) -> dict[str, float]:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--old", required=True, help="the commit to compare with")
+    ap.add_argument("--new", default="HEAD", help="the commit measured against --old "
+                    "(default: HEAD)")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--output", default="")
     a = ap.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="compare-"))
-    old = checkout(a.old, tmp)
-    new_rev = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"],
+    (tmp / "old").mkdir()
+    (tmp / "new").mkdir()
+    old = checkout(a.old, tmp / "old")
+    new = checkout(a.new, tmp / "new")
+    new_rev = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", a.new],
                              capture_output=True, text=True).stdout.strip()
     got: dict[str, dict[str, list[float]]] = {"new": {}, "old": {}}
     loads = [os.getloadavg()[0]]
     for rnd in range(a.rounds):
-        for side, tree in (("new", REPO), ("old", old)) if rnd % 2 == 0 else (
-                ("old", old), ("new", REPO)):
+        for side, tree in (("new", new), ("old", old)) if rnd % 2 == 0 else (
+                ("old", old), ("new", new)):
             for k, v in {**node_ratios(tree, tmp), **router_ratios(tree)}.items():
                 got[side].setdefault(k, []).append(v)
             loads.append(os.getloadavg()[0])
             print(f"round {rnd} {side} done (load {loads[-1]:.1f})", flush=True)
     lines = [
-        f"Compared: this tree ({new_rev}) against {a.old}, {a.rounds} rounds, alternating; "
+        f"Compared: {a.new} ({new_rev}) against {a.old}, {a.rounds} rounds, alternating; "
         f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; load average (1 min) "
         f"{min(loads):.1f}-{max(loads):.1f} on {os.cpu_count()} CPUs.",
         "",

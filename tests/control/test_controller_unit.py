@@ -66,8 +66,6 @@ async def make_shard(store: MemoryStore, members: dict[str, bool], primary: str 
     return leases
 
 
-
-
 # --- failover(): the choice and the transaction ----------------------------------------------
 
 def test_failover_promotes_the_highest_offset_and_bumps_the_epoch_once() -> None:
@@ -151,6 +149,14 @@ async def start_controller(etcd: MemoryEtcd, cid: str,
     return c, asyncio.ensure_future(c.run())
 
 
+async def elect(etcd: MemoryEtcd, store: MemoryStore, cid: str,
+                nodes: NodeOps) -> tuple[Controller, asyncio.Task]:
+    """Start controller `cid` and wait until it leads."""
+    c, task = await start_controller(etcd, cid, nodes)
+    await until(lambda: _leader_is(store, cid), f"{cid} elected")
+    return c, task
+
+
 async def stop(task: asyncio.Task) -> None:
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
@@ -165,14 +171,12 @@ async def test_a_deposed_leader_cannot_fail_over(etcd: MemoryEtcd, store: Memory
     await make_shard(store, {"r1": True, "r2": True, "p": True})
     nodes = ScriptedNodes()
     nodes.offsets = {7001: 10, 7002: 20}
-    a, ta = await start_controller(etcd, "A", nodes)
-    await until(lambda: _leader_is(store, "A"), "A elected")
+    a, ta = await elect(etcd, store, "A", nodes)
     a_rev = a.leader_rev
     ta.cancel()  # A stops running its loop but keeps its belief (a, a_rev) ...
     with pytest.raises(asyncio.CancelledError):
         await ta
-    b, tb = await start_controller(etcd, "B", nodes)
-    await until(lambda: _leader_is(store, "B"), "B elected")
+    b, tb = await elect(etcd, store, "B", nodes)
     assert b.leader_rev != a_rev
     # The primary dies now; A (stale) ticks first.
     await store.revoke((await store.view()).nodes["p"].lease)
@@ -192,8 +196,7 @@ async def test_a_missed_watch_event_costs_one_tick_not_the_failover(etcd: Memory
     leases = await make_shard(store, {"p": True, "r1": True, "r2": True})
     nodes = ScriptedNodes()
     nodes.offsets = {7001: 30, 7002: 20}
-    _c, task = await start_controller(etcd, "A", nodes)
-    await until(lambda: _leader_is(store, "A"), "A elected")
+    _c, task = await elect(etcd, store, "A", nodes)
     etcd.silent = True  # no watch event from here on
     await store.revoke(leases["p"])
     await until(lambda: _primary_is(store, "r1"), "failover from a resync tick",
@@ -209,8 +212,7 @@ async def test_a_primary_that_refuses_connections_loses_its_lease_early(etcd: Me
     await make_shard(store, {"p": True, "r1": True, "r2": True})
     nodes = ScriptedNodes()
     nodes.offsets = {7001: 3, 7002: 4}
-    _c, task = await start_controller(etcd, "A", nodes)
-    await until(lambda: _leader_is(store, "A"), "A elected")
+    _c, task = await elect(etcd, store, "A", nodes)
     nodes.dead.add(7000)  # the process is gone; its lease would live on for the TTL
     await until(lambda: _primary_is(store, "r2"), f"{DEAD_PROBES} refusals, then failover")
     assert "p" not in (await store.view()).nodes
@@ -222,8 +224,7 @@ async def test_a_standby_takes_over_when_the_leader_lease_is_lost(etcd: MemoryEt
                                                                   store: MemoryStore) -> None:
     await make_shard(store, {"p": True, "r1": True, "r2": True})
     nodes = ScriptedNodes()
-    a, ta = await start_controller(etcd, "A", nodes)
-    await until(lambda: _leader_is(store, "A"), "A elected")
+    a, ta = await elect(etcd, store, "A", nodes)
     b, tb = await start_controller(etcd, "B", nodes)
     await until(lambda: _is_following(b), "B campaigning")
     await store.revoke(a.session.id)  # A's lease is gone (expired, say)
@@ -233,7 +234,6 @@ async def test_a_standby_takes_over_when_the_leader_lease_is_lost(etcd: MemoryEt
     await stop(ta)
     await stop(tb)
     assert (await store.view()).leader is None  # B resigned: its lease was revoked
-
 
 
 async def _leader_is(store: MemoryStore, cid: str) -> bool:
