@@ -32,7 +32,8 @@ from node.patterns import stringmatch
 from node.resp import Map, ReplyError, RespSet, Status, encode
 
 __all__ = [
-    "CommandSpec", "KeySpec", "lookup", "lookup_argv", "check_arity", "is_write", "get_keys",
+    "CommandSpec", "KeySpec", "lookup", "lookup_argv", "check_arity", "is_write",
+    "is_denyoom_argv", "get_keys",
     "get_keys_and_flags", "CONTAINERS", "TABLE", "command_reply", "info_reply", "docs_reply",
     "count_reply", "list_reply", "getkeys_reply", "help_reply", "HELP_LINES",
 ]
@@ -239,6 +240,8 @@ for _n, _c in TABLE.items():
     else:
         _ARITY[_n] = _c.arity
 _WRITE: frozenset[bytes] = frozenset(n for n, c in _ALL.items() if "write" in c.flags)
+# Commands that may use more memory: refused with OOM over maxmemory (Redis's CMD_DENYOOM).
+_DENYOOM: frozenset[bytes] = frozenset(n for n, c in _ALL.items() if "denyoom" in c.flags)
 del _n, _c, _s
 
 NO_AUTH: frozenset[bytes] = frozenset(n for n, c in TABLE.items() if "no_auth" in c.flags)
@@ -320,6 +323,15 @@ def is_write_argv(argv: list[bytes], name: bytes) -> bool:
         return True
     if len(argv) > 1 and type(_ARITY.get(name)) is dict:
         return name + b"|" + argv[1].lower() in _WRITE
+    return False
+
+
+def is_denyoom_argv(argv: list[bytes], name: bytes) -> bool:
+    """The denyoom flag for a request (containers by their subcommand, as is_write_argv)."""
+    if name in _DENYOOM:
+        return True
+    if len(argv) > 1 and type(_ARITY.get(name)) is dict:
+        return name + b"|" + argv[1].lower() in _DENYOOM
     return False
 
 

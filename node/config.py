@@ -143,7 +143,10 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("daemonize", "bool", False, mutable=False,
             help="refused: run the node under a supervisor (xshard up, systemd, Kubernetes)"),
     Setting("maxmemory", "memory", 0, minimum=0, maximum=_LL,
-            help="accepted for redis.conf compatibility; not enforced"),
+            help="over this RSS, commands that add data get -OOM (noeviction); 0: no limit"),
+    Setting("maxmemory-policy", "enum", "noeviction", choices=("noeviction",),
+            help="what happens over maxmemory: noeviction (writes that add data are refused; "
+                 "a stream store evicts nothing)"),
     Setting("save", "str", "",
             help="snapshot rules: pairs of seconds and changes (empty: no automatic snapshots)"),
     Setting("appendonly", "bool", False,

@@ -396,6 +396,7 @@ def nogroup_for_key(group: bytes, key: bytes) -> bytes:
 # --- replication (node/replication/, node/commands/replication.py) ---------------------------
 COMMAND_IN_MULTI = b"ERR Command not allowed inside a transaction"
 NOREPLICAS = b"NOREPLICAS Not enough good replicas to write."
+OOM = b"OOM command not allowed when used memory > 'maxmemory'."
 WAIT_ON_REPLICA = (
     b"ERR WAIT cannot be used with replica instances. Please also note that since Redis 4.0 if "
     b"a replica is configured to be writable (which is not the default) writes to replicas "

@@ -25,6 +25,7 @@ from node.config import Config
 from node.effects import EffectLog
 from node.keyspace import Keyspace
 from node.latency import LatencyMonitor
+from node.memlimit import MemoryLimit
 from node.monitor import feed as feed_monitors
 from node.protocol import RespConnection
 from node.resp import QUEUED, ReplyError
@@ -95,6 +96,8 @@ class Server:
         self.slow_usec = 0
         self.config_listeners.append(self._slow_threshold)
         self._slow_threshold("")
+        self.oom = False  # used memory is over maxmemory (node/memlimit.py keeps it)
+        self.memory_limit = MemoryLimit(self)
         self.metrics: NodeCollector | None = None  # with --metrics-port (node/metrics.py)
         # Only commands with both a handler and a command-table entry are served. The arity of
         # a plain command rides along so that execute() checks it without a call; containers
@@ -153,10 +156,11 @@ class Server:
                     return self._refuse(name, err, argv)
             # EXEC counts as a write when it would run one: a transaction queued before a
             # fence (or a disk error) must not commit after it.
-            if command_table.is_write_argv(argv, name) or (
-                    name == b"exec" and c.in_multi and any(
-                        command_table.is_write_argv(a, a[0].lower()) for a in c.multi_queue)):
-                err = self.write_refusal()
+            write = command_table.is_write_argv(argv, name) or (
+                name == b"exec" and c.in_multi and any(
+                    command_table.is_write_argv(a, a[0].lower()) for a in c.multi_queue))
+            if write or self.oom:
+                err = self.refusal(c, argv, name, write)
                 if err is not None:
                     return self.reject(c, name, err, argv)
         if c.in_multi and name not in _MULTI_IMMEDIATE:
@@ -191,10 +195,15 @@ class Server:
         return b"-%s\r\n" % message
 
     # --- write checks (processCommand, in Redis's order) ----------------------------------------
-    def write_refusal(self) -> bytes | None:
-        """Why a write may not run now, or None: cluster fence, MISCONF, NOREPLICAS, READONLY."""
-        return (self.check_fence() or self.check_misconf() or self.check_noreplicas()
-                or self.check_readonly())
+    def refusal(self, c: Client, argv: list[bytes], name: bytes, write: bool) -> bytes | None:
+        """Why a command may not run now, or None: the cluster fence (writes), OOM (over
+        maxmemory, node/memlimit.py), then for writes MISCONF, NOREPLICAS, READONLY."""
+        err = self.check_fence() if write else None
+        if err is None and self.oom:
+            err = self.memory_limit.check(c, argv, name)
+        if err is None and write:
+            err = self.check_misconf() or self.check_noreplicas() or self.check_readonly()
+        return err
 
     def check_fence(self) -> bytes | None:
         """CLUSTERDOWN on a primary whose etcd lease or role is not fresh (control/agent.py)."""
@@ -359,6 +368,7 @@ class Server:
         try:
             self.cmd_time_ms = int(time.time() * 1000)
             self.stats.sample()  # INFO instantaneous_* (node/cmdstats.py)
+            self.memory_limit.refresh()
             self.db.active_expire()
             if self.blocking.ready:
                 self.blocking.serve_ready()

@@ -479,9 +479,13 @@ class InprocNode:
         the data is flushed every 64 inputs so that it stays small."""
         s = self.server
         cfg = s.config
+        changed = False
         for k, v in self._defaults.items():
             if getattr(cfg, k) != v:
                 setattr(cfg, k, v)
+                changed = True
+        if changed:
+            s.memory_limit.refresh()  # CONFIG SET maxmemory left the node refusing writes
         self.runs += 1
         if self.runs % 64 == 0:
             s.db.flush()
