@@ -14,6 +14,7 @@ from node import REDIS_VERSION
 from node import __version__ as xshard_version
 
 if TYPE_CHECKING:
+    from node.cmdstats import CommandStats
     from node.server import Server
 
 DEFAULT_SECTIONS = ("server", "clients", "memory", "persistence", "stats", "replication", "cpu",
@@ -208,14 +209,16 @@ def _replication(s: Server) -> list[tuple[str, object]]:
     ]
 
 
-def _cpu(s: Server) -> list[tuple[str, object]]:
+def cpu_fields() -> list[tuple[str, object]]:
+    """INFO cpu of this process (a node's or a router's)."""
     ru = resource.getrusage(resource.RUSAGE_SELF)
     return [("used_cpu_sys", f"{ru.ru_stime:.6f}"), ("used_cpu_user", f"{ru.ru_utime:.6f}")]
 
 
-def _errorstats(s: Server) -> list[tuple[str, object]]:
+def errorstats_fields(stats: CommandStats) -> list[tuple[str, object]]:
+    """INFO errorstats from a node's or a router's counters."""
     return [(f"errorstat_{code.decode(errors='replace')}", f"count={n}")
-            for code, n in sorted(s.stats.errors.items())]
+            for code, n in sorted(stats.errors.items())]
 
 
 def _commandstats(s: Server) -> list[tuple[str, object]]:
@@ -254,8 +257,8 @@ def _keyspace(s: Server) -> list[tuple[str, object]]:
 
 SECTIONS: dict[str, Callable[[Server], list[tuple[str, object]]]] = {
     "server": _server, "clients": _clients, "memory": _memory, "persistence": _persistence,
-    "stats": _stats, "replication": _replication, "cpu": _cpu, "modules": lambda s: [],
-    "errorstats": _errorstats,
+    "stats": _stats, "replication": _replication, "cpu": lambda s: cpu_fields(),
+    "modules": lambda s: [], "errorstats": lambda s: errorstats_fields(s.stats),
     "cluster": lambda s: [("cluster_enabled", int(s.cluster is not None))] + (
         s.move_stats.fields(s.pauses.longest_ms) if s.cluster is not None else []),
     "keyspace": _keyspace, "commandstats": _commandstats, "latencystats": _latencystats,

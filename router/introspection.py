@@ -16,7 +16,6 @@ say, so they are answered only by a node.
 from __future__ import annotations
 
 import os
-import resource
 import time
 from functools import partial
 from typing import TYPE_CHECKING
@@ -24,7 +23,7 @@ from typing import TYPE_CHECKING
 from node import REDIS_VERSION, errors
 from node import __version__ as xshard_version
 from node.cluster import redis_id
-from node.info import format_sections, rss_bytes, wanted_sections
+from node.info import cpu_fields, errorstats_fields, format_sections, rss_bytes, wanted_sections
 from node.resp import OK, Verbatim, encode, encode_command, error
 from router.commands import router_command
 from router.forward import Gather
@@ -126,14 +125,8 @@ def _stats(router: Router, shards: Shards) -> Fields:
             ("clusterdown_waits", router.upstream.clusterdown_waits)]
 
 
-def _cpu(router: Router, shards: Shards) -> Fields:
-    ru = resource.getrusage(resource.RUSAGE_SELF)
-    return [("used_cpu_sys", f"{ru.ru_stime:.6f}"), ("used_cpu_user", f"{ru.ru_utime:.6f}")]
-
-
 def _errorstats(router: Router, shards: Shards) -> Fields:
-    return [(f"errorstat_{code.decode(errors='replace')}", f"count={n}")
-            for code, n in sorted(router.stats.errors.items())]
+    return errorstats_fields(router.stats)
 
 
 def _cluster(router: Router, shards: Shards) -> Fields:
@@ -176,4 +169,5 @@ def _int(v: str | None) -> int:
 
 SECTIONS = {"server": _server, "clients": _clients, "memory": _memory, "stats": _stats,
             "replication": lambda r, s: [("role", "master"), ("connected_slaves", 0)],
-            "cpu": _cpu, "errorstats": _errorstats, "cluster": _cluster, "keyspace": _keyspace}
+            "cpu": lambda r, s: cpu_fields(), "errorstats": _errorstats, "cluster": _cluster,
+            "keyspace": _keyspace}
