@@ -57,7 +57,7 @@ def spark() -> Iterator[object]:
 WORKER_START_TIMEOUT = "Python worker failed to connect back"
 
 
-def started(start: Callable[[], Any], tries: int = 3) -> Any:
+def started(start: Callable[[], Any], tries: int = 5) -> Any:
     """start() until the query has run its first trigger (so its source exists). Only a query
     killed by Spark's worker start-up timeout, before it read anything, is started again
     (from the same checkpoint: nothing was planned); any other error fails the test."""

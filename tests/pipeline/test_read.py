@@ -176,6 +176,31 @@ def test_ids_past_a_signed_long_wrap_and_filter_as_spark_compares(spark, cluster
     r.close()
 
 
+def test_binary_variant_keeps_bytes(spark, cluster3: Cluster) -> None:  # noqa: ANN001
+    """binary=true: stream and fields as bytes, exactly; without it, bytes that are not UTF-8
+    read as replacement characters."""
+    r = redis.RedisCluster(host="127.0.0.1", port=cluster3.nodes["s0n0"].port)
+    name, field, value = b"bin:\xff\x00", b"\x00k\xfe", b"\xffv\x80"
+    sid = r.xadd(name, {field: value, b"ok": "é".encode()})
+    r.close()
+    def read():  # noqa: ANN202 - a fresh DataFrameReader (.option changes it in place)
+        return spark.read.format("xshard").option("url", node_url(cluster3)).option(
+            "streams", "bin:*")
+
+    df = read().option("binary", "true").load()
+    assert [(f.name, f.dataType.simpleString()) for f in df.schema.fields] == [
+        ("stream", "binary"), ("id", "string"), ("ms", "bigint"), ("seq", "bigint"),
+        ("fields", "map<binary,binary>")]
+    [row] = df.collect()
+    assert (bytes(row.stream), row.id) == (name, sid.decode())
+    assert {bytes(k): bytes(v) for k, v in row.fields.items()} == {field: value,
+                                                                   b"ok": "é".encode()}
+    [row] = read().load().collect()
+    assert row.stream == name.decode("utf-8", "replace")
+    assert row.fields == {field.decode("utf-8", "replace"): value.decode("utf-8", "replace"),
+                          "ok": "é"}
+
+
 def test_a_stale_topology_is_retried_after_moved(cluster3: Cluster, data: list[str]) -> None:
     """A call that meets a redirect re-reads the shards and succeeds. redis-py raises MOVED,
     ASK, CLUSTERDOWN, TRYAGAIN, READONLY and MASTERDOWN as classes of their own with the code
