@@ -71,6 +71,11 @@ CASES = [
     ("inline-empty-quoted", b'ECHO ""\r\n'),
     ("inline-bad-hex-escape", b'ECHO "\\xzz"\r\n'),
     ("inline-tab", b"ECHO\thi\r\n"),
+    # a NUL hides the newline from Redis's strchr: the line never completes (the fuzzer found
+    # the node appending empty arguments forever on these)
+    ("inline-nul-waits", b"ECHO ab\x00cd ef\r\nPING\r\n"),
+    ("inline-nul-after-space-waits", b"ECHO a \x00\r\nPING\r\n"),
+    ("inline-nul-in-quotes-waits", b'ECHO "a\x00b"\r\n'),
     ("inline-wrong-arity", b"ECHO\r\n"),
     ("inline-xadd-bad-id", b"XADD " + K + b" nope f v\r\n"),
     # unknown commands
