@@ -6,6 +6,7 @@ import time
 from typing import TYPE_CHECKING, cast
 
 if TYPE_CHECKING:
+    from node.acl import User
     from node.context import ClientContext, Waiting
     from node.keyspace import Keyspace
     from node.protocol import RespConnection
@@ -17,7 +18,7 @@ class Client:
         "last_interaction_ms", "last_cmd", "in_multi", "multi_queue", "multi_failed", "in_exec",
         "watched", "dirty_cas", "blocked", "rerunning", "readonly", "asking", "lib_name",
         "lib_ver", "close_after_reply", "obuf_soft_since", "no_evict", "is_master", "woff",
-        "import_slots",
+        "import_slots", "user", "acl",
     )
 
     def __init__(self, server: ClientContext, conn: RespConnection | None, client_id: int,
@@ -27,7 +28,10 @@ class Client:
         self.conn = conn
         self.proto = 2
         self.name: bytes | None = None
-        self.authenticated = not server.config.requirepass
+        # The ACL user (node/acl.py); `acl` is its rules, None while it may run anything.
+        self.user = b"default"
+        self.acl: User | None = server.acl.rules_of(b"default")
+        self.authenticated = not server.acl.default_needs_auth()
         self.addr = addr
         self.laddr = laddr
         self.ctime = time.time()
@@ -78,7 +82,9 @@ class Client:
         self.server.blocking.unblock(self, None)
         self.proto = 2
         self.name = None
-        self.authenticated = not self.server.config.requirepass
+        self.user = b"default"
+        self.acl = self.server.acl.rules_of(b"default")
+        self.authenticated = not self.server.acl.default_needs_auth()
         self.readonly = False
         self.asking = False  # ASKING: the next command may use a slot being imported
         self.no_evict = False

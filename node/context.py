@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
     from control.agent import Agent
+    from node.acl import Acl
     from node.blocking import Blocked, BlockingManager
     from node.client import Client
     from node.cluster import ClusterState
@@ -94,6 +95,7 @@ class ClientContext(ConnectionOwner, Protocol):
     role: str  # "master" or "slave", as ROLE and HELLO say
     start_time: float  # time.time() at start (LASTSAVE before any save, uptime)
     monitors: dict[int, Client]  # MONITOR clients by id (node/monitor.py); RESET leaves it
+    acl: Acl  # the users (node/acl.py): AUTH, HELLO AUTH and ACL
 
     @property
     def db(self) -> Watches: ...

@@ -112,6 +112,7 @@ class EffectApplier:
         self.republish = republish
         self.client = Client(server, None, 0, "master", "")
         self.client.authenticated = True
+        self.client.acl = None  # a primary's effects are never checked (Redis's NULL user)
         self.client.is_master = True
         self.reader = Reader()
         self.consumed = 0  # bytes of complete commands applied

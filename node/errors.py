@@ -216,6 +216,52 @@ def no_such_user(user: bytes) -> bytes:
     return b"ERR No such user '%s'" % user
 
 
+# --- ACL (acl.c, Redis 7.2+ texts; node/acl.py) ----------------------------------------------
+NOPERM_KEY = b"NOPERM No permissions to access a key"
+ACL_UNKNOWN_COMMAND = b"Unknown command or category name in ACL"
+ACL_SYNTAX = b"Syntax error"
+ACL_KEY_AFTER_ALL = (
+    b"Adding a pattern after the * pattern (or the 'allkeys' flag) is not valid and does not "
+    b"have any effect. Try 'resetkeys' to start with an empty list of patterns")
+ACL_CHANNEL_AFTER_ALL = (
+    b"Adding a pattern after the * pattern (or the 'allchannels' flag) is not valid and does "
+    b"not have any effect. Try 'resetchannels' to start with an empty list of channels")
+ACL_NO_SUCH_PASSWORD = b"The password you are trying to remove from the user does not exist"
+ACL_BAD_HASH = (b"The password hash must be exactly 64 characters and contain only lowercase "
+                b"hexadecimal characters")
+ACL_SELECTORS_UNSUPPORTED = b"Selectors are not supported by xshard"
+ACL_DELETE_DEFAULT = b"ERR The 'default' user cannot be removed"
+ACL_NO_FILE = (b"ERR This Redis instance is not configured to use an ACL file. You may want to "
+               b"specify users via the ACL SETUSER command and then issue a CONFIG REWRITE "
+               b"(assuming you have a Redis configuration file set) in order to store users in "
+               b"the Redis configuration.")
+
+ACL_SAVE_FAILED = (b"ERR There was an error trying to save the ACLs. Please check the server "
+                   b"logs for more information")
+ACL_GENPASS_BITS = b"ERR ACL GENPASS argument must be the number of bits for the output password, a positive number up to 4096"
+
+def noperm_command(user: bytes, command: bytes) -> bytes:
+    return b"NOPERM User %s has no permissions to run the '%s' command" % (user, command)
+
+
+def acl_setuser_error(op: bytes, reason: bytes) -> bytes:
+    return b"ERR Error in ACL SETUSER modifier '%s': %s" % (_sanitize(op), reason)
+
+
+def acl_unknown_category(cat: bytes) -> bytes:
+    return b"ERR Unknown category '%s'" % _sanitize(cat)
+
+
+def acl_file_error(path: str, reason: str) -> bytes:
+    return b"ERR Error loading ACLs, opening file '%s': %s" % (
+        path.encode(errors="replace"), reason.encode(errors="replace"))
+
+
+def acl_file_line(path: str, lineno: int, reason: bytes) -> bytes:
+    reason = reason[4:] if reason.startswith(b"ERR ") else reason
+    return b"ERR %s:%d: %s" % (path.encode(errors="replace"), lineno, reason)
+
+
 # --- key space commands (db.c, expire.c) ----------------------------------------------------
 INVALID_CURSOR = b"ERR invalid cursor"
 EXPIRE_NX_AND_OTHERS = b"ERR NX and XX, GT or LT options at the same time are not compatible"

@@ -191,8 +191,8 @@ def _stats(s: Server) -> list[tuple[str, object]]:
         ("eventloop_cycles", 0), ("eventloop_duration_sum", 0),
         ("eventloop_duration_cmd_sum", 0), ("instantaneous_eventloop_cycles_per_sec", 0),
         ("instantaneous_eventloop_duration_usec", 0),
-        ("acl_access_denied_auth", 0), ("acl_access_denied_cmd", 0),
-        ("acl_access_denied_key", 0), ("acl_access_denied_channel", 0),
+        ("acl_access_denied_auth", s.acl.denied_auth), ("acl_access_denied_cmd", s.acl.denied_cmd),
+        ("acl_access_denied_key", s.acl.denied_key), ("acl_access_denied_channel", 0),
     ]
 
 

@@ -109,6 +109,8 @@ def run(argv: list[str]) -> int:
         format=f"{os.getpid()}:M %(asctime)s %(levelname).1s %(message)s",
         filename=config.logfile or None,
     )
+    if config.aclfile:  # a path from the command line means the caller's directory
+        config.aclfile = os.path.abspath(config.aclfile)
     try:
         os.makedirs(config.dir, exist_ok=True)
         os.chdir(config.dir)
@@ -128,6 +130,15 @@ async def _serve(config: Config, config_file: str) -> int:
     from node.server import Server
 
     server = Server(config, config_file)
+    if config.aclfile:
+        from node.resp import ReplyError
+
+        try:
+            server.acl.load_file(config.aclfile)
+        except ReplyError as e:
+            log.error("%s", e.message.decode(errors="replace"))
+            log.error("Aborting xshard startup because of ACL errors. Exiting.")
+            return 1
     persistence = server.persistence = Persistence(server)
     try:
         persistence.load()

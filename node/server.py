@@ -17,6 +17,7 @@ from time import perf_counter_ns, time_ns
 from typing import TYPE_CHECKING, Protocol
 
 from node import command_table, errors
+from node.acl import Acl
 from node.blocking import Blocked, BlockingManager
 from node.client import Client
 from node.cmdstats import CommandStats
@@ -47,6 +48,11 @@ _MULTI_IMMEDIATE = command_table.RUN_IN_MULTI
 _NOAUTH_OK = command_table.NO_AUTH
 
 
+def _client_info(c: Client) -> bytes:
+    from node.commands.connection import client_info_line
+    return client_info_line(c)
+
+
 class ReplyGate(Protocol):
     def hold(self, conn: Connection, data: bytes) -> bool:
         """Take `data` to send later (after an fsync); False means send it now."""
@@ -68,6 +74,9 @@ class Server:
         self.slowlog = SlowLog(config)
         self.latency = LatencyMonitor(config)
         self.clients: dict[int, Client] = {}
+        self.acl = Acl(self.clients, config.acllog_max_len)  # users (node/acl.py)
+        self.acl.set_requirepass(config.requirepass)
+        self.acl.client_info = _client_info
         self.monitors: dict[int, Client] = {}  # MONITOR clients by id (node/monitor.py)
         self.next_client_id = 1
         self.start_time = time.time()
@@ -95,6 +104,7 @@ class Server:
         # and latency-monitor thresholds, so that the call path makes one comparison.
         self.slow_usec = 0
         self.config_listeners.append(self._slow_threshold)
+        self.config_listeners.append(self._acl_settings)
         self._slow_threshold("")
         self.oom = False  # used memory is over maxmemory (node/memlimit.py keeps it)
         self.memory_limit = MemoryLimit(self)
@@ -126,8 +136,8 @@ class Server:
     def execute(self, c: Client, argv: list[bytes]) -> bytes | None:
         """Run one client command; None means the client is now blocked.
 
-        The checks come in Redis processCommand's order: unknown command, arity, AUTH, cluster
-        redirection, then for writes the fence, MISCONF, NOREPLICAS and READONLY; inside MULTI
+        The checks come in Redis processCommand's order: unknown command, arity, AUTH, ACL,
+        cluster redirection, then for writes the fence, MISCONF, NOREPLICAS and READONLY; inside MULTI
         the command is queued only once it passed them all."""
         name = argv[0].lower()
         entry = self._dispatch.get(name)
@@ -141,6 +151,10 @@ class Server:
                 return self.reject(c, name, err, argv)
         if not c.authenticated and name not in _NOAUTH_OK:
             return self.reject(c, name, errors.NOAUTH, argv)
+        if c.acl is not None:  # None: the user may run anything (node/acl.py)
+            err = self.acl.check(c, argv, name)
+            if err is not None:
+                return self.reject(c, name, err, argv)
         if not c.is_master:  # what a primary sent us (or the AOF holds) is never refused
             if self.cluster is not None:
                 err = self.cluster.check(c, argv, name)
@@ -308,6 +322,12 @@ class Server:
             self.slowlog.push(c, argv, usec)
         fast = spec is not None and "fast" in spec.flags
         self.latency.add_if_needed(b"fast-command" if fast else b"command", usec // 1000)
+
+    def _acl_settings(self, setting: str) -> None:
+        if setting == "requirepass":
+            self.acl.set_requirepass(self.config.requirepass)
+        elif setting == "acllog-max-len":
+            self.acl.log_max = self.config.acllog_max_len
 
     def _slow_threshold(self, setting: str) -> None:
         if setting and setting not in ("slowlog-log-slower-than", "slowlog-max-len",

@@ -27,6 +27,7 @@ import time
 from typing import TYPE_CHECKING
 
 from node import command_table, errors
+from node.acl import Acl
 from node.client import Client
 from node.cluster import SlotMap
 from node.cmdstats import CommandStats
@@ -92,6 +93,8 @@ class Router:
         self.node_password = node_password
         self.pools: dict[tuple[str, int, int, bool], Pool] = {}
         self.clients: dict[int, Client] = {}
+        self.acl = Acl(self.clients)  # users (node/acl.py)
+        self.acl.set_requirepass(config.requirepass)
         self.monitors: dict[int, Client] = {}  # MONITOR clients (router/introspection.py)
         self.next_client_id = 1
         self.role = "master"
@@ -191,6 +194,12 @@ class Router:
             route = route.subs[argv[1].lower()]
         if not c.authenticated and not route.no_auth:
             return conn.fill(cell, error(errors.NOAUTH))
+        if c.acl is not None:  # a denied command never reaches a node
+            err = self.acl.check(c, argv, name)
+            if err is not None:
+                if c.in_multi:
+                    c.multi_failed = True
+                return conn.fill(cell, error(err))
         if c.in_multi and not route.run_in_multi:
             return transactions.queue(self, c, argv, cell)
         kind = route.kind

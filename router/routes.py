@@ -3,6 +3,7 @@
 One rule list, applied to every command and subcommand of node/commands.json (first match):
 
     a router command (router/commands.py, router/transactions.py) -> ROUTER
+    ACL (the router's own users, node/acl.py)                        -> LOCAL
     ACL category @connection (PING, HELLO, AUTH, CLIENT, COMMAND..) -> LOCAL: the node's own
                                                        handler runs on the router's client
     request_policy multi_shard / all_shards / all_nodes            -> FANOUT, merged by the
@@ -72,7 +73,7 @@ def _route(spec: CommandSpec, router_commands: dict[bytes, Any],
     cmd = router_commands.get(spec.name) or router_commands.get(top)
     if cmd is not None:
         return Route(Kind.ROUTER, spec, cmd)
-    if "@connection" in spec.acl_categories:
+    if "@connection" in spec.acl_categories or top == b"acl":
         return Route(Kind.LOCAL, spec, local[top])
     if spec.request_policy in _FANOUT_POLICIES:
         return Route(Kind.FANOUT, spec)

@@ -56,6 +56,8 @@ SERVED: dict[str, list[str] | None] = {
     "client": ["setname", "getname", "id", "info", "list", "kill", "unblock", "no-evict", "help",
                "reply", "setinfo", "pause", "unpause"],
     "select": None, "quit": None, "reset": None,
+    "acl": ["setuser", "getuser", "deluser", "list", "users", "whoami", "cat", "log", "save",
+            "load", "genpass", "help"],
     # keyspace
     "del": None, "unlink": None, "exists": None, "type": None, "keys": None, "scan": None,
     "dbsize": None, "flushall": None, "flushdb": None, "expire": None, "pexpire": None,

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hmac
 import time
 
 from node import REDIS_VERSION, errors
@@ -24,11 +23,10 @@ def echo(c: Client, argv: list[bytes]) -> bytes:
     return bulk(argv[1])
 
 
-def _check_password(c: Client, user: bytes, password: bytes) -> None:
-    required = c.server.config.requirepass.encode(errors="surrogateescape")
-    if user != b"default" or (required and not hmac.compare_digest(password, required)):
+def _check_password(c: Client, user: bytes, password: bytes, cmd: bytes) -> None:
+    """Log in as `user` (node/acl.py); a failure is an ACL LOG entry and WRONGPASS."""
+    if not c.server.acl.authenticate(c, user, password, cmd):
         raise ReplyError(errors.WRONGPASS)
-    c.authenticated = True
 
 
 @command(b"auth")
@@ -36,11 +34,11 @@ def auth(c: Client, argv: list[bytes]) -> bytes:
     if len(argv) > 3:
         raise ReplyError(errors.SYNTAX)
     if len(argv) == 2:
-        if not c.server.config.requirepass:
+        if c.server.acl.users[b"default"].nopass:
             raise ReplyError(errors.AUTH_NOT_CONFIGURED)
-        _check_password(c, b"default", argv[1])
+        _check_password(c, b"default", argv[1], argv[0])
     else:
-        _check_password(c, argv[1], argv[2])
+        _check_password(c, argv[1], argv[2], argv[0])
     return OK
 
 
@@ -64,7 +62,7 @@ def hello(c: Client, argv: list[bytes]) -> bytes:
         opt = argv[i].lower()
         more = len(argv) - i - 1
         if opt == b"auth" and more >= 2:
-            _check_password(c, argv[i + 1], argv[i + 2])
+            _check_password(c, argv[i + 1], argv[i + 2], argv[0])
             i += 3
         elif opt == b"setname" and more >= 1:
             setname = argv[i + 1]
@@ -133,7 +131,7 @@ def client_info_line(c: Client) -> bytes:
         f"idle={int(now - c.last_interaction_ms / 1000)} flags={flags} db=0 sub=0 psub=0 ssub=0 "
         f"multi={len(c.multi_queue) if c.in_multi else -1} watch={len(c.watched)} qbuf=0 "
         f"qbuf-free=0 argv-mem=0 multi-mem=0 rbs=1024 rbp=0 obl={obl} oll=0 omem={obl} "
-        f"tot-mem={1024 + obl} events=r cmd={c.last_cmd.decode(errors='replace')} user=default "
+        f"tot-mem={1024 + obl} events=r cmd={c.last_cmd.decode(errors='replace')} user={c.user.decode(errors='replace')} "
         f"redir=-1 resp={c.proto} lib-name={c.lib_name.decode(errors='replace')} "
         f"lib-ver={c.lib_ver.decode(errors='replace')}"
     ).encode()
@@ -320,7 +318,7 @@ def _client_kill(c: Client, argv: list[bytes]) -> bytes:
                 raise ReplyError(errors.unknown_client_type(val))
         elif opt == b"user":
             user = val
-            if user != b"default":
+            if user not in server.acl.users:
                 raise ReplyError(errors.no_such_user(val))
         elif opt == b"skipme":
             if val.lower() not in (b"yes", b"no"):
@@ -340,6 +338,8 @@ def _client_kill(c: Client, argv: list[bytes]) -> bytes:
         if laddr is not None and x.laddr.encode() != laddr:
             continue
         if ctype is not None and ctype != b"normal":
+            continue
+        if user is not None and x.user != user:
             continue
         if maxage and now - x.ctime < maxage:
             continue

@@ -49,6 +49,12 @@ def exec_(c: Client, argv: list[bytes]) -> bytes:
     try:
         for cmd in queue:
             name = cmd[0].lower()
+            # ACL rules may have changed since the command was queued (execCommand re-checks).
+            err = server.acl.check(c, cmd, name) if c.acl is not None else None
+            if err is not None:
+                server.stats.error(err)
+                replies.append(b"-%s\r\n" % err)
+                continue
             handler = server.handler(name)
             replies.append(server.call(c, cmd, name, handler) or null_array(c.proto))
     finally:

@@ -1,0 +1,140 @@
+"""ACL: SETUSER, GETUSER, DELUSER, LIST, USERS, WHOAMI, CAT, LOG, SAVE, LOAD, GENPASS, HELP.
+
+The users themselves live in node/acl.py; the router serves this same handler against its own
+users (kept in etcd, router/aclsync.py).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+
+from node import acl as acl_mod
+from node import errors
+from node.client import Client
+from node.commands import command
+from node.resp import OK, Map, ReplyError, bulk, encode, integer, null
+
+log = logging.getLogger("xshard.acl")
+
+HELP = [
+    b"ACL <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
+    b"CAT [<category>]",
+    b"    List all commands that belong to <category>, or all command categories",
+    b"    when no category is specified.",
+    b"DELUSER <username> [<username> ...]",
+    b"    Delete a list of users.",
+    b"GETUSER <username>",
+    b"    Get the user's details.",
+    b"GENPASS [<bits>]",
+    b"    Generate a secure 256-bit user password. The optional `bits` argument can",
+    b"    be used to specify a different size.",
+    b"LIST",
+    b"    Show users details in config file format.",
+    b"LOAD",
+    b"    Reload users from the ACL file.",
+    b"LOG [<count> | RESET]",
+    b"    Show the ACL log entries.",
+    b"SAVE",
+    b"    Save the current config to the ACL file.",
+    b"SETUSER <username> <attribute> [<attribute> ...]",
+    b"    Create or modify a user with the specified attributes.",
+    b"USERS",
+    b"    List all the registered usernames.",
+    b"WHOAMI",
+    b"    Return the current connection username.",
+    b"HELP",
+    b"    Print this help.",
+]
+
+
+@command(b"acl")
+def acl(c: Client, argv: list[bytes]) -> bytes:
+    sub = argv[1].lower()
+    a = c.server.acl
+    if sub == b"setuser":
+        a.setuser(argv[2], argv[3:])
+        _changed(a)
+        return OK
+    if sub == b"deluser":
+        n = a.deluser(argv[2:])
+        if n:
+            _changed(a)
+        return integer(n)
+    if sub == b"getuser":
+        u = a.users.get(argv[2])
+        if u is None:
+            return null(c.proto)
+        return encode(Map.of(
+            b"flags", u.flag_words(), b"passwords", [p.encode() for p in u.passwords],
+            b"commands", u.commands_text(), b"keys", u.keys_text(),
+            b"channels", u.channels_text(), b"selectors", [],
+        ), c.proto)
+    if sub == b"list":
+        return encode([a.users[n].describe() for n in sorted(a.users)], c.proto)
+    if sub == b"users":
+        return encode(sorted(a.users), c.proto)
+    if sub == b"whoami":
+        return bulk(c.user)
+    if sub == b"cat":
+        if len(argv) == 2:
+            return encode([x.encode() for x in acl_mod.CATEGORIES], c.proto)
+        cat = argv[2].lower().decode("latin-1")
+        if cat not in acl_mod.CATEGORIES:
+            raise ReplyError(errors.acl_unknown_category(argv[2]))
+        return encode(acl_mod.category_commands(cat), c.proto)
+    if sub == b"log":
+        return _log(c, argv)
+    if sub in (b"save", b"load"):
+        path = c.server.config.aclfile
+        if not path:
+            raise ReplyError(errors.ACL_NO_FILE)
+        if sub == b"load":
+            a.load_file(path)
+            _changed(a)
+            return OK
+        try:
+            a.save_file(path)
+        except OSError as e:
+            log.warning("Opening temp ACL file for ACL SAVE: %s", e)
+            raise ReplyError(errors.ACL_SAVE_FAILED) from None
+        return OK
+    if sub == b"genpass":
+        bits = 256
+        if len(argv) > 2:
+            bits = errors.parse_int_or_error(argv[2])
+            if bits <= 0 or bits > 4096:
+                raise ReplyError(errors.ACL_GENPASS_BITS)
+        return bulk(os.urandom((bits + 7) // 8).hex()[:(bits + 3) // 4].encode())
+    return encode(HELP, c.proto)  # HELP: the only subcommand left in the table
+
+
+def _changed(a: acl_mod.Acl) -> None:
+    if a.on_change is not None:
+        a.on_change()
+
+
+def _log(c: Client, argv: list[bytes]) -> bytes:
+    a = c.server.acl
+    count = 10
+    if len(argv) > 3:
+        raise ReplyError(errors.SYNTAX)
+    if len(argv) == 3:
+        if argv[2].lower() == b"reset":
+            a.log.clear()
+            return OK
+        n = errors.string2ll(argv[2])
+        if n is None or n < 0:
+            raise ReplyError(errors.WAITAOF_NUMREPLICAS_RANGE)
+        count = n
+    now = int(time.time() * 1000)
+    out = []
+    for e in list(a.log)[:count]:
+        out.append(Map.of(
+            b"count", e.count, b"reason", e.reason, b"context", e.context, b"object", e.object,
+            b"username", e.username, b"age-seconds", (now - e.created) / 1000.0,
+            b"client-info", e.client_info, b"entry-id", e.entry_id,
+            b"timestamp-created", e.created, b"timestamp-last-updated", e.updated,
+        ))
+    return encode(out, c.proto)
