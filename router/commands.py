@@ -35,6 +35,7 @@ from router.forward import Forward
 if TYPE_CHECKING:
     from router.client import Cell, ClientConn, RouterClient
     from router.proxy import Router
+    from router.upstream import Pool, Upstream
 
 __all__ = ["ROUTER_COMMANDS", "router_command", "scan_cursor", "router_ranges"]
 
@@ -58,10 +59,13 @@ def _conn(c: RouterClient) -> ClientConn:
 @router_command(b"wait", b"waitaof")
 def wait(router: Router, c: RouterClient, argv: list[bytes], cell: Cell) -> None:
     """WAIT and WAITAOF go to every node the client wrote to since its last WAIT, on the same
-    pinned connection that carried the writes, so the node counts acks of those writes. A node
+    pinned connection that carried the writes, so the node counts acks of those writes (a
+    client that wrote nothing waits on connections of its own: a WAIT that blocks must not
+    hold up the other clients of the shared one). A node
     that died (or was demoted) since cannot vouch for them: it counts as 0, which is the truth
     for the client's writes there, rather than an error."""
     conn = _conn(c)
+    pinned = bool(c.written)
     targets = sorted(c.written) or router.primaries()
     c.written = set()
     zero = integer(0) if len(argv) == 3 else encode([0, 0], c.proto)
@@ -79,8 +83,19 @@ def wait(router: Router, c: RouterClient, argv: list[bytes], cell: Cell) -> None
             conn.resume()
 
     for addr in targets:
-        router.pool(addr, c.proto).get(c.id).send(data, one)
+        pool = router.pool(addr, c.proto)
+        if pinned:
+            pool.get(c.id).send(data, one)
+        else:  # nothing of this client's to wait for: never hold up the shared connection
+            up = pool.get_dedicated()
+            up.send(data, partial(_released, pool, up, one))
     return None
+
+
+def _released(pool: Pool, up: Upstream, then: Callable[[bytes | None], None],
+              r: bytes | None) -> None:
+    pool.release(up)
+    then(r)
 
 
 def scan_cursor(shard: int, node_next: int, shards: int) -> int:
