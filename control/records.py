@@ -117,6 +117,7 @@ class View:
     slots: Entry[list] | None = None
     migrations: dict[int, Entry[dict]] = field(default_factory=dict)
     leader: Entry[str] | None = None
+    acl: Entry[bytes] | None = None  # the routers' ACL users (router/aclsync.py)
 
     def live(self, node_id: str | None) -> bool:
         return node_id is not None and node_id in self.nodes
@@ -146,6 +147,8 @@ class View:
                                                 kv.lease)
                 elif name.startswith("migrations/"):
                     v.migrations[int(name[11:])] = Entry(json.loads(kv.value), kv.mod, kv.create)
+                elif name == "acl/users":
+                    v.acl = Entry(kv.value, kv.mod, kv.create)
                 elif name == "controller/leader":
                     v.leader = Entry(kv.value.decode(), kv.mod, kv.create, kv.lease)
             except (ValueError, KeyError, TypeError) as e:

@@ -239,6 +239,12 @@ ACL_NO_FILE = (b"ERR This Redis instance is not configured to use an ACL file. Y
 ACL_SAVE_FAILED = (b"ERR There was an error trying to save the ACLs. Please check the server "
                    b"logs for more information")
 ACL_GENPASS_BITS = b"ERR ACL GENPASS argument must be the number of bits for the output password, a positive number up to 4096"
+ACL_SYNC_BUSY = b"ERR the ACL users in etcd kept changing; try again"
+
+
+def acl_sync_failed(why: str) -> bytes:
+    return b"ERR cannot write the ACL users to etcd (%s); try again" % why.encode()
+
 
 def noperm_command(user: bytes, command: bytes) -> bytes:
     return b"NOPERM User %s has no permissions to run the '%s' command" % (user, command)

@@ -40,6 +40,8 @@ def build_parser() -> argparse.ArgumentParser:
                    "(default: none)")
     p.add_argument("--node-password", default="", help="password the router sends to nodes "
                    "(their requirepass; default: none)")
+    p.add_argument("--node-user", default="", help="ACL user the router logs in as on the "
+                   "nodes, with --node-password (default: the default user)")
     p.add_argument("--cluster-down-timeout-ms", type=int, default=5000, help="how long a "
                    "command waits for a shard without a primary before -CLUSTERDOWN "
                    "(default: 5000)")
@@ -101,7 +103,7 @@ async def _serve(args: argparse.Namespace) -> int:
     config.apply("client-query-buffer-limit", args.client_query_buffer_limit.encode(),
                  startup=True)
     router = Router(config, args.router_id, args.announce_host or args.bind,
-                    args.cluster_down_timeout_ms / 1000, args.node_password)
+                    args.cluster_down_timeout_ms / 1000, args.node_password, args.node_user)
     source = None
     if args.topology:
         try:

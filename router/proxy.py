@@ -38,7 +38,7 @@ from node.monitor import feed as feed_monitors
 from node.protocol import RespConnection
 from node.resp import ReplyError, encode_command, error
 from node.slots import SLOTS, key_slot
-from router import fanout, introspection, transactions  # noqa: F401 - registers router commands
+from router import aclsync, fanout, introspection, transactions  # noqa: F401 - registers router commands
 from router.client import Cell, ClientConn, RouterClient
 from router.commands import ROUTER_COMMANDS
 from router.forward import BlockedRead, Forward
@@ -82,7 +82,8 @@ class Router:
     """The router process's state: topology, upstream pools and clients."""
 
     def __init__(self, config: Config, router_id: str = "", host: str = "127.0.0.1",
-                 cluster_down_timeout: float = 5.0, node_password: str = "") -> None:
+                 cluster_down_timeout: float = 5.0, node_password: str = "",
+                 node_user: str = "") -> None:
         self.config = config
         self.loop = asyncio.get_event_loop()
         self.map = SlotMap()
@@ -91,10 +92,12 @@ class Router:
         self.routers: list[tuple[str, str, int]] = []  # (id, host, port) of live routers
         self.cluster_down_timeout = cluster_down_timeout
         self.node_password = node_password
+        self.node_user = node_user  # ACL user the router logs in as on the nodes ("": default)
         self.pools: dict[tuple[str, int, int, bool], Pool] = {}
         self.clients: dict[int, Client] = {}
-        self.acl = Acl(self.clients)  # users (node/acl.py)
+        self.acl = Acl(self.clients)  # users (node/acl.py), shared in etcd (router/aclsync.py)
         self.acl.set_requirepass(config.requirepass)
+        self.acl_sync: aclsync.AclSync | None = None  # with etcd (router/topology.py)
         self.monitors: dict[int, Client] = {}  # MONITOR clients (router/introspection.py)
         self.next_client_id = 1
         self.role = "master"
@@ -152,7 +155,7 @@ class Router:
         p = self.pools.get(key)
         if p is None:
             p = self.pools[key] = Pool(self.loop, addr[0], addr[1], proto, readonly,
-                                       self.node_password)
+                                       self.node_password, user=self.node_user)
         return p
 
     # --- lifecycle ------------------------------------------------------------------------------

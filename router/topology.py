@@ -15,7 +15,7 @@ import logging
 from control.etcdconn import EtcdConfig
 from control.lease import LeaseSession
 from control.store import Store, View
-from control.tasks import cancel_and_wait
+from router.aclsync import AclSync
 from router.proxy import Router
 
 log = logging.getLogger("xshard.router")
@@ -26,6 +26,7 @@ class EtcdTopology:
         self.router = router
         self.store = Store(conn, cluster)
         self.session: LeaseSession | None = None
+        self.acl = router.acl_sync = AclSync(router, self.store)  # users shared by the routers
         self._tasks: list[asyncio.Task] = []
 
     async def start(self) -> None:
@@ -38,7 +39,11 @@ class EtcdTopology:
                        asyncio.ensure_future(self._registration())]
 
     async def stop(self) -> None:
-        await cancel_and_wait(*self._tasks)
+        for t in self._tasks:
+            t.cancel()
+        for t in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await t
         if self.session is not None:
             await self.session.close()
         with contextlib.suppress(Exception):
@@ -54,6 +59,7 @@ class EtcdTopology:
             routers=[(rid, str(e.value.get("host")), int(e.value.get("port", 0)))
                      for rid, e in view.routers.items()],
         )
+        self.acl.apply(view.acl)
 
     async def _register(self) -> None:
         """Open a lease session and put routers/<id> on it (guarded by the revision read)."""

@@ -154,14 +154,15 @@ class Pool:
     """Shared connections to one node for one protocol and read mode."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop, host: str, port: int, proto: int,
-                 readonly: bool, password: str, size: int = 2) -> None:
+                 readonly: bool, password: str, size: int = 2, user: str = "") -> None:
         self.loop = loop
         self.host = host
         self.port = port
         self.size = size
         self.setup: list[list[bytes]] = []
-        if password:
-            self.setup.append([b"AUTH", password.encode()])
+        if password:  # the router's own credentials on the nodes (--node-user, --node-password)
+            self.setup.append([b"AUTH", user.encode(), password.encode()] if user
+                              else [b"AUTH", password.encode()])
         if proto == 3:
             self.setup.append([b"HELLO", b"3"])
         if readonly:
