@@ -92,6 +92,29 @@ def test_stream_restart_from_checkpoint_is_exactly_once(spark, cluster3: Cluster
     r.close()
 
 
+def test_stream_from_latest_reads_only_what_comes_after(spark, cluster3: Cluster,  # noqa: ANN001
+                                                       tmp_path: Path) -> None:
+    r = rc(cluster3)
+    fill(r, ["lt:a", "lt:b"], 50, "old")
+    out = tmp_path / "out"
+    q = started(lambda: spark.readStream.format("xshard").option("url", node_url(cluster3))
+                .option("streams", "lt:*").option("startingOffsets", "latest").load()
+                .select("stream", "id").writeStream.format("parquet").option("path", str(out))
+                .option("checkpointLocation", str(tmp_path / "ckpt"))
+                .trigger(processingTime="200 milliseconds").start())
+    try:
+        before = set(all_entries(r, ["lt:a", "lt:b"]))
+        fill(r, ["lt:a", "lt:b"], 20, "new")
+        want = set(all_entries(r, ["lt:a", "lt:b"])) - before
+        wait_until(lambda: len(parquet_rows(spark, out)) >= len(want), 120, 0.5,
+                   what="the new entries")
+    finally:
+        q.stop()
+    rows = parquet_rows(spark, out)
+    assert len(rows) == len(set(rows)) and set(rows) == want
+    r.close()
+
+
 def _flaky_stream(flag: str):  # noqa: ANN202
     """The stream name, except on the first attempt of a task while `flag` exists: row 2500 of
     each partition then has none, which fails the task in the sink after it wrote (flushed)
