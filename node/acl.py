@@ -156,7 +156,8 @@ class User:
         elif op[:1] in (b"+", b"-") and len(op) > 1:
             self._command_rule(op[:1] == b"+", low[1:])
         elif low == b"reset":
-            for o in (b"resetpass", b"resetkeys", b"resetchannels", b"off", b"-@all"):
+            for o in (b"resetpass", b"resetkeys", b"resetchannels", b"off", b"-@all",
+                      b"sanitize-payload"):
                 self.apply(o)
         elif low[:1] == b"(":
             raise ReplyError(errors.ACL_SELECTORS_UNSUPPORTED)

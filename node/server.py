@@ -48,7 +48,8 @@ _MULTI_IMMEDIATE = command_table.RUN_IN_MULTI
 _NOAUTH_OK = command_table.NO_AUTH
 
 
-def _client_info(c: Client) -> bytes:
+def client_info(c: Client) -> bytes:
+    """CLIENT INFO's line for ACL LOG entries (the router's too)."""
     from node.commands.connection import client_info_line
     return client_info_line(c)
 
@@ -76,7 +77,7 @@ class Server:
         self.clients: dict[int, Client] = {}
         self.acl = Acl(self.clients, config.acllog_max_len)  # users (node/acl.py)
         self.acl.set_requirepass(config.requirepass)
-        self.acl.client_info = _client_info
+        self.acl.client_info = client_info
         self.monitors: dict[int, Client] = {}  # MONITOR clients by id (node/monitor.py)
         self.next_client_id = 1
         self.start_time = time.time()

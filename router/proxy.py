@@ -32,6 +32,7 @@ from node.client import Client
 from node.cluster import SlotMap
 from node.cmdstats import CommandStats
 from node.commands import load_all
+from node.commands.connection import client_info_line
 from node.commands.reads import parse_xread_options
 from node.config import Config
 from node.monitor import feed as feed_monitors
@@ -97,6 +98,7 @@ class Router:
         self.clients: dict[int, Client] = {}
         self.acl = Acl(self.clients)  # users (node/acl.py), shared in etcd (router/aclsync.py)
         self.acl.set_requirepass(config.requirepass)
+        self.acl.client_info = client_info_line  # ACL LOG's client-info
         self.acl_sync: aclsync.AclSync | None = None  # with etcd (router/topology.py)
         self.monitors: dict[int, Client] = {}  # MONITOR clients (router/introspection.py)
         self.next_client_id = 1

@@ -66,6 +66,8 @@ SETUSER_CASES = [
     ["%X~k"],
     ["reset", "on", "~*", "+@all", "-@write"],
     ["allcommands", "nocommands", "+ping"],
+    ["skip-sanitize-payload", "+@all"],
+    ["skip-sanitize-payload", "reset", "on"],
 ]
 
 

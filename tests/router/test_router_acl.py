@@ -69,6 +69,7 @@ def test_users_are_shared_by_the_routers_and_enforced_by_them(acl_cluster: Clust
     # (redis-py's CLIENT SETINFO on connecting is denied too: +@stream does not cover it)
     assert {(e[b"reason"], e[b"object"]) for e in log} >= {
         (b"key", b"other"), (b"command", b"xdel"), (b"command", b"set")}
+    assert all(b"user=app" in e[b"client-info"] for e in log)
     # The router logs in to the nodes as its own user.
     for n in c.primaries():
         assert b"user=xrouter" in n.client().execute_command("CLIENT", "LIST")
