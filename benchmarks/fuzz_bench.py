@@ -113,11 +113,18 @@ def _socket_phase(label: str, host: str, port: int, pids: dict[str, int], n: int
     rss: dict[str, list[int]] = {k: [] for k in pids}
     warm = max(n // 10, 1)
     t0 = time.perf_counter()
+    stuck = 0
     for i in range(n):
         inp = gen_input(rng, socket_safe=True)
         out = run_socket(host, port, inp)
         tally.add(inp, out.problems, out.closed, out.protocol_error)
-        if i + 1 in (warm, warm + (n - warm) // 2, n):
+        stuck += any(p.startswith("stuck") for p in out.problems)
+        if stuck >= 3:  # each costs the whole deadline: report instead of waiting on more
+            n = i + 1
+            tally.count["(phase stopped after 3 stuck connections)"] += 1
+            tally.example.setdefault("(phase stopped after 3 stuck connections)", f"input {i}")
+            break
+        if i + 1 in (warm, warm + (n - warm) // 2, n) or stuck >= 3:
             for k, pid in pids.items():
                 rss[k].append(rss_kib(pid))
     secs = time.perf_counter() - t0
