@@ -1,0 +1,230 @@
+"""Instructions per command, counted by callgrind: the cost budget of benchmarks/PROFILE.md.
+
+    python benchmarks/cost_bench.py [--only xadd-p1,...] [--n 2000] [--pure]
+
+Wall-clock ratios on this shared 2-core machine move with everybody else's load; the number
+of instructions a server executes for a command does not. Each measurement starts the server
+under test (an `xshard node`, or an `xshard router` in front of a plain node) under
+`valgrind --tool=callgrind`, warms it up, zeroes the counters (`callgrind_control -z`), sends
+N commands from outside, dumps the counters (`callgrind_control -d`) and divides. The node's
+idle timers run during the window too; with N in the thousands they are under 1% of it.
+
+AOF replay is measured as the difference between two starts of a node whose appendonly file
+holds N and 2N XADD effects (start-up and imports cancel out).
+
+`--pure` sets XSHARD_PURE_PYTHON=1 in the server, so the interpreted path is measured even
+where the compiled modules are built; `--repo` runs the servers from another checkout (the
+"before" column).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+if __package__ in (None, ""):
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from benchmarks.harness import REPO_ROOT, Conn, free_port, wait_for_ping  # noqa: E402
+
+repo = REPO_ROOT  # the checkout whose code the servers run (--repo)
+
+FIELDS = [tok for i in range(1, 6) for tok in (f"f{i}", f"value{i:05d}")]
+XADD = ["XADD", "s", "*", *FIELDS]
+SCALE = {"xrange": 0.1, "xreadgroup-xack": 0.1, "aof-replay": 10}
+SCENARIOS = ["xadd-p1", "xadd-p16", "xreadgroup-xack", "xrange", "router-xadd", "aof-replay"]
+
+
+class Callgrind:
+    """One server process under callgrind; counts are read from its dump files."""
+
+    def __init__(self, argv: list[str], port: int, workdir: Path, env: dict[str, str]) -> None:
+        self.out = workdir / "callgrind.out"
+        self.log = open(workdir / f"vg-{port}.log", "wb")
+        cmd = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={self.out}.%p",
+               "--dump-instr=no", "--compress-strings=no", *argv]
+        self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT,
+                                     cwd=repo, env=env, stdin=subprocess.DEVNULL)
+        self.port = port
+        wait_for_ping(port, 600, self.proc)
+
+    def control(self, flag: str) -> None:
+        subprocess.run(["callgrind_control", flag, str(self.proc.pid)], check=True,
+                       capture_output=True, timeout=600)
+
+    def zero(self) -> None:
+        self.control("-z")
+
+    def dump_total(self) -> int:
+        """Dump the counters since the last zero and return the instructions in that part."""
+        before = set(self.out.parent.glob(f"{self.out.name}.{self.proc.pid}*"))
+        self.control("-d")
+        deadline = time.monotonic() + 600
+        while time.monotonic() < deadline:
+            new = set(self.out.parent.glob(f"{self.out.name}.{self.proc.pid}*")) - before
+            for f in new:
+                total = _totals(f)
+                if total is not None:
+                    return total
+            time.sleep(0.2)
+        raise RuntimeError("callgrind dump did not appear")
+
+    def stop(self) -> int:
+        """Stop the process and return the instructions of its last (final) part."""
+        self.proc.terminate()
+        try:
+            self.proc.wait(600)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        self.log.close()
+        final = self.out.parent / f"{self.out.name}.{self.proc.pid}"
+        total = _totals(final) if final.exists() else None
+        return total or 0
+
+
+def _totals(path: Path) -> int | None:
+    text = path.read_text(errors="replace")
+    m = re.search(r"^(?:totals|summary):\s*(\d+)", text, re.M)
+    return int(m.group(1)) if m else None
+
+
+def _node_argv(port: int, d: Path, *extra: str) -> list[str]:
+    return [sys.executable, "-m", "control.cli", "node", "--port", str(port), "--dir", str(d),
+            *extra]
+
+
+def _bench(port: int, n: int, pipeline: int, cmd: list[str], clients: int = 50) -> None:
+    exe = shutil.which("redis-benchmark") or "redis-benchmark"
+    subprocess.run([exe, "-p", str(port), "-c", str(clients), "-n", str(n), "-P", str(pipeline),
+                    "-q", *cmd], check=True, capture_output=True, timeout=3600)
+
+
+def _fill(port: int, n: int) -> None:
+    with Conn(port, timeout=600) as c:
+        for i in range(0, n, 500):
+            c.pipeline([tuple(XADD)] * min(500, n - i))
+
+
+def _readgroup_ack(port: int, rounds: int) -> None:
+    """`rounds` x (XREADGROUP COUNT 10 + XACK of the 10 IDs), one client, no pipelining."""
+    with Conn(port, timeout=600) as c:
+        for _ in range(rounds):
+            r = c.call("XREADGROUP", "GROUP", "g", "c", "COUNT", "10", "STREAMS", "s", ">")
+            ids = [e[0] for e in r[0][1]]
+            c.call("XACK", "s", "g", *ids)
+
+
+def measure(name: str, n: int, env: dict[str, str], work: Path) -> tuple[float, str]:
+    """(instructions per op, what an op is)."""
+    d = work / name
+    d.mkdir()
+    port = free_port()
+    if name == "aof-replay":
+        return _aof_replay(n, env, d)
+    helper = None
+    if name == "router-xadd":
+        nport = free_port()
+        helper = subprocess.Popen(_node_argv(nport, d), cwd=repo, env=env,
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+        wait_for_ping(nport, 60, helper)
+        topo = d / "topology.json"
+        topo.write_text(json.dumps({
+            "nodes": {"p": {"id": "p", "host": "127.0.0.1", "port": nport, "shard": "0",
+                            "role": "primary"}},
+            "shards": {"0": {"primary": "p", "replicas": [], "epoch": 1}},
+            "slots": [[0, 16383, "0"]]}))
+        argv = [sys.executable, "-m", "control.cli", "router", "--port", str(port),
+                "--topology", str(topo)]
+    else:
+        argv = _node_argv(port, d)
+    vg = Callgrind(argv, port, d, env)
+    try:
+        if name in ("xreadgroup-xack", "xrange"):
+            _fill(port, 10 * n + 1000 if name == "xreadgroup-xack" else 1000)
+            if name == "xreadgroup-xack":
+                with Conn(port) as c:
+                    c.call("XGROUP", "CREATE", "s", "g", "0")
+                _readgroup_ack(port, 20)
+        warm = {"xadd-p1": (XADD, 1), "xadd-p16": (XADD, 16), "router-xadd": (XADD, 1),
+                "xrange": (["XRANGE", "s", "-", "+", "COUNT", "100"], 1)}
+        if name in warm:
+            cmd, p = warm[name]
+            _bench(port, min(2000, n), p, cmd)
+            vg.zero()
+            _bench(port, n, p, cmd)
+            what = f"{cmd[0]} (50 clients, pipeline {p})"
+        else:
+            vg.zero()
+            _readgroup_ack(port, n)
+            what = "XREADGROUP COUNT 10 + XACK of the 10 IDs (1 client)"
+        total = vg.dump_total()
+    finally:
+        vg.stop()
+        if helper is not None:
+            helper.terminate()
+            helper.wait(60)
+    return total / n, what
+
+
+def _aof_replay(n: int, env: dict[str, str], d: Path) -> tuple[float, str]:
+    """Per effect: the difference between starting with 2N and with N effects in the AOF."""
+    totals = []
+    for k in (1, 2):
+        sub = d / f"aof{k}"
+        sub.mkdir()
+        port = free_port()
+        p = subprocess.Popen(_node_argv(port, sub, "--appendonly", "yes"), cwd=repo,
+                             env=env, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+        try:
+            wait_for_ping(port, 60, p)
+            _fill(port, k * n)
+        finally:
+            p.terminate()
+            p.wait(60)
+        port = free_port()
+        vg = Callgrind(_node_argv(port, sub, "--appendonly", "yes"), port, sub, env)
+        try:
+            with Conn(port) as c:
+                assert c.call("XLEN", "s") == k * n
+            totals.append(vg.dump_total())
+        finally:
+            vg.stop()
+    return (totals[1] - totals[0]) / n, "one XADD effect replayed from the AOF at start-up"
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--only", default=",".join(SCENARIOS))
+    ap.add_argument("--n", type=int, default=2000,
+                    help="XADDs counted per scenario (x0.1 for XRANGE and XREADGROUP, x10 "
+                         "for AOF replay)")
+    ap.add_argument("--pure", action="store_true", help="XSHARD_PURE_PYTHON=1 in the servers")
+    ap.add_argument("--repo", default=str(REPO_ROOT),
+                    help="run the servers from this checkout (e.g. main, for a before column)")
+    args = ap.parse_args()
+    global repo
+    repo = Path(args.repo).resolve()
+    env = dict(os.environ)
+    env.pop("XSHARD_PURE_PYTHON", None)
+    if args.pure:
+        env["XSHARD_PURE_PYTHON"] = "1"
+    with tempfile.TemporaryDirectory(prefix="cost-bench-") as tmp:
+        for name in args.only.split(","):
+            # Ranges and reads cost 10-20x an XADD: fewer of them give as many instructions.
+            n = max(1, int(args.n * SCALE.get(name, 1)))
+            per_op, what = measure(name, n, env, Path(tmp))
+            print(f"{name:18} {per_op / 1000:8.1f}k instructions  per {what}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
