@@ -38,7 +38,8 @@ class EffectLog:
         self._publish(data)
 
     def listen(self, fn: Callable[[bytes], None]) -> None:
-        self.listeners.append(fn)
+        if fn not in self.listeners:
+            self.listeners.append(fn)
 
     def unlisten(self, fn: Callable[[bytes], None]) -> None:
         if fn in self.listeners:
