@@ -1,0 +1,280 @@
+"""Delivery latency of a consumer group, with the load offered from separate processes.
+
+    python benchmarks/e2e_bench.py [--rate 10000] [--seconds 10] [--consumers 10]
+                                   [--producers 2] [--targets redis,node,router] [--quick]
+                                   [--output PATH]
+
+router_bench.py runs its producer and consumers in one asyncio process, which offers at most
+3-5k entries/s on this machine. Here every producer and every consumer is a process of its
+own with a raw hiredis socket (no client library on the path):
+
+- producers: together `rate` entries/s, each sending a small pipelined burst every
+  millisecond, paced on the clock (a late producer catches up rather than lowering the rate);
+  an entry carries its send time (CLOCK_MONOTONIC, the same clock in every process);
+- consumers: one group, `XREADGROUP GROUP g cN COUNT 100 BLOCK 100 STREAMS key >`, then XACK
+  of what was read; the latency of an entry is the consumer's clock minus the send time.
+
+Targets, each started fresh and measured in the same run:
+- `redis`: redis-server 7.0 direct (no persistence);
+- `node`: one `xshard node` direct (appendonly no);
+- `router`: an `xshard router` in front of a primary with one replica, both nodes with
+  `appendonly yes` and `appendfsync everysec` (the replica follows the primary);
+- `redis-repl`: redis-server primary + replica with the same AOF settings, direct.
+
+The result is the histogram (p50, p99, p99.9, the share under 1/2/5 ms) side by side, and the
+offered and achieved rates: a target that could not keep up shows it there, not as a lower
+latency. Results go to benchmarks/E2E_RESULTS.md (or --output) with the machine's load.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import json
+import multiprocessing as mp
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+if __package__ in (None, ""):
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import hiredis  # noqa: E402
+
+from benchmarks.harness import HOST, REPO_ROOT, free_port, wait_for_ping  # noqa: E402
+
+TARGETS = ["redis", "node", "router", "redis-repl"]
+KEY = b"e2e"
+PAYLOAD = [b"f1", b"value00001", b"f2", b"value00002", b"f3", b"value00003"]
+
+
+class _Sock:
+    def __init__(self, port: int) -> None:
+        self.s = socket.create_connection((HOST, port), timeout=30)
+        self.s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.r = hiredis.Reader()
+
+    def send(self, *cmds: tuple) -> None:
+        self.s.sendall(b"".join(hiredis.pack_command(c) for c in cmds))
+
+    def read(self, n: int = 1) -> list:
+        out = []
+        while len(out) < n:
+            x = self.r.gets()
+            if x is False:
+                data = self.s.recv(1 << 20)
+                if not data:
+                    raise ConnectionError("closed")
+                self.r.feed(data)
+                continue
+            out.append(x)
+        return out
+
+
+def _producer(port: int, rate: float, seconds: float, start_at: float, out: mp.Queue) -> None:
+    """Send `rate` entries/s for `seconds`, in bursts of whatever is due every millisecond."""
+    c = _Sock(port)
+    sent = 0
+    while time.monotonic() < start_at:
+        time.sleep(0.001)
+    t0 = time.monotonic()
+    while True:
+        now = time.monotonic()
+        if now - t0 >= seconds:
+            break
+        due = int((now - t0) * rate) - sent
+        if due > 0:
+            ts = b"%d" % time.monotonic_ns()
+            c.send(*[(b"XADD", KEY, b"*", b"t", ts, *PAYLOAD)] * due)
+            c.read(due)
+            sent += due
+        time.sleep(0.0005)
+    out.put(("sent", sent, time.monotonic() - t0))
+
+
+def _consumer(port: int, name: bytes, stop_at: float, out: mp.Queue) -> None:
+    c = _Sock(port)
+    lats: list[int] = []
+    while time.monotonic() < stop_at:
+        c.send((b"XREADGROUP", b"GROUP", b"g", name, b"COUNT", b"100", b"BLOCK", b"100",
+                b"STREAMS", KEY, b">"))
+        r = c.read()[0]
+        now = time.monotonic_ns()
+        if not r:
+            continue
+        entries = r[0][1]
+        ids = []
+        for eid, fields in entries:
+            lats.append(now - int(fields[1]))
+            ids.append(eid)
+        c.send((b"XACK", KEY, b"g", *ids))
+        c.read()
+    out.put(("lat", lats))
+
+
+def run_load(port: int, rate: int, seconds: float, consumers: int, producers: int
+             ) -> dict[str, float]:
+    admin = _Sock(port)
+    admin.send((b"DEL", KEY), (b"XGROUP", b"CREATE", KEY, b"g", b"$", b"MKSTREAM"))
+    admin.read(2)
+    ctx = mp.get_context("fork")
+    q: mp.Queue = ctx.Queue()
+    start_at = time.monotonic() + 1.0
+    stop_at = start_at + seconds + 1.0
+    procs = [ctx.Process(target=_consumer, args=(port, b"c%d" % i, stop_at, q))
+             for i in range(consumers)]
+    procs += [ctx.Process(target=_producer, args=(port, rate / producers, seconds, start_at, q))
+              for _ in range(producers)]
+    for p in procs:
+        p.start()
+    sent = 0
+    lats: list[int] = []
+    for _ in procs:
+        kind, *rest = q.get(timeout=seconds + 120)
+        if kind == "sent":
+            sent += rest[0]
+        else:
+            lats += rest[0]
+    for p in procs:
+        p.join(30)
+    lats.sort()
+    n = len(lats)
+
+    def pct(p: float) -> float:
+        return lats[min(n - 1, int(n * p))] / 1e6 if n else float("nan")
+
+    def under(ms: float) -> float:
+        return sum(1 for x in lats if x < ms * 1e6) / n if n else float("nan")
+
+    return {"offered": rate, "sent_per_s": sent / seconds, "delivered": n, "sent": sent,
+            "p50": pct(0.5), "p99": pct(0.99), "p999": pct(0.999), "max": pct(1.0),
+            "lt1": under(1), "lt2": under(2), "lt5": under(5)}
+
+
+class Servers:
+    """The processes of one target; all stopped by stop()."""
+
+    def __init__(self) -> None:
+        self.procs: list[subprocess.Popen] = []
+        self.dir = Path(tempfile.mkdtemp(prefix="e2e-bench-"))
+
+    def _start(self, name: str, argv: list[str], port: int) -> int:
+        log = open(self.dir / f"{name}.log", "wb")
+        p = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, cwd=REPO_ROOT,
+                             stdin=subprocess.DEVNULL)
+        log.close()
+        self.procs.append(p)
+        wait_for_ping(port, 60, p)
+        return port
+
+    def node(self, name: str, *extra: str) -> int:
+        port = free_port()
+        (self.dir / name).mkdir()
+        return self._start(name, [sys.executable, "-m", "control.cli", "node", "--port",
+                                  str(port), "--dir", str(self.dir / name), *extra], port)
+
+    def redis(self, name: str, *extra: str) -> int:
+        port = free_port()
+        (self.dir / name).mkdir()
+        return self._start(name, [shutil.which("redis-server") or "redis-server", "--port",
+                                  str(port), "--bind", HOST, "--save", "", "--dir",
+                                  str(self.dir / name), "--daemonize", "no", *extra], port)
+
+    def router(self, primary: int, replica: int) -> int:
+        topo = {"nodes": {"p": {"id": "p", "host": HOST, "port": primary, "shard": "0",
+                                "role": "primary"},
+                          "r": {"id": "r", "host": HOST, "port": replica, "shard": "0",
+                                "role": "replica"}},
+                "shards": {"0": {"primary": "p", "replicas": ["r"], "epoch": 1}},
+                "slots": [[0, 16383, "0"]]}
+        path = self.dir / "topology.json"
+        path.write_text(json.dumps(topo))
+        port = free_port()
+        return self._start("router", [sys.executable, "-m", "control.cli", "router", "--port",
+                                      str(port), "--topology", str(path)], port)
+
+    def target(self, kind: str) -> int:
+        aof = ("--appendonly", "yes", "--appendfsync", "everysec")
+        if kind == "redis":
+            return self.redis("redis", "--appendonly", "no")
+        if kind == "redis-repl":
+            p = self.redis("rprimary", *aof)
+            self.redis("rreplica", "--replicaof", HOST, str(p), *aof)
+            return p
+        if kind == "node":
+            return self.node("node")
+        if kind == "router":
+            p = self.node("primary", *aof)
+            r = self.node("replica", "--replicaof", f"{HOST} {p}", *aof)
+            return self.router(p, r)
+        raise ValueError(kind)
+
+    def stop(self) -> None:
+        for p in self.procs:
+            p.terminate()
+        for p in self.procs:
+            try:
+                p.wait(20)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+ROWS = [("offered /s", "offered", "{:.0f}"), ("sent /s", "sent_per_s", "{:.0f}"),
+        ("delivered", "delivered", "{:.0f}"), ("p50 ms", "p50", "{:.2f}"),
+        ("p99 ms", "p99", "{:.2f}"), ("p99.9 ms", "p999", "{:.2f}"), ("max ms", "max", "{:.1f}"),
+        ("< 1 ms", "lt1", "{:.1%}"), ("< 2 ms", "lt2", "{:.1%}"), ("< 5 ms", "lt5", "{:.1%}")]
+
+
+def table(results: dict[str, dict[str, float]]) -> str:
+    names = list(results)
+    lines = ["| | " + " | ".join(names) + " |", "|---|" + "---:|" * len(names)]
+    for label, k, fmt in ROWS:
+        lines.append(f"| {label} | " + " | ".join(fmt.format(results[n][k]) for n in names)
+                     + " |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--rate", type=int, default=10000)
+    ap.add_argument("--seconds", type=float, default=10.0)
+    ap.add_argument("--consumers", type=int, default=10)
+    ap.add_argument("--producers", type=int, default=2)
+    ap.add_argument("--targets", default=",".join(TARGETS))
+    ap.add_argument("--quick", action="store_true", help="1 s at 1000/s, 2 consumers")
+    ap.add_argument("--output", default="", help="append the result here (markdown)")
+    a = ap.parse_args(argv)
+    if a.quick:
+        a.rate, a.seconds, a.consumers, a.producers = 1000, 1.0, 2, 1
+    load_before = os.getloadavg()
+    results: dict[str, dict[str, float]] = {}
+    for kind in a.targets.split(","):
+        s = Servers()
+        try:
+            port = s.target(kind)
+            results[kind] = run_load(port, a.rate, a.seconds, a.consumers, a.producers)
+        finally:
+            s.stop()
+    load_after = os.getloadavg()
+    head = (f"{a.rate} entries/s offered by {a.producers} producer processes, {a.consumers} "
+            f"consumer processes in one group, {a.seconds:.0f} s per target; load average "
+            f"{load_before[0]:.1f} before, {load_after[0]:.1f} after, {os.cpu_count()} CPUs")
+    text = table(results)
+    print(head)
+    print(text)
+    if a.output:
+        with open(a.output, "a") as f:
+            f.write(f"\n## {_dt.datetime.now(_dt.UTC):%Y-%m-%d %H:%M} UTC: "
+                    f"`{' '.join(sys.argv)}`\n\n{head}\n\n{text}\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
