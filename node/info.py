@@ -10,7 +10,7 @@ import time
 from collections.abc import Callable, Collection
 from typing import TYPE_CHECKING
 
-from node import REDIS_VERSION
+from node import REDIS_VERSION, native
 from node import __version__ as xshard_version
 
 if TYPE_CHECKING:
@@ -43,6 +43,7 @@ def _server(s: Server) -> list[tuple[str, object]]:
     up = int(time.time() - s.start_time)
     return [
         ("redis_version", REDIS_VERSION), ("xshard_version", xshard_version),
+        ("xshard_compiled", int(native.compiled())),
         ("redis_mode", "standalone"), ("os", f"{platform.system()} {platform.release()} {platform.machine()}"),
         ("arch_bits", 64), ("multiplexing_api", "epoll"), ("python_version", platform.python_version()),
         ("process_id", os.getpid()), ("run_id", s.run_id), ("tcp_port", s.config.port),

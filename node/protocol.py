@@ -78,8 +78,12 @@ def _tail(parts: list[bytes]) -> bytes:
     return t
 
 
-class RespConnection(asyncio.Protocol):
-    """One client socket of a RESP server. Parses synchronously, replies once per batch."""
+class RespConnection:
+    """One client socket of a RESP server. Parses synchronously, replies once per batch.
+
+    An asyncio protocol by its methods, not by inheritance: compiled (node/protocol.pxd) it
+    is an extension type, which cannot derive from asyncio.Protocol. `as_protocol` gives the
+    loop's factories their type."""
 
     __slots__ = ("server", "execute", "transport", "reader", "client", "_slow", "_boundary",
                  "_span", "_span_len", "_done", "_closing", "_write_paused", "_read_paused",
@@ -127,6 +131,14 @@ class RespConnection(asyncio.Protocol):
         self._closing = self._halt = True
         if self.client is not None:
             self.server.remove_client(self.client)
+
+    def as_protocol(self) -> asyncio.Protocol:
+        """This connection, typed as what loop.create_server's factory returns."""
+        return self  # type: ignore[return-value]
+
+    def eof_received(self) -> bool | None:
+        """The peer shut its side: close ours too (asyncio.Protocol's default)."""
+        return None
 
     def pause_writing(self) -> None:
         self._write_paused = self._halt = True

@@ -378,7 +378,8 @@ class Server:
         cfg = self.config
         hosts = cfg.bind.split() or ["127.0.0.1"]
         self.tcp_server = await self.loop.create_server(
-            lambda: Connection(self), hosts, cfg.port, reuse_address=True, backlog=cfg.tcp_backlog,
+            lambda: Connection(self).as_protocol(), hosts, cfg.port, reuse_address=True,
+            backlog=cfg.tcp_backlog,
         )
         if cfg.port == 0:
             cfg.port = self.tcp_server.sockets[0].getsockname()[1]

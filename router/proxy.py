@@ -162,8 +162,8 @@ class Router:
 
     # --- lifecycle ------------------------------------------------------------------------------
     async def start(self, port: int, bind: str = "127.0.0.1") -> int:
-        self.tcp_server = await self.loop.create_server(lambda: ClientConn(self), bind, port,
-                                                        reuse_address=True)
+        self.tcp_server = await self.loop.create_server(
+            lambda: ClientConn(self).as_protocol(), bind, port, reuse_address=True)
         return self.tcp_server.sockets[0].getsockname()[1]
 
     def close(self) -> None:

@@ -1,0 +1,6 @@
+# Cython declarations for node/keyspace.py (pure-Python mode; node/native.py, setup.py).
+
+cdef class Keyspace:
+    cdef public dict data, slots, expires, watchers
+    cdef public object server, _expire_cursor
+    cdef public Py_ssize_t expired_keys

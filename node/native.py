@@ -1,0 +1,116 @@
+"""Which path runs: the Cython-compiled hot modules, or the same `.py` source interpreted.
+
+The hot modules (`COMPILED`) are plain Python in Cython's pure-Python mode: a `.pxd` beside a
+`.py` types its classes and locals when compiled and is ignored when interpreted. setup.py
+compiles them when Cython and a C compiler are present; the extension then sits next to the
+source and Python's import system prefers it.
+
+This module decides, per hot module, which of the two is imported:
+- `XSHARD_PURE_PYTHON=1` forces the source (the differential tests run both paths);
+- an extension older than its `.py` or `.pxd` is stale (the source was edited or a rebase
+  changed it after the build): the source runs and a warning says to rebuild, because a
+  stale extension would silently run old code.
+
+`install()` runs from `node/__init__.py`, before any hot module is imported, and is
+idempotent. `compiled()` is what INFO reports as `xshard_compiled`.
+"""
+
+from __future__ import annotations
+
+import importlib.abc
+import importlib.machinery
+import importlib.util
+import logging
+import os
+import sys
+from pathlib import Path
+from types import ModuleType
+
+__all__ = ["COMPILED", "PURE_ENV", "compiled", "install", "is_stale", "pure_forced"]
+
+# The modules setup.py compiles (dotted names; the `.py` and optional `.pxd` are beside).
+COMPILED = [
+    "node.client",
+    "node.commands.streams",
+    "node.effects",
+    "node.keyspace",
+    "node.protocol",
+    "node.server",
+    "node.stream",
+]
+
+PURE_ENV = "XSHARD_PURE_PYTHON"
+_ROOT = Path(__file__).resolve().parent.parent
+_source: bool | None = None  # decided at the first hot import
+log = logging.getLogger("xshard.native")
+
+
+def pure_forced() -> bool:
+    return os.environ.get(PURE_ENV, "") not in ("", "0")
+
+
+def _extension(py: Path) -> Path | None:
+    for suffix in importlib.machinery.EXTENSION_SUFFIXES:
+        so = py.with_suffix(suffix)
+        if so.exists():
+            return so
+    return None
+
+
+def is_stale(ext: Path, py: Path) -> bool:
+    """True when the extension was built before the last change of its `.py` or `.pxd`."""
+    built = ext.stat().st_mtime
+    pxd = py.with_suffix(".pxd")
+    return py.stat().st_mtime > built or (pxd.exists() and pxd.stat().st_mtime > built)
+
+
+def _paths(name: str) -> tuple[Path, Path | None]:
+    py = _ROOT.joinpath(*name.split(".")).with_suffix(".py")
+    return py, _extension(py)
+
+
+def _use_source() -> bool:
+    """All or nothing: the compiled modules share C-level types (a .pxd cimports another's
+    class), so one stale extension sends every hot module to its source."""
+    global _source
+    if _source is None:
+        stale = [ext.name for py, ext in map(_paths, COMPILED)
+                 if ext is not None and is_stale(ext, py)]
+        if stale and not pure_forced():
+            print(f"xshard: {', '.join(stale)} older than the source; the hot path runs "
+                  "interpreted (rebuild: pip install -e .)", file=sys.stderr)
+        _source = pure_forced() or bool(stale)
+    return _source
+
+
+class _SourceFinder(importlib.abc.MetaPathFinder):
+    """Hands out the `.py` of a hot module when the extensions must not run."""
+
+    def find_spec(self, fullname: str, path: object = None, target: ModuleType | None = None
+                  ) -> importlib.machinery.ModuleSpec | None:
+        if fullname not in _HOT:
+            return None
+        py, ext = _paths(fullname)
+        if ext is None or not _use_source():
+            return None  # the ordinary finder: the extension if built, else the source
+        return importlib.util.spec_from_file_location(fullname, py)
+
+
+_HOT = frozenset(COMPILED)
+_finder = _SourceFinder()
+
+
+def install() -> None:
+    """Put the finder first on sys.meta_path (once)."""
+    if _finder not in sys.meta_path:
+        sys.meta_path.insert(0, _finder)
+
+
+def compiled() -> bool:
+    """True when the hot modules imported so far (all of them once the node runs) are the
+    compiled extensions."""
+    mods = [sys.modules.get(name) for name in COMPILED]
+    loaded = [m for m in mods if m is not None]
+    return bool(loaded) and all(
+        isinstance(getattr(m, "__loader__", None), importlib.machinery.ExtensionFileLoader)
+        for m in loaded)

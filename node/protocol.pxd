@@ -1,0 +1,12 @@
+# Cython declarations for node/protocol.py (pure-Python mode; node/native.py, setup.py).
+# Methods stay `def` so that the node's and the router's subclasses override them as before.
+
+from node.client cimport Client
+
+cdef class RespConnection:
+    cdef public object server, execute, transport, reader, _span
+    cdef public Client client
+    cdef public bytes _slow
+    cdef public bint _boundary, _closing, _write_paused, _read_paused, _halt
+    cdef public Py_ssize_t _span_len, _done, _stalls, _pending
+    cdef dict __dict__

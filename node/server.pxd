@@ -1,0 +1,22 @@
+# Cython declarations for node/server.py (pure-Python mode; node/native.py, setup.py).
+# Server is an extension type with every attribute of its __init__ declared; `__dict__` keeps
+# attributes other parts attach working. Connection stays a Python subclass of
+# node.protocol.RespConnection (its methods override the base's).
+
+from node.client cimport Client
+
+cdef class CommandStats:
+    cdef public dict calls, errors
+    cdef public object total_commands, total_error_replies, total_connections
+    cdef public object rejected_connections, net_input_bytes, net_output_bytes
+
+cdef class Server:
+    cdef public object config, config_file, loop, db, blocking, effects, stats, clients
+    cdef public object next_client_id, start_time, run_id, dirty, role, peak_memory
+    cdef public bint active_expire_enabled
+    cdef public object cmd_time_ms, tcp_server, pauses, taps, move_stats, reply_gate
+    cdef public object persistence, replication, child_saver, agent, cluster
+    cdef public object config_listeners, shutdown_hook
+    cdef public dict _dispatch
+    cdef dict __dict__
+    cdef object __weakref__

@@ -1,0 +1,25 @@
+# Cython declarations for node/stream.py (pure-Python mode; node/native.py, setup.py).
+# IDs are 128-bit Python ints (ms << 64 | seq), so they stay `object`; counters are C ints.
+
+cdef class Block:
+    cdef public object first, ms0
+    cdef public Py_ssize_t n, live, ndel, lp_rest, elen
+    cdef public tuple master
+    cdef public bytes msd, seq, blob
+    cdef public str mtc, stc, lentc
+    cdef public object lens, flags, nfs
+
+cdef class Tail:
+    cdef public object first, ms0, seq0
+    cdef public list sids, ents, master, msds, seqs, vals, nfs
+    cdef public bytearray flags
+    cdef public Py_ssize_t live, ndel, lp_rest, k
+
+cdef class Stream:
+    cdef public Py_ssize_t length
+    cdef public object last_id, first_id, max_deleted_entry_id, entries_added
+    cdef public dict groups
+    cdef public object idmp
+    cdef public list _firsts, _nodes
+    cdef public Tail _tail
+    cdef object __weakref__

@@ -1,0 +1,125 @@
+"""The compiled hot path and the interpreted one (node/native.py, setup.py).
+
+- INFO server's `xshard_compiled` says which path runs, and XSHARD_PURE_PYTHON=1 forces the
+  interpreted one;
+- an extension older than its source is never run (the stale-build trap);
+- setup.py without a working C compiler still installs, interpreted;
+- the node and router differential tests pass on the interpreted path too (CI runs the whole
+  suite compiled; `.ci/run` checks that the build compiled).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import redis
+
+from node import native
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def _env(pure: bool) -> dict[str, str]:
+    env = dict(os.environ)
+    env.pop(native.PURE_ENV, None)
+    if pure:
+        env[native.PURE_ENV] = "1"
+    return env
+
+
+def _built_and_fresh() -> bool:
+    """What the test expects INFO to say without XSHARD_PURE_PYTHON: every hot module has a
+    fresh extension."""
+    for name in native.COMPILED:
+        py = REPO.joinpath(*name.split(".")).with_suffix(".py")
+        exts = [py.with_suffix(s) for s in native.importlib.machinery.EXTENSION_SUFFIXES]
+        ext = next((e for e in exts if e.exists()), None)
+        if ext is None or native.is_stale(ext, py):
+            return False
+    return True
+
+
+def _loaded_from(pure: bool) -> list[str]:
+    code = ("import node.server, node.commands, sys\n"
+            "from node import native\nnode.commands.load_all()\n"
+            "print(int(native.compiled()))\n"
+            "print('\\n'.join(sys.modules[m].__file__ for m in native.COMPILED))\n")
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=_env(pure), check=True,
+                         capture_output=True, text=True, timeout=120).stdout.split()
+    return out
+
+
+def test_pure_forced_loads_every_hot_module_from_source() -> None:
+    out = _loaded_from(pure=True)
+    assert out[0] == "0"
+    assert len(out) == 1 + len(native.COMPILED)
+    assert all(f.endswith(".py") for f in out[1:]), out
+
+
+def test_default_runs_the_extensions_when_built() -> None:
+    out = _loaded_from(pure=False)
+    want = _built_and_fresh()
+    assert out[0] == str(int(want))
+    assert all(f.endswith(".py") != want for f in out[1:]), out
+
+
+@pytest.mark.parametrize("pure", [True, False], ids=["pure", "default"])
+def test_info_reports_the_path(xnode, pure: bool) -> None:  # noqa: ANN001
+    node = xnode(env=_env(pure))
+    info = redis.Redis(port=node.port).info("server")
+    assert info["xshard_compiled"] == (0 if pure else int(_built_and_fresh()))
+
+
+def test_stale_extension_is_detected(tmp_path: Path) -> None:
+    py = tmp_path / "m.py"
+    pxd = tmp_path / "m.pxd"
+    ext = tmp_path / "m.so"
+    for f in (py, pxd, ext):
+        f.write_text("")
+    os.utime(py, (100, 100))
+    os.utime(pxd, (100, 100))
+    os.utime(ext, (200, 200))
+    assert not native.is_stale(ext, py)
+    os.utime(py, (300, 300))  # the source edited after the build
+    assert native.is_stale(ext, py)
+    os.utime(py, (100, 100))
+    os.utime(pxd, (300, 300))  # only the declarations edited
+    assert native.is_stale(ext, py)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_build_without_a_compiler_falls_back(tmp_path: Path) -> None:
+    """setup.py build_ext with a C compiler that fails: the build succeeds, nothing compiled."""
+    pytest.importorskip("Cython")
+    shutil.copy(REPO / "setup.py", tmp_path / "setup.py")
+    (tmp_path / "node").mkdir()
+    shutil.copy(REPO / "node" / "effects.py", tmp_path / "node" / "effects.py")
+    shutil.copy(REPO / "node" / "effects.pxd", tmp_path / "node" / "effects.pxd")
+    (tmp_path / "node" / "__init__.py").write_text("")
+    (tmp_path / "node" / "native.py").write_text('COMPILED = ["node.effects"]\n')
+    env = _env(pure=False)
+    env.update(CC="false", LDSHARED="false", CXX="false")
+    res = subprocess.run([sys.executable, "setup.py", "build_ext", "--inplace"], cwd=tmp_path,
+                         env=env, capture_output=True, text=True, timeout=600)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "runs interpreted" in res.stderr
+    assert not list((tmp_path / "node").glob("effects.*.so"))
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1800)
+def test_differential_tests_pass_interpreted() -> None:
+    """The node's and the router's differential tests, again with XSHARD_PURE_PYTHON=1."""
+    res = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-x",
+         "tests/node/test_differential.py", "tests/router/test_router_core.py",
+         "-k", "match_redis or differential"],
+        cwd=REPO, env=_env(pure=True), capture_output=True, text=True, timeout=1800)
+    assert res.returncode == 0, res.stdout[-4000:] + res.stderr[-2000:]
+    assert " passed" in res.stdout
