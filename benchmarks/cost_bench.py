@@ -6,8 +6,11 @@ Wall-clock ratios on this shared 2-core machine move with everybody else's load;
 of instructions a server executes for a command does not. Each measurement starts the server
 under test (an `xshard node`, or an `xshard router` in front of a plain node) under
 `valgrind --tool=callgrind`, warms it up, zeroes the counters (`callgrind_control -z`), sends
-N commands from outside, dumps the counters (`callgrind_control -d`) and divides. The node's
-idle timers run during the window too; with N in the thousands they are under 1% of it.
+N commands from outside, dumps the counters (`callgrind_control -d`) and divides. Only the work
+inside uvloop's socket-read callback is counted (READ_CALLBACK): idle timers would otherwise
+add in proportion to the run's wall time, which the machine's load decides. Work a command
+defers to a later loop callback (call_soon) is not counted; none of the measured paths does
+so without an AOF or a replica.
 
 AOF replay is measured as the difference between two starts of a node whose appendonly file
 holds N and 2N XADD effects (start-up and imports cancel out).
@@ -43,14 +46,22 @@ SCALE = {"xrange": 0.1, "xreadgroup-xack": 0.1, "aof-replay": 10}
 SCENARIOS = ["xadd-p1", "xadd-p16", "xreadgroup-xack", "xrange", "router-xadd", "aof-replay"]
 
 
+# Only what runs inside uvloop's socket-read callback is counted: the request path of both
+# servers (parse, dispatch, handler, reply, and a router's relay in both directions), but not
+# the idle timers, whose share grows with the wall time a run takes on a loaded machine.
+READ_CALLBACK = "__pyx_f_6uvloop_4loop___uv_stream_on_read"
+
+
 class Callgrind:
     """One server process under callgrind; counts are read from its dump files."""
 
-    def __init__(self, argv: list[str], port: int, workdir: Path, env: dict[str, str]) -> None:
+    def __init__(self, argv: list[str], port: int, workdir: Path, env: dict[str, str],
+                 toggle: str | None = READ_CALLBACK) -> None:
         self.out = workdir / "callgrind.out"
         self.log = open(workdir / f"vg-{port}.log", "wb")
+        opts = [f"--toggle-collect={toggle}"] if toggle else []
         cmd = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={self.out}.%p",
-               "--dump-instr=no", "--compress-strings=no", *argv]
+               "--dump-instr=no", "--compress-strings=no", *opts, *argv]
         self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT,
                                      cwd=repo, env=env, stdin=subprocess.DEVNULL)
         self.port = port
@@ -191,7 +202,7 @@ def _aof_replay(n: int, env: dict[str, str], d: Path) -> tuple[float, str]:
             p.terminate()
             p.wait(60)
         port = free_port()
-        vg = Callgrind(_node_argv(port, sub, "--appendonly", "yes"), port, sub, env)
+        vg = Callgrind(_node_argv(port, sub, "--appendonly", "yes"), port, sub, env, None)
         try:
             with Conn(port) as c:
                 assert c.call("XLEN", "s") == k * n
