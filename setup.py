@@ -53,6 +53,11 @@ def _extensions() -> list:
 class OptionalBuildExt(build_ext):
     """A module that cannot be compiled stays interpreted instead of failing the install."""
 
+    def finalize_options(self) -> None:
+        super().finalize_options()
+        if not self.parallel:  # one C compiler per core: the install's build time matters
+            self.parallel = os.cpu_count() or 1
+
     def run(self) -> None:
         try:
             super().run()

@@ -30,14 +30,10 @@ from __future__ import annotations
 
 import argparse
 import datetime as _dt
-import json
 import multiprocessing as mp
 import os
-import shutil
 import socket
-import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -46,7 +42,8 @@ if __package__ in (None, ""):
 
 import hiredis  # noqa: E402
 
-from benchmarks.harness import HOST, REPO_ROOT, free_port, wait_for_ping  # noqa: E402
+from benchmarks.harness import HOST  # noqa: E402
+from benchmarks.router_bench import Procs  # noqa: E402
 
 TARGETS = ["redis", "node", "router", "redis-repl"]
 KEY = b"e2e"
@@ -156,74 +153,22 @@ def run_load(port: int, rate: int, seconds: float, consumers: int, producers: in
             "lt1": under(1), "lt2": under(2), "lt5": under(5)}
 
 
-class Servers:
-    """The processes of one target; all stopped by stop()."""
-
-    def __init__(self) -> None:
-        self.procs: list[subprocess.Popen] = []
-        self.dir = Path(tempfile.mkdtemp(prefix="e2e-bench-"))
-
-    def _start(self, name: str, argv: list[str], port: int) -> int:
-        log = open(self.dir / f"{name}.log", "wb")
-        p = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, cwd=REPO_ROOT,
-                             stdin=subprocess.DEVNULL)
-        log.close()
-        self.procs.append(p)
-        wait_for_ping(port, 60, p)
-        return port
-
-    def node(self, name: str, *extra: str) -> int:
-        port = free_port()
-        (self.dir / name).mkdir()
-        return self._start(name, [sys.executable, "-m", "control.cli", "node", "--port",
-                                  str(port), "--dir", str(self.dir / name), *extra], port)
-
-    def redis(self, name: str, *extra: str) -> int:
-        port = free_port()
-        (self.dir / name).mkdir()
-        return self._start(name, [shutil.which("redis-server") or "redis-server", "--port",
-                                  str(port), "--bind", HOST, "--save", "", "--dir",
-                                  str(self.dir / name), "--daemonize", "no", *extra], port)
-
-    def router(self, primary: int, replica: int) -> int:
-        topo = {"nodes": {"p": {"id": "p", "host": HOST, "port": primary, "shard": "0",
-                                "role": "primary"},
-                          "r": {"id": "r", "host": HOST, "port": replica, "shard": "0",
-                                "role": "replica"}},
-                "shards": {"0": {"primary": "p", "replicas": ["r"], "epoch": 1}},
-                "slots": [[0, 16383, "0"]]}
-        path = self.dir / "topology.json"
-        path.write_text(json.dumps(topo))
-        port = free_port()
-        return self._start("router", [sys.executable, "-m", "control.cli", "router", "--port",
-                                      str(port), "--topology", str(path)], port)
-
-    def target(self, kind: str) -> int:
-        aof = ("--appendonly", "yes", "--appendfsync", "everysec")
-        if kind == "redis":
-            return self.redis("redis", "--appendonly", "no")
-        if kind == "redis-repl":
-            p = self.redis("rprimary", *aof)
-            self.redis("rreplica", "--replicaof", HOST, str(p), *aof)
-            return p
-        if kind == "node":
-            return self.node("node")
-        if kind == "router":
-            p = self.node("primary", *aof)
-            r = self.node("replica", "--replicaof", f"{HOST} {p}", *aof)
-            return self.router(p, r)
-        raise ValueError(kind)
-
-    def stop(self) -> None:
-        for p in self.procs:
-            p.terminate()
-        for p in self.procs:
-            try:
-                p.wait(20)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait()
-        shutil.rmtree(self.dir, ignore_errors=True)
+def start_target(procs: Procs, kind: str) -> int:
+    """Start one target's processes (router_bench's process set); return the port to load."""
+    aof = ("--appendonly", "yes", "--appendfsync", "everysec")
+    if kind == "redis":
+        return procs.redis("redis", "--appendonly", "no")
+    if kind == "redis-repl":
+        p = procs.redis("rprimary", *aof)
+        procs.redis("rreplica", "--replicaof", HOST, str(p), *aof)
+        return p
+    if kind == "node":
+        return procs.node("node")
+    if kind == "router":
+        p = procs.node("primary", *aof)
+        r = procs.node("replica", "--replicaof", f"{HOST} {p}", *aof)
+        return procs.router(p, r)
+    raise ValueError(kind)
 
 
 ROWS = [("offered /s", "offered", "{:.0f}"), ("sent /s", "sent_per_s", "{:.0f}"),
@@ -256,12 +201,12 @@ def main(argv: list[str] | None = None) -> int:
     load_before = os.getloadavg()
     results: dict[str, dict[str, float]] = {}
     for kind in a.targets.split(","):
-        s = Servers()
+        procs = Procs()
         try:
-            port = s.target(kind)
+            port = start_target(procs, kind)
             results[kind] = run_load(port, a.rate, a.seconds, a.consumers, a.producers)
         finally:
-            s.stop()
+            procs.stop()
     load_after = os.getloadavg()
     head = (f"{a.rate} entries/s offered by {a.producers} producer processes, {a.consumers} "
             f"consumer processes in one group, {a.seconds:.0f} s per target; load average "

@@ -4,3 +4,4 @@ cdef class Keyspace:
     cdef public dict data, slots, expires, watchers
     cdef public object server, _expire_cursor
     cdef public Py_ssize_t expired_keys
+    cdef public bint expiry_paused

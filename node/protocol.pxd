@@ -9,4 +9,5 @@ cdef class RespConnection:
     cdef public bytes _slow
     cdef public bint _boundary, _closing, _write_paused, _read_paused, _halt
     cdef public Py_ssize_t _span_len, _done, _stalls, _pending
+    cdef public object _big
     cdef dict __dict__

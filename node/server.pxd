@@ -5,18 +5,14 @@
 
 from node.client cimport Client
 
-cdef class CommandStats:
-    cdef public dict calls, errors
-    cdef public object total_commands, total_error_replies, total_connections
-    cdef public object rejected_connections, net_input_bytes, net_output_bytes
-
 cdef class Server:
     cdef public object config, config_file, loop, db, blocking, effects, stats, clients
     cdef public object next_client_id, start_time, run_id, dirty, role, peak_memory
     cdef public bint active_expire_enabled
     cdef public object cmd_time_ms, tcp_server, pauses, taps, move_stats, reply_gate
     cdef public object persistence, replication, child_saver, agent, cluster
-    cdef public object config_listeners, shutdown_hook
+    cdef public object config_listeners, shutdown_hook, slowlog, latency, monitors, metrics
+    cdef public object slow_usec
     cdef public dict _dispatch
     cdef dict __dict__
     cdef object __weakref__

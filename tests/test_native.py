@@ -10,7 +10,9 @@
 
 from __future__ import annotations
 
+import ast
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -123,3 +125,53 @@ def test_differential_tests_pass_interpreted() -> None:
         cwd=REPO, env=_env(pure=True), capture_output=True, text=True, timeout=1800)
     assert res.returncode == 0, res.stdout[-4000:] + res.stderr[-2000:]
     assert " passed" in res.stdout
+
+
+def _pxd_classes(pxd: Path) -> dict[str, set[str]]:
+    """cdef class name -> its declared attribute names, from a .pxd."""
+    out: dict[str, set[str]] = {}
+    cur: set[str] | None = None
+    for line in pxd.read_text().splitlines():
+        m = re.match(r"cdef class (\w+)", line)
+        if m:
+            cur = out[m.group(1)] = set()
+            continue
+        m = re.match(r"\s+cdef (?:public |readonly )?[\w.]+ ([\w, ]+)$", line)
+        if m and cur is not None:
+            cur.update(n.strip() for n in m.group(1).split(","))
+    return out
+
+
+def _assigned_attributes(cls: ast.ClassDef) -> set[str]:
+    """`__slots__` entries and every `self.x = ...` in the class body."""
+    names: set[str] = set()
+    for st in cls.body:
+        if isinstance(st, ast.Assign) and any(
+                isinstance(t, ast.Name) and t.id == "__slots__" for t in st.targets):
+            names |= {e.value for e in st.value.elts if isinstance(e, ast.Constant)}
+    for node in ast.walk(cls):
+        targets = (node.targets if isinstance(node, ast.Assign) else
+                   [node.target] if isinstance(node, (ast.AnnAssign, ast.AugAssign)) else [])
+        for t in targets:
+            for a in ast.walk(t):
+                if (isinstance(a, ast.Attribute) and isinstance(a.value, ast.Name)
+                        and a.value.id == "self"):
+                    names.add(a.attr)
+    return names
+
+
+@pytest.mark.parametrize("module", native.COMPILED)
+def test_pxd_declares_every_attribute(module: str) -> None:
+    """An extension type has a fixed set of attributes: one added to the .py but not to its
+    .pxd works interpreted and fails (or, with __dict__, runs slowly) compiled."""
+    py = REPO.joinpath(*module.split(".")).with_suffix(".py")
+    pxd = py.with_suffix(".pxd")
+    if not pxd.exists():
+        return
+    declared = _pxd_classes(pxd)
+    tree = ast.parse(py.read_text())
+    classes = {n.name: n for n in tree.body if isinstance(n, ast.ClassDef)}
+    assert set(declared) <= set(classes), f"{pxd.name} declares classes {module} lacks"
+    for name, attrs in declared.items():
+        missing = _assigned_attributes(classes[name]) - attrs - {"__weakref__"}
+        assert not missing, f"{module}.{name}: declare {sorted(missing)} in {pxd.name}"
