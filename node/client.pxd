@@ -5,6 +5,7 @@
 cdef class Client:
     cdef public object id, server, conn, name, addr, laddr, last_interaction_ms, last_cmd
     cdef public object multi_queue, watched, blocked, lib_name, lib_ver, woff, import_slots
+    cdef public object acl, user
     cdef public int proto
     cdef public bint authenticated, in_multi, multi_failed, in_exec, dirty_cas, rerunning
     cdef public bint readonly, asking, close_after_reply, no_evict, is_master

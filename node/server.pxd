@@ -12,7 +12,7 @@ cdef class Server:
     cdef public object cmd_time_ms, tcp_server, pauses, taps, move_stats, reply_gate
     cdef public object persistence, replication, child_saver, agent, cluster
     cdef public object config_listeners, shutdown_hook, slowlog, latency, monitors, metrics
-    cdef public object slow_usec
+    cdef public object slow_usec, acl, memory_limit, oom
     cdef public dict _dispatch
     cdef dict __dict__
     cdef object __weakref__
