@@ -10,7 +10,9 @@ from __future__ import annotations
 import atexit
 import csv
 import io
+import math
 import os
+import platform
 import resource
 import shutil
 import signal
@@ -19,6 +21,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import hiredis
@@ -319,3 +322,64 @@ def redis_benchmark(port: int, args: list[str], *, timeout: float,
         raise RuntimeError(f"redis-benchmark failed (rc={res.returncode}): "
                            f"{text[-500:]} {res.stderr.decode(errors='replace')[-500:]}")
     return float(rows[-1][1])
+
+
+# --------------------------------------------------------------------------------------------
+# The side-by-side results table every node-vs-redis benchmark writes
+
+
+@dataclass
+class ResultRow:
+    """One row of a results table: the same figure measured on both servers."""
+
+    measurement: str
+    metric: str
+    better: str  # "higher" or "lower"
+    values: dict[str, float] = field(default_factory=dict)  # server role -> value
+    cpu: dict[str, float] = field(default_factory=dict)  # server role -> server CPU %
+    others: dict[str, float] = field(default_factory=dict)  # role -> CPU % of other work
+
+
+def fmt(v: float | None, small: str = ".3f") -> str:
+    """A table cell: thousands separated, fewer decimals the larger the figure, n/a for none."""
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return "n/a"
+    if abs(v) >= 1000:
+        return f"{v:,.0f}"
+    if abs(v) >= 10:
+        return f"{v:.1f}"
+    return format(v, small)
+
+
+def redis_version() -> str:
+    """redis-server's version line without the build details (sha, malloc, bits)."""
+    out = subprocess.run(["redis-server", "--version"], capture_output=True, text=True).stdout
+    return out.split(" sha")[0].strip()
+
+
+def machine_line(load_before: float, server_cpu: int | None, load_cpu: int | None,
+                 load_note: str = "") -> str:
+    """The results' `Machine:` line: cores, load at start, Python, CPU pinning."""
+    return (f"- Machine: {os.cpu_count()} CPUs, load average {load_before:.2f} at start{load_note}, "
+            f"Python {platform.python_version()}, "
+            + (f"servers pinned to CPU {server_cpu}, load generators to CPU {load_cpu}"
+               if server_cpu is not None else "no CPU pinning"))
+
+
+def ratio_table(rows: list[ResultRow], a: str, b: str, small: str = ".3f") -> list[str]:
+    """Markdown table of `rows` with b/a ratios; `a` is the reference server's label."""
+    lines = [f"| measurement | metric | {a} | {b} | ratio | better | srv CPU {a} / {b} "
+             "| others' CPU |",
+             "|---|---|---:|---:|---:|---|---|---|"]
+    for r in rows:
+        va, vb = r.values.get(a), r.values.get(b)
+        ratio = vb / va if va and vb is not None and not math.isnan(va) and not math.isnan(vb) \
+            else None
+        ca, cb = r.cpu.get(a, math.nan), r.cpu.get(b, math.nan)
+        cpu = "" if math.isnan(ca) and math.isnan(cb) else f"{fmt(ca)}% / {fmt(cb)}%"
+        oth = "/".join(f"{r.others[k]:.0f}%" for k in (a, b) if k in r.others)
+        lines.append(f"| {r.measurement} | {r.metric} | {fmt(va, small)} | {fmt(vb, small)} | "
+                     f"{'n/a' if ratio is None else f'{ratio:.2f}'} | {r.better} | {cpu} "
+                     f"| {oth} |")
+    return lines
+

@@ -24,9 +24,7 @@ import datetime as _dt
 import math
 import multiprocessing as mp
 import os
-import platform
 import shlex
-import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -41,10 +39,14 @@ import hiredis  # noqa: E402
 from benchmarks.harness import (  # noqa: E402
     Conn,
     OthersMeter,
+    ResultRow,
     ServerProc,
     cpu_seconds,
     info_fields,
+    machine_line,
+    ratio_table,
     redis_benchmark,
+    redis_version,
     start_server,
     wait_for_idle,
 )
@@ -76,19 +78,6 @@ class Sizes:
                        for v in (self.xadd, self.xadd_p16, self.xrange_prefill, self.xrange,
                                  self.xreadgroup_prefill, self.xreadgroup_seconds,
                                  self.memory, self.stall)))
-
-
-@dataclass
-class Metric:
-    """One row of the table: the same figure measured on both servers."""
-
-    measurement: str
-    name: str
-    unit: str
-    better: str  # "higher" or "lower"
-    values: dict[str, float] = field(default_factory=dict)  # server role -> value
-    cpu: dict[str, float] = field(default_factory=dict)  # server role -> server CPU %
-    others: dict[str, float] = field(default_factory=dict)  # role -> CPU % of other work
 
 
 @dataclass
@@ -483,7 +472,7 @@ def _attempt(fn: Callable[[ServerProc, Ctx], dict], srv: ServerProc, ctx: Ctx,
     return others.pct, res, notes
 
 
-def run(args: argparse.Namespace) -> tuple[list[Metric], Ctx, list[str]]:
+def run(args: argparse.Namespace) -> tuple[list[ResultRow], Ctx, list[str]]:
     ncpu = len(os.sched_getaffinity(0))
     pin = ncpu >= 2 and not args.no_pin
     cpus = sorted(os.sched_getaffinity(0))
@@ -493,11 +482,11 @@ def run(args: argparse.Namespace) -> tuple[list[Metric], Ctx, list[str]]:
     ctx = Ctx(cpus[0] if pin else None, cpus[1] if pin else None, sizes, args.procs)
     roles = [("redis", "redis-server"),
              (args.against, "xshard node" if args.against == "node" else "redis-server #2")]
-    metrics: list[Metric] = []
+    metrics: list[ResultRow] = []
     failures: list[str] = []
     for name in args.only:
         fn, _desc, betters = SPEC[name]
-        rows = {m: Metric(name, m, m, b) for m, b in betters.items()}
+        rows = {m: ResultRow(name, m, b) for m, b in betters.items()}
         print(f"== {name}: {describe(name, sizes, args.procs)}", file=sys.stderr, flush=True)
         servers: list[ServerProc] = []
         try:
@@ -545,35 +534,20 @@ def run(args: argparse.Namespace) -> tuple[list[Metric], Ctx, list[str]]:
     return metrics, ctx, [label for _, label in roles] + failures
 
 
-def fmt(v: float | None) -> str:
-    if v is None or (isinstance(v, float) and math.isnan(v)):
-        return "n/a"
-    if abs(v) >= 1000:
-        return f"{v:,.0f}"
-    if abs(v) >= 10:
-        return f"{v:.1f}"
-    return f"{v:.3f}"
-
-
-def render(metrics: list[Metric], ctx: Ctx, labels: list[str], failures: list[str],
+def render(metrics: list[ResultRow], ctx: Ctx, labels: list[str], failures: list[str],
            argv: list[str], only: list[str], load_before: float) -> str:
     a, b = labels
     now = _dt.datetime.now().astimezone().strftime("%Y-%m-%d %H:%M %Z")
-    redis_ver = subprocess.run(["redis-server", "--version"], capture_output=True,
-                               text=True).stdout.strip()
     lines = [
         "# Stream node benchmarks",
         "",
         f"- Date: {now}",
         f"- Command: `{shlex.join(['python', 'benchmarks/node_bench.py', *argv])}`",
-        f"- Compared: **{b}** against **{a}** ({redis_ver.split(' sha')[0]}, "
+        f"- Compared: **{b}** against **{a}** ({redis_version()}, "
         "`--save '' --appendonly no`), each freshly started for every measurement, "
         "on 127.0.0.1",
-        f"- Machine: {os.cpu_count()} CPUs, load average {load_before:.2f} at start "
-        "(other work on the machine skews every figure), "
-        f"Python {platform.python_version()}, "
-        + (f"servers pinned to CPU {ctx.server_cpu}, load generators to CPU {ctx.load_cpu}"
-           if ctx.server_cpu is not None else "no CPU pinning"),
+        machine_line(load_before, ctx.server_cpu, ctx.load_cpu,
+                     " (other work on the machine skews every figure)"),
         "",
         "## How to read this",
         "",
@@ -589,20 +563,8 @@ def render(metrics: list[Metric], ctx: Ctx, labels: list[str], failures: list[st
         "row is noise. Run with `--against redis` to see the redis-vs-redis ratios, i.e. "
         "how much this machine's noise alone moves a ratio away from 1.",
         "",
-        f"| measurement | metric | {a} | {b} | ratio | better | srv CPU {a} / {b} "
-        "| others' CPU |",
-        "|---|---|---:|---:|---:|---|---|---|",
+        *ratio_table(metrics, a, b),
     ]
-    for m in metrics:
-        va, vb = m.values.get(a), m.values.get(b)
-        ratio = vb / va if va and vb is not None and not math.isnan(va) and not math.isnan(vb) \
-            else None
-        ca, cb = m.cpu.get(a, math.nan), m.cpu.get(b, math.nan)
-        cpu = "" if math.isnan(ca) and math.isnan(cb) else f"{fmt(ca)}% / {fmt(cb)}%"
-        oth = "/".join(f"{m.others[k]:.0f}%" for k in (a, b) if k in m.others)
-        lines.append(f"| {m.measurement} | {m.name} | {fmt(va)} | {fmt(vb)} | "
-                     f"{'n/a' if ratio is None else f'{ratio:.2f}'} | {m.better} | {cpu} "
-                     f"| {oth} |")
     lines += ["", "## What was measured", ""]
     for name in only:
         lines.append(f"- **{name}**: {describe(name, ctx.sizes, ctx.procs)}")

@@ -32,7 +32,6 @@ import datetime as _dt
 import math
 import multiprocessing as mp
 import os
-import platform
 import shlex
 import shutil
 import signal
@@ -54,10 +53,14 @@ from benchmarks.harness import (  # noqa: E402
     REPO_ROOT,
     Conn,
     OthersMeter,
+    ResultRow,
     ServerProc,
     cpu_seconds,
     free_port,
+    machine_line,
+    ratio_table,
     redis_benchmark,
+    redis_version,
     wait_for_idle,
 )
 from benchmarks.node_bench import KEY, XADD_ARGS, _probe, load_entries  # noqa: E402
@@ -77,16 +80,6 @@ class Sizes:
     always: int = 100_000
     startup: tuple[int, ...] = (1_000_000, 5_000_000)
     stall: int = 1_000_000
-
-
-@dataclass
-class Row:
-    measurement: str
-    metric: str
-    better: str  # "higher" | "lower"
-    values: dict[str, float] = field(default_factory=dict)
-    cpu: dict[str, float] = field(default_factory=dict)
-    others: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass
@@ -353,7 +346,7 @@ def m_stall(kind: str, label: str, n: int, ctx: Ctx) -> dict[str, tuple[float, f
 # Driver
 
 
-def run(args: argparse.Namespace) -> tuple[list[Row], Ctx, list[str]]:
+def run(args: argparse.Namespace) -> tuple[list[ResultRow], Ctx, list[str]]:
     cpus = sorted(os.sched_getaffinity(0))
     pin = len(cpus) >= 2 and not args.no_pin
     sizes = Sizes(xadd=20_000, always=5_000, startup=(100_000,), stall=100_000) \
@@ -363,9 +356,9 @@ def run(args: argparse.Namespace) -> tuple[list[Row], Ctx, list[str]]:
     ctx = Ctx(cpus[0] if pin else None, cpus[1] if pin else None, sizes, args.idle_wait)
     labels = ["redis-server", "xshard node" if args.against == "node" else "redis-server #2"]
     roles = list(zip(["redis", args.against], labels, strict=True))
-    rows: list[Row] = []
+    rows: list[ResultRow] = []
 
-    def measure(row: Row, fn, *fargs) -> None:
+    def measure(row: ResultRow, fn, *fargs) -> None:
         for kind, label in roles:
             print(f"   {row.measurement} [{row.metric}] on {label} ...", file=sys.stderr,
                   flush=True)
@@ -381,30 +374,30 @@ def run(args: argparse.Namespace) -> tuple[list[Row], Ctx, list[str]]:
         rows.append(row)
 
     if "xadd" in args.only:
-        none = Row("xadd, appendonly no", "ops/s", "higher")
+        none = ResultRow("xadd, appendonly no", "ops/s", "higher")
         measure(none, m_xadd, "none", sizes.xadd)
-        every = Row("xadd, appendfsync everysec", "ops/s", "higher")
+        every = ResultRow("xadd, appendfsync everysec", "ops/s", "higher")
         measure(every, m_xadd, "everysec", sizes.xadd)
-        own = Row("xadd everysec / own no-persistence", "ratio (target >= 0.9)", "higher")
+        own = ResultRow("xadd everysec / own no-persistence", "ratio (target >= 0.9)", "higher")
         for label in labels:
             if label in none.values and label in every.values:
                 own.values[label] = every.values[label] / none.values[label]
         rows.append(own)
     if "always" in args.only:
-        measure(Row("xadd, appendfsync always", "ops/s", "higher"), m_xadd, "always",
+        measure(ResultRow("xadd, appendfsync always", "ops/s", "higher"), m_xadd, "always",
                 sizes.always)
     if "startup" in args.only:
         for n in sizes.startup:
             for source in ("snapshot", "aof"):
-                row = Row(f"startup from {source}, {n:,} entries", "seconds", "lower")
+                row = ResultRow(f"startup from {source}, {n:,} entries", "seconds", "lower")
                 measure(row, m_startup, source, n)
-                rate = Row(f"startup from {source}, {n:,} entries", "entries/s", "higher")
+                rate = ResultRow(f"startup from {source}, {n:,} entries", "entries/s", "higher")
                 for label, secs in row.values.items():
                     rate.values[label] = n / secs
                 rows.append(rate)
     if "stall" in args.only:
         what = f"rewrite+bgsave under load, {sizes.stall:,} entries"
-        stall_rows = {m: Row(what, m, "lower") for m in (
+        stall_rows = {m: ResultRow(what, m, "lower") for m in (
             "PING max during rewrite (ms)", "rewrite seconds",
             "PING max during bgsave (ms)", "bgsave seconds")}
         for kind, label in roles:
@@ -424,32 +417,18 @@ def run(args: argparse.Namespace) -> tuple[list[Row], Ctx, list[str]]:
     return rows, ctx, labels
 
 
-def fmt(v: float | None) -> str:
-    if v is None or (isinstance(v, float) and math.isnan(v)):
-        return "n/a"
-    if abs(v) >= 1000:
-        return f"{v:,.0f}"
-    if abs(v) >= 10:
-        return f"{v:.1f}"
-    return f"{v:.4g}"  # 4 significant digits: start-up times can be a few ms
-
-
-def render(rows: list[Row], ctx: Ctx, labels: list[str], argv: list[str],
+def render(rows: list[ResultRow], ctx: Ctx, labels: list[str], argv: list[str],
            load_before: float) -> str:
     a, b = labels
     now = _dt.datetime.now().astimezone().strftime("%Y-%m-%d %H:%M %Z")
-    ver = subprocess.run(["redis-server", "--version"], capture_output=True, text=True).stdout
     lines = [
         "# Persistence benchmarks",
         "",
         f"- Date: {now}",
         f"- Command: `{shlex.join(['python', 'benchmarks/persistence_bench.py', *argv])}`",
-        f"- Compared: **{b}** against **{a}** ({ver.split(' sha')[0].strip()}), the same "
+        f"- Compared: **{b}** against **{a}** ({redis_version()}), the same "
         "persistence options on both, freshly started for every measurement, on 127.0.0.1",
-        f"- Machine: {os.cpu_count()} CPUs, load average {load_before:.2f} at start, "
-        f"Python {platform.python_version()}, "
-        + (f"servers pinned to CPU {ctx.server_cpu}, load generators to CPU {ctx.load_cpu}"
-           if ctx.server_cpu is not None else "no CPU pinning"),
+        machine_line(load_before, ctx.server_cpu, ctx.load_cpu),
         "",
         "## How to read this",
         "",
@@ -459,16 +438,8 @@ def render(rows: list[Row], ctx: Ctx, labels: list[str], argv: list[str],
         ">= 0.9). `srv CPU` is the share of its core the server used; `others' CPU` is CPU "
         "used by unrelated processes during the measurement (above ~15% the row is noise).",
         "",
-        f"| measurement | metric | {a} | {b} | ratio | better | srv CPU {a} / {b} | others' CPU |",
-        "|---|---|---:|---:|---:|---|---|---|",
+        *ratio_table(rows, a, b, small=".4g"),  # start-up times can be a few ms
     ]
-    for r in rows:
-        va, vb = r.values.get(a), r.values.get(b)
-        ratio = f"{vb / va:.2f}" if va and vb is not None else "n/a"
-        cpu = (f"{fmt(r.cpu[a])}% / {fmt(r.cpu[b])}%" if a in r.cpu and b in r.cpu else "")
-        oth = "/".join(f"{r.others[k]:.0f}%" for k in (a, b) if k in r.others)
-        lines.append(f"| {r.measurement} | {r.metric} | {fmt(va)} | {fmt(vb)} | {ratio} | "
-                     f"{r.better} | {cpu} | {oth} |")
     targets = []
     for r in rows:
         if r.measurement.startswith("xadd everysec") and b in r.values:
