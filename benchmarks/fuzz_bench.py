@@ -35,7 +35,7 @@ sys.path.insert(0, str(REPO))
 
 import redis  # noqa: E402
 
-from benchmarks.harness import rss_kib  # noqa: E402
+from benchmarks.harness import finish_results, rss_kib, run_stamp  # noqa: E402
 from tests.support.fuzz import FuzzInput, InprocNode, gen_input, run_socket  # noqa: E402
 
 RESULTS = REPO / "benchmarks" / "FUZZ_RESULTS.md"
@@ -174,21 +174,14 @@ def main() -> int:
     args = ap.parse_args()
     if args.quick:
         args.inputs, args.socket_inputs = 20_000, 1_000
-    load0 = os.getloadavg()
-    lines = ["# Protocol fuzzing results", "",
-             f"`python benchmarks/fuzz_bench.py --inputs {args.inputs} "
-             f"--socket-inputs {args.socket_inputs} --seed {args.seed}`, "
-             f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, "
-             f"{os.cpu_count()} CPUs, load average at start {load0[0]:.1f}.", ""]
+    command = (f"python benchmarks/fuzz_bench.py --inputs {args.inputs} "
+               f"--socket-inputs {args.socket_inputs} --seed {args.seed}")
+    lines = ["# Protocol fuzzing results", "", run_stamp(command, os.getloadavg()[0]), ""]
     lines += run_inproc(args.inputs, args.seed)
     lines.append("")
     if args.socket_inputs:
         lines += run_sockets(args.socket_inputs, args.seed + 100)
-    lines += ["", f"Load average at the end: {os.getloadavg()[0]:.1f}."]
-    text = "\n".join(lines) + "\n"
-    print(text)
-    if not args.no_write:
-        RESULTS.write_text(text)
+    finish_results(lines, RESULTS, write=not args.no_write)
     return 0
 
 

@@ -383,3 +383,22 @@ def ratio_table(rows: list[ResultRow], a: str, b: str, small: str = ".3f") -> li
                      f"| {oth} |")
     return lines
 
+
+# --------------------------------------------------------------------------------------------
+# A results page written by a one-off benchmark (fuzzing, limits)
+
+
+def run_stamp(command: str, load_at_start: float) -> str:
+    """The line under a results page's title: the command, the UTC date, cores and load."""
+    return (f"`{command}`, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, "
+            f"{os.cpu_count()} CPUs, load average at start {load_at_start:.1f}.")
+
+
+def finish_results(lines: list[str], path: Path, write: bool = True) -> str:
+    """End a results page with the load at the end (other work skews the figures), print it
+    and, unless `write` is false, write it to `path`."""
+    text = "\n".join([*lines, "", f"Load average at the end: {os.getloadavg()[0]:.1f}."]) + "\n"
+    print(text)
+    if write:
+        path.write_text(text)
+    return text

@@ -26,7 +26,14 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from benchmarks.harness import HOST, Conn, info_fields, start_server  # noqa: E402
+from benchmarks.harness import (  # noqa: E402
+    HOST,
+    Conn,
+    finish_results,
+    info_fields,
+    run_stamp,
+    start_server,
+)
 from node.resp import encode_command  # noqa: E402
 
 RESULTS = REPO / "benchmarks" / "LIMITS_RESULTS.md"
@@ -130,11 +137,9 @@ def main() -> int:
     args = ap.parse_args()
     if args.quick:
         args.conns, args.requests, args.entries = 500, 40, 2000
-    load0 = os.getloadavg()[0]
-    out = ["# Idle connections and slow consumers", "",
-           f"`python benchmarks/limits_bench.py --conns {args.conns} --requests {args.requests} "
-           f"--entries {args.entries}`, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, "
-           f"{os.cpu_count()} CPUs, load average at start {load0:.1f}.", "",
+    command = (f"python benchmarks/limits_bench.py --conns {args.conns} "
+               f"--requests {args.requests} --entries {args.entries}")
+    out = ["# Idle connections and slow consumers", "", run_stamp(command, os.getloadavg()[0]), "",
            "## Idle connections", "",
            "| server | connections | RSS before (MB) | RSS with them (MB) | RSS after close (MB) "
            "| bytes per connection | PING meanwhile (ms) |", "|---|---|---|---|---|---|---|"]
@@ -153,11 +158,7 @@ def main() -> int:
     finally:
         for srv in servers:
             srv.stop()
-    out += ["", f"Load average at the end: {os.getloadavg()[0]:.1f}."]
-    text = "\n".join(out) + "\n"
-    print(text)
-    if not args.no_write:
-        RESULTS.write_text(text)
+    finish_results(out, RESULTS, write=not args.no_write)
     return 0
 
 
