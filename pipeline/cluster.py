@@ -118,9 +118,9 @@ class Topology:
         """Nodes to ask for CLUSTER SHARDS, and whether `url` is a router (whose own CLUSTER
         SHARDS describes routers, not shards)."""
         c = self.conn(self.addr)
-        if _info_field(c, "server", "xshard_role") != "router":
+        if info_fields(c, "server").get("xshard_role") != "router":
             return [self.addr], False
-        prim = _info_field(c, "cluster", "xshard_primaries")
+        prim = info_fields(c, "cluster").get("xshard_primaries")
         return ([_addr(x) for x in prim.split(",")] if prim else []), True
 
     def refresh(self) -> None:
@@ -247,18 +247,20 @@ class Topology:
         return out
 
 
-def _info_field(c: redis.Redis, section: str, name: str) -> str | None:
-    """One INFO field as the server wrote it (redis-py's INFO parser reshapes lists)."""
+def info_fields(c: redis.Redis, section: str) -> dict[str, str]:
+    """INFO <section> as the server wrote its fields (redis-py's INFO parser reshapes lists)."""
     conn = c.connection_pool.get_connection()
     try:
         conn.send_command("INFO", section)
-        text = conn.read_response()
+        raw = conn.read_response()
     finally:
         c.connection_pool.release(conn)
-    for line in (text.decode() if isinstance(text, bytes) else str(text)).splitlines():
-        if line.startswith(name + ":"):
-            return line.split(":", 1)[1].strip()
-    return None
+    out = {}
+    for line in (raw.decode() if isinstance(raw, bytes) else str(raw)).splitlines():
+        if ":" in line and not line.startswith("#"):
+            k, v = line.split(":", 1)
+            out[k] = v.strip()
+    return out
 
 
 def _addr(hostport: str) -> Addr:

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 import redis
 
+from pipeline.cluster import info_fields
 from tests.conftest import NodeHandle
 from tests.support.persist import diff_states, dump_state
 from tests.support.procs import wait_until
@@ -25,19 +26,7 @@ SYNC_TIMEOUT = 20.0
 
 def info(c: redis.Redis, section: str = "replication") -> dict[str, str]:
     """INFO as text fields (redis-py's INFO parser would reshape slaveN lines)."""
-    conn = c.connection_pool.get_connection()
-    try:
-        conn.send_command("INFO", section)
-        raw = conn.read_response()
-    finally:
-        c.connection_pool.release(conn)
-    text = raw.decode() if isinstance(raw, bytes) else str(raw)
-    out = {}
-    for line in text.splitlines():
-        if ":" in line and not line.startswith("#"):
-            k, v = line.split(":", 1)
-            out[k] = v
-    return out
+    return info_fields(c, section)
 
 
 def sync_counts(c: redis.Redis) -> tuple[int, int]:
