@@ -664,13 +664,20 @@ class _Writer:
         self._t.join(30)
 
 
+def _writer_after_bulk(h: NodeHandle, c: RawClient, bulk: int, started: int) -> _Writer:
+    """`bulk` entries in "bulk" (so a fork has something to copy), then a _Writer on "live"
+    once it has `started` acknowledged XADDs."""
+    _preload(c, "bulk", bulk)
+    w = _Writer(h, "live")
+    wait_until(lambda: len(w.acked) >= started, 10, what="the writer to start")
+    return w
+
+
 def test_writes_during_a_rewrite_survive(spawn: Spawn) -> None:
     """Effects made while the rewrite child writes the new base must be in the new incr file."""
     h = spawn(*AOF_ALWAYS, "--auto-aof-rewrite-percentage", "0")
     with raw(h) as c:
-        _preload(c, "bulk", 100_000)
-        w = _Writer(h, "live")
-        wait_until(lambda: len(w.acked) >= 20, 10, what="the writer to start")
+        w = _writer_after_bulk(h, c, 100_000, started=20)
         raw_ok(c, "BGREWRITEAOF")
         wait_rewrite_done(c)
         n_at_switch = len(w.acked)
@@ -695,9 +702,7 @@ def test_kill_during_a_rewrite(spawn: Spawn) -> None:
     pgid = h.pid
     try:
         with raw(h) as c:
-            _preload(c, "bulk", 100_000)
-            w = _Writer(h, "live")
-            wait_until(lambda: len(w.acked) >= 20, 10, what="the writer to start")
+            w = _writer_after_bulk(h, c, 100_000, started=20)
             raw_ok(c, "BGREWRITEAOF")
             time.sleep(0.02)
             in_progress = info(c)["aof_rewrite_in_progress"] == "1"
@@ -821,9 +826,7 @@ def test_bgsave_is_a_point_in_time_copy(spawn: Spawn) -> None:
     """BGSAVE under concurrent XADDs saves an exact prefix of the acknowledged writes."""
     h = spawn("--appendonly", "no", "--dbfilename", "t.snap")
     with raw(h) as c:
-        _preload(c, "bulk", 50_000)
-        w = _Writer(h, "live")
-        wait_until(lambda: len(w.acked) >= 50, 10, what="the writer to start")
+        w = _writer_after_bulk(h, c, 50_000, started=50)
         raw_ok(c, "BGSAVE")
         wait_rewrite_done(c)
         time.sleep(0.1)
