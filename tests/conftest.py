@@ -386,21 +386,32 @@ def xnode(request: pytest.FixtureRequest,
     Each call starts one node process on a free port with a fresh data dir; every node and
     client it made is stopped/closed at teardown.
     """
+    yield from node_factory(request, tmp_path_factory)
+
+
+def node_factory(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory,
+                 name: str = "xshard node",
+                 binary: str | None = None) -> Iterator[Callable[..., NodeHandle]]:
+    """Body of a node-starting fixture: yields `start(*extra_args, name=..., base=None,
+    ready_timeout=..., env=None) -> NodeHandle` (honouring --node-impl; `base=old.dir.parent`
+    restarts on an existing data dir), puts every node's log into failure reports and stops
+    every node at teardown."""
     if request.config.getoption("--redis-url"):
-        pytest.skip("xnode starts processes; not available with --redis-url")
+        pytest.skip("starts processes; not available with --redis-url")
     impl = request.config.getoption("--node-impl")
     handles: list[NodeHandle] = []
+    default_name = name
 
-    def factory(*extra_args: str, name: str = "xshard node", ready_timeout: float = 30.0,
-                env: dict[str, str] | None = None) -> NodeHandle:
-        base = tmp_path_factory.mktemp(name.replace(" ", "-"))
-        h = spawn_node(base, *extra_args, name=f"{name} #{len(handles) + 1}", impl=impl,
-                       ready_timeout=ready_timeout, env=env)
+    def start(*extra_args: str, name: str = default_name, base: Path | None = None,
+              ready_timeout: float = 30.0, env: dict[str, str] | None = None) -> NodeHandle:
+        b = base if base is not None else tmp_path_factory.mktemp(name.replace(" ", "-"))
+        h = spawn_node(b, *extra_args, name=f"{name} #{len(handles) + 1}", impl=impl,
+                       ready_timeout=ready_timeout, env=env, binary=binary)
         handles.append(h)
         _attach(request, h)
         return h
 
-    yield factory
+    yield start
     for h in handles:
         h.close()
 

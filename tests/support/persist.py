@@ -239,22 +239,8 @@ def node_spawner(request: pytest.FixtureRequest,
     different options). Honours --node-impl; logs go into failure reports; every process is
     stopped at teardown.
     """
-    from tests.conftest import _attach, spawn_node
+    from tests.conftest import node_factory
 
-    if request.config.getoption("--redis-url"):
-        pytest.skip("starts processes; not available with --redis-url")
     impl = request.config.getoption("--node-impl")
     binary = reference_binary(request) if impl == "redis" else None
-    handles: list[Any] = []
-
-    def start(*args: str, base: Path | None = None, ready_timeout: float = 30.0) -> Any:
-        b = base if base is not None else tmp_path_factory.mktemp("pnode")
-        h = spawn_node(b, *args, impl=impl, name=f"{impl} node #{len(handles) + 1}",
-                       ready_timeout=ready_timeout, binary=binary)
-        handles.append(h)
-        _attach(request, h)
-        return h
-
-    yield start
-    for h in handles:
-        h.close()
+    yield from node_factory(request, tmp_path_factory, f"{impl} node", binary)
