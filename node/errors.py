@@ -133,14 +133,19 @@ def parse_int_or_error(b: bytes, error: bytes = NOT_INTEGER) -> int:
     return v
 
 
+def parse_non_negative_or_error(b: bytes, negative: bytes,
+                                not_integer: bytes = NOT_INTEGER) -> int:
+    """An integer argument that must not be negative (MAXLEN, LIMIT, ENTRIESADDED, BLOCK):
+    Redis checks that it is an integer first, then its sign, each with its own error."""
+    v = parse_int_or_error(b, not_integer)
+    if v < 0:
+        raise ReplyError(negative)
+    return v
+
+
 def parse_timeout_ms_or_error(b: bytes) -> int:
     """A BLOCK argument in milliseconds: 0 means forever."""
-    v = string2ll(b)
-    if v is None:
-        raise ReplyError(TIMEOUT_NOT_INTEGER)
-    if v < 0:
-        raise ReplyError(TIMEOUT_NEGATIVE)
-    return v
+    return parse_non_negative_or_error(b, TIMEOUT_NEGATIVE, TIMEOUT_NOT_INTEGER)
 
 
 # --- stream IDs (parsed in node/streamid.py) ------------------------------------------------

@@ -178,24 +178,14 @@ def _parse_add_or_trim(c: Client, argv: list[bytes], xadd: bool) -> tuple[TrimAr
             elif moreargs >= 2 and nxt == b"=":
                 i += 1
             if lopt == b"maxlen":
-                v = string2ll(argv[i + 1])
-                if v is None:
-                    raise ReplyError(errors.NOT_INTEGER)
-                if v < 0:
-                    raise ReplyError(errors.MAXLEN_NEGATIVE)
-                a.threshold = v
+                a.threshold = errors.parse_non_negative_or_error(argv[i + 1], errors.MAXLEN_NEGATIVE)
                 a.strategy = "maxlen"
             else:
                 a.threshold = parse_strict_id_or_error(argv[i + 1])
                 a.strategy = "minid"
             i += 1
         elif lopt == b"limit" and moreargs:
-            v = string2ll(argv[i + 1])
-            if v is None:
-                raise ReplyError(errors.NOT_INTEGER)
-            if v < 0:
-                raise ReplyError(errors.LIMIT_NEGATIVE)
-            a.limit = v
+            a.limit = errors.parse_non_negative_or_error(argv[i + 1], errors.LIMIT_NEGATIVE)
             limit_given = True
             i += 1
         elif xadd and lopt == b"nomkstream":
@@ -560,12 +550,8 @@ def xsetid(c: Client, argv: list[bytes]) -> bytes:
         moreargs = argc - 1 - i
         opt = argv[i].lower()
         if opt == b"entriesadded" and moreargs:
-            v = string2ll(argv[i + 1])
-            if v is None:
-                raise ReplyError(errors.NOT_INTEGER)
-            if v < 0:
-                raise ReplyError(errors.XSETID_ENTRIES_ADDED_NEGATIVE)
-            entries_added = v
+            entries_added = errors.parse_non_negative_or_error(
+                argv[i + 1], errors.XSETID_ENTRIES_ADDED_NEGATIVE)
             i += 2
         elif opt == b"maxdeletedid" and moreargs:
             max_xdel = parse_strict_id_or_error(argv[i + 1])
