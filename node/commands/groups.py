@@ -71,6 +71,13 @@ def _group_changed(c: Client, key: bytes) -> None:
     changes."""
 
 
+def _group_written(c: Client, key: bytes, argv: list[bytes], changes: int = 1) -> None:
+    """A group change made by `argv` itself: counted as `changes` writes and propagated as is."""
+    _group_changed(c, key)
+    c.server.dirty += changes
+    c.server.propagate(argv)
+
+
 # --- effects (streamPropagateXCLAIM / GroupID / ConsumerCreation) ---------------------------
 def propagate_xclaim(c: Client, key: bytes, groupname: bytes, g: ConsumerGroup, sid: int,
                      nack: Nack) -> None:
@@ -194,9 +201,7 @@ def xgroup(c: Client, argv: list[bytes]) -> bytes:
             c.db.set(key, s)  # a new key: signals it ready and breaks WATCH, as dbAdd does
         if create_group(s, groupname, sid, entries_read) is None:
             raise ReplyError(errors.BUSYGROUP)
-        _group_changed(c, key)
-        c.server.dirty += 1
-        c.server.propagate(argv)
+        _group_written(c, key, argv)
         return OK
     if sub == b"setid" and argc in (5, 7):
         assert s is not None and g is not None
@@ -205,9 +210,7 @@ def xgroup(c: Client, argv: list[bytes]) -> bytes:
         g.entries_read = entries_read
         # Redis does not signal the key ready here: a blocked XREADGROUP is served at the
         # next write to the stream, not because its group moved back.
-        _group_changed(c, key)
-        c.server.dirty += 1
-        c.server.propagate(argv)
+        _group_written(c, key, argv)
         return OK
     if sub == b"destroy" and argc == 4:
         assert s is not None
@@ -224,18 +227,14 @@ def xgroup(c: Client, argv: list[bytes]) -> bytes:
         assert g is not None
         if g.create_consumer(argv[4], c.server.now_ms()) is None:
             return ZERO
-        _group_changed(c, key)
-        c.server.dirty += 1
-        c.server.propagate(argv)
+        _group_written(c, key, argv)
         return ONE
     if sub == b"delconsumer" and argc == 5:
         assert g is not None
         pending = g.delete_consumer(argv[4])
         if pending is None:
             return ZERO
-        _group_changed(c, key)
-        c.server.dirty += 1
-        c.server.propagate(argv)
+        _group_written(c, key, argv)
         return integer(pending)
     raise subcommand_syntax_error(argv)
 
@@ -281,9 +280,7 @@ def xack(c: Client, argv: list[bytes]) -> bytes:
     ids = parse_strict_ids_or_error(argv[3:])
     acked = g.ack_many(ids)
     if acked:
-        _group_changed(c, key)
-        c.server.dirty += acked
-        c.server.propagate(argv)
+        _group_written(c, key, argv, acked)
     return integer(acked)
 
 
