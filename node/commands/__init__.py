@@ -11,6 +11,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from node import errors
+from node.resp import ReplyError, Status, encode
+
 if TYPE_CHECKING:
     from node.client import Client
 
@@ -28,6 +31,15 @@ def command(*names: bytes) -> Callable[[Handler], Handler]:
         return fn
 
     return register
+
+
+def help_or_unknown_subcommand(c: Client, argv: list[bytes], name: bytes,
+                               lines: list[bytes] | tuple[bytes, ...]) -> bytes:
+    """The end of a subcommand dispatch: HELP replies with `lines`, anything else is Redis's
+    unknown-subcommand error for command `name`."""
+    if argv[1].lower() == b"help":
+        return encode([Status(x) for x in lines], c.proto)
+    raise ReplyError(errors.unknown_subcommand(argv[1], name))
 
 
 def load_all() -> dict[bytes, Handler]:

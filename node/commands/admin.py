@@ -7,7 +7,7 @@ import time
 from node import errors, info
 from node.blocking import OFFSETS, Blocked
 from node.client import Client
-from node.commands import command
+from node.commands import command, help_or_unknown_subcommand
 from node.config import BY_NAME, ConfigError
 from node.resp import OK, Map, ReplyError, Status, Verbatim, encode, integer
 
@@ -84,9 +84,7 @@ def config(c: Client, argv: list[bytes]) -> bytes:
         with open(path, "w") as f:
             f.write("\n".join(lines) + "\n")
         return OK
-    if sub == b"help":
-        return encode([Status(x) for x in CONFIG_HELP], c.proto)
-    raise ReplyError(errors.unknown_subcommand(argv[1], b"CONFIG"))
+    return help_or_unknown_subcommand(c, argv, b"CONFIG", CONFIG_HELP)
 
 
 @command(b"time")
@@ -200,6 +198,4 @@ def debug(c: Client, argv: list[bytes]) -> bytes:
             raise ReplyError(errors.NO_SUCH_KEY)
         return encode(Status(b"Value at:0x0 refcount:1 encoding:%s serializedlength:0 lru:0 "
                              b"lru_seconds_idle:0" % type(v).__name__.lower().encode()), c.proto)
-    if sub == b"help":
-        return encode([Status(x) for x in DEBUG_HELP], c.proto)
-    raise ReplyError(errors.unknown_subcommand(argv[1], b"DEBUG"))
+    return help_or_unknown_subcommand(c, argv, b"DEBUG", DEBUG_HELP)

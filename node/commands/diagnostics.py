@@ -16,9 +16,9 @@ from typing import TYPE_CHECKING
 from node import command_table, errors
 from node.client import Client
 from node.cmdstats import bound_usec, buckets
-from node.commands import command
+from node.commands import command, help_or_unknown_subcommand
 from node.info import memory_figures
-from node.resp import OK, Map, ReplyError, Status, encode, integer
+from node.resp import OK, Map, ReplyError, encode, integer
 
 if TYPE_CHECKING:
     from node.server import Server
@@ -81,9 +81,7 @@ def slowlog(c: Client, argv: list[bytes]) -> bytes:
     if sub == b"reset":
         log.reset()
         return OK
-    if sub == b"help":
-        return encode([Status(line) for line in SLOWLOG_HELP], c.proto)
-    raise ReplyError(errors.unknown_subcommand(argv[1], b"SLOWLOG"))
+    return help_or_unknown_subcommand(c, argv, b"SLOWLOG", SLOWLOG_HELP)
 
 
 @command(b"latency")
@@ -98,9 +96,7 @@ def latency(c: Client, argv: list[bytes]) -> bytes:
         return integer(mon.reset(argv[2:]))
     if sub == b"histogram":
         return encode(histograms(c.server.stats.calls, argv[2:]), c.proto)
-    if sub == b"help":
-        return encode([Status(line) for line in LATENCY_HELP], c.proto)
-    raise ReplyError(errors.unknown_subcommand(argv[1], b"LATENCY"))
+    return help_or_unknown_subcommand(c, argv, b"LATENCY", LATENCY_HELP)
 
 
 def histograms(calls: dict[bytes, list[int]], names: list[bytes]) -> Map:
