@@ -317,22 +317,20 @@ def is_write(name: bytes) -> bool:
     return name in _WRITE
 
 
+def _subcommand_flagged(argv: list[bytes], name: bytes, flagged: frozenset[bytes]) -> bool:
+    """A container command (XGROUP ...) carries the flags of the subcommand it is called with."""
+    return (len(argv) > 1 and type(_ARITY.get(name)) is dict
+            and name + b"|" + argv[1].lower() in flagged)
+
+
 def is_write_argv(argv: list[bytes], name: bytes) -> bool:
     """is_write for a request: containers (XGROUP ...) are judged by their subcommand."""
-    if name in _WRITE:
-        return True
-    if len(argv) > 1 and type(_ARITY.get(name)) is dict:
-        return name + b"|" + argv[1].lower() in _WRITE
-    return False
+    return name in _WRITE or _subcommand_flagged(argv, name, _WRITE)
 
 
 def is_denyoom_argv(argv: list[bytes], name: bytes) -> bool:
     """The denyoom flag for a request (containers by their subcommand, as is_write_argv)."""
-    if name in _DENYOOM:
-        return True
-    if len(argv) > 1 and type(_ARITY.get(name)) is dict:
-        return name + b"|" + argv[1].lower() in _DENYOOM
-    return False
+    return name in _DENYOOM or _subcommand_flagged(argv, name, _DENYOOM)
 
 
 # --- key extraction --------------------------------------------------------------------------
