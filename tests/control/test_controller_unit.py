@@ -24,9 +24,10 @@ from tests.support.memetcd import in_memory, run, until
 class ScriptedNodes(NodeOps):
     """Nodes whose offsets and liveness a test sets; records what the controller told them."""
 
-    def __init__(self) -> None:
+    def __init__(self, offsets: dict[int, int | Exception] | None = None) -> None:
         super().__init__()
-        self.offsets: dict[int, int | Exception] = {}  # port -> offset, or the error to raise
+        # port -> offset, or the error to raise
+        self.offsets: dict[int, int | Exception] = dict(offsets or {})
         self.dead: set[int] = set()  # ports that refuse connections
         self.told: list[tuple] = []
 
@@ -72,8 +73,7 @@ def test_failover_promotes_the_highest_offset_and_bumps_the_epoch_once() -> None
     async def go() -> None:
         store = MemoryStore(MemoryEtcd(), "c")
         await make_shard(store, {"r1": True, "r2": True})
-        nodes = ScriptedNodes()
-        nodes.offsets = {7001: 100, 7002: 250}
+        nodes = ScriptedNodes({7001: 100, 7002: 250})
         v = await store.view()
         assert await failover(store, v, "0", nodes=nodes) == "r2"
         rec = (await store.view()).shards["0"].value
@@ -91,8 +91,7 @@ def test_failover_ties_go_to_the_replica_list_order_and_errors_are_skipped() -> 
     async def go() -> None:
         store = MemoryStore(MemoryEtcd(), "c")
         await make_shard(store, {"r1": True, "r2": True}, replicas=("r2", "r1"))
-        nodes = ScriptedNodes()
-        nodes.offsets = {7001: 80, 7002: 80}
+        nodes = ScriptedNodes({7001: 80, 7002: 80})
         assert await failover(store, await store.view(), "0", nodes=nodes) == "r2"
 
         store2 = MemoryStore(MemoryEtcd(), "c")
@@ -114,8 +113,7 @@ def test_a_live_primary_is_replaced_only_with_force() -> None:
     async def go() -> None:
         store = MemoryStore(MemoryEtcd(), "c")
         await make_shard(store, {"p": True, "r1": True, "r2": True})
-        nodes = ScriptedNodes()
-        nodes.offsets = {7001: 1, 7002: 2}
+        nodes = ScriptedNodes({7001: 1, 7002: 2})
         with pytest.raises(FailoverError, match="alive; use --force"):
             await failover(store, await store.view(), "0", nodes=nodes)
         assert await failover(store, await store.view(), "0", force=True, nodes=nodes) == "r2"
@@ -169,8 +167,7 @@ async def test_a_deposed_leader_cannot_fail_over(etcd: MemoryEtcd, store: Memory
     and B was elected). A's failover carries a compare on the create revision it was elected
     at, so it changes nothing; B's goes through."""
     await make_shard(store, {"r1": True, "r2": True, "p": True})
-    nodes = ScriptedNodes()
-    nodes.offsets = {7001: 10, 7002: 20}
+    nodes = ScriptedNodes({7001: 10, 7002: 20})
     a, ta = await elect(etcd, store, "A", nodes)
     a_rev = a.leader_rev
     ta.cancel()  # A stops running its loop but keeps its belief (a, a_rev) ...
@@ -194,8 +191,7 @@ async def test_a_deposed_leader_cannot_fail_over(etcd: MemoryEtcd, store: Memory
 async def test_a_missed_watch_event_costs_one_tick_not_the_failover(etcd: MemoryEtcd,
                                                                     store: MemoryStore) -> None:
     leases = await make_shard(store, {"p": True, "r1": True, "r2": True})
-    nodes = ScriptedNodes()
-    nodes.offsets = {7001: 30, 7002: 20}
+    nodes = ScriptedNodes({7001: 30, 7002: 20})
     _c, task = await elect(etcd, store, "A", nodes)
     etcd.silent = True  # no watch event from here on
     await store.revoke(leases["p"])
@@ -210,8 +206,7 @@ async def test_a_missed_watch_event_costs_one_tick_not_the_failover(etcd: Memory
 async def test_a_primary_that_refuses_connections_loses_its_lease_early(etcd: MemoryEtcd,
                                                                         store: MemoryStore) -> None:
     await make_shard(store, {"p": True, "r1": True, "r2": True})
-    nodes = ScriptedNodes()
-    nodes.offsets = {7001: 3, 7002: 4}
+    nodes = ScriptedNodes({7001: 3, 7002: 4})
     _c, task = await elect(etcd, store, "A", nodes)
     nodes.dead.add(7000)  # the process is gone; its lease would live on for the TTL
     await until(lambda: _primary_is(store, "r2"), f"{DEAD_PROBES} refusals, then failover")
