@@ -35,13 +35,18 @@ CLK_TCK = os.sysconf("SC_CLK_TCK")
 _started: list[ServerProc] = []
 
 
-def rss_kib(pid: int) -> int:
-    """VmRSS of a process in KiB, from /proc/<pid>/status (what the kernel actually holds)."""
+def proc_status_kib(pid: int, name: str) -> int:
+    """A kB field of /proc/<pid>/status (VmRSS, VmSize, ...) in KiB."""
     with open(f"/proc/{pid}/status") as f:
         for line in f:
-            if line.startswith("VmRSS:"):
+            if line.startswith(name + ":"):
                 return int(line.split()[1])
-    raise RuntimeError(f"no VmRSS for pid {pid}")
+    raise RuntimeError(f"no {name} for pid {pid}")
+
+
+def rss_kib(pid: int) -> int:
+    """VmRSS of a process in KiB (what the kernel actually holds)."""
+    return proc_status_kib(pid, "VmRSS")
 
 
 def cpu_seconds(pid: int) -> float:

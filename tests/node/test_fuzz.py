@@ -22,6 +22,7 @@ import redis
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from benchmarks.harness import proc_status_kib, rss_kib
 from tests.support.fuzz import FuzzInput, InprocNode, gen_input, run_socket
 from tests.support.procs import wait_until
 from tests.support.rawresp import RawClient, encode_command
@@ -50,22 +51,6 @@ def test_fuzz_inproc(inproc: InprocNode, rng: random.Random) -> None:
     assert inproc.probe()
 
 
-def _vm_size_kib(pid: int) -> int:
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("VmSize:"):
-                return int(line.split()[1])
-    raise RuntimeError("no VmSize")
-
-
-def _rss_kib(pid: int) -> int:
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1])
-    raise RuntimeError("no VmRSS")
-
-
 def _socket_run(host: str, port: int, seed: int, n: int) -> None:
     rng = random.Random(seed)
     for i in range(n):
@@ -87,12 +72,12 @@ def test_fuzz_node_process(xnode) -> None:
     base_clients = _clients(c)
     _socket_run(h.host, h.port, 1, 150)  # warm-up: first-use allocations
     c.flushall()
-    rss0 = _rss_kib(h.pid)
+    rss0 = rss_kib(h.pid)
     _socket_run(h.host, h.port, 2, 300)
     c.flushall()
     assert c.ping()
     wait_until(lambda: _clients(c) == base_clients, timeout=10, what="the fuzz clients gone")
-    grown = _rss_kib(h.pid) - rss0
+    grown = rss_kib(h.pid) - rss0
     assert grown < 64 * 1024, f"RSS grew by {grown} KiB over 300 inputs"
 
 
@@ -118,7 +103,7 @@ def test_huge_declared_count_allocates_nothing(xnode) -> None:
     exact parser, which, as Redis does, keeps only what arrived, also when the header comes in
     pieces or nested."""
     h = xnode()
-    vm0 = _vm_size_kib(h.pid)
+    vm0 = proc_status_kib(h.pid, "VmSize")
     socks = []
     for pieces in ([b"*2147483647\r\n"], [b"*21474", b"83647\r\n"], [b"*2", b"1", b"47483647\r\n"],
                    [b"*1\r\n$4\r\nPING\r\n*536870912\r\n"]):
@@ -132,7 +117,7 @@ def test_huge_declared_count_allocates_nothing(xnode) -> None:
     assert data == b"-ERR Protocol error: expected '$', got '*'\r\n" and closed
     c = h.client()
     assert c.ping()
-    grown = _vm_size_kib(h.pid) - vm0
+    grown = proc_status_kib(h.pid, "VmSize") - vm0
     assert grown < 1024 * 1024, f"address space grew by {grown} KiB"
     for s in socks:
         s.close()
