@@ -23,6 +23,14 @@ def _metrics_node(xnode, *args: str):
     return xnode("--metrics-port", str(port), *args), port
 
 
+def _stream_with_pending(r, entries: int) -> list:
+    """Stream "s" with `entries` entries, group "g" from the start, 2 of them read by "c"."""
+    ids = [r.xadd("s", {"i": i}) for i in range(entries)]
+    r.xgroup_create("s", "g", id="0")
+    r.xreadgroup("g", "c", {"s": ">"}, count=2)
+    return ids
+
+
 def _xinfo_groups(r, key: str) -> dict[str, dict]:
     return {g["name"].decode(): g for g in r.xinfo_groups(key)}
 
@@ -151,9 +159,7 @@ def test_oldest_pending_age_and_consumers(xnode) -> None:
 def test_null_lag_is_estimated(xnode) -> None:
     n, port = _metrics_node(xnode)
     r = n.client()
-    ids = [r.xadd("s", {"i": i}) for i in range(6)]
-    r.xgroup_create("s", "g", id="0")
-    r.xreadgroup("g", "c", {"s": ">"}, count=2)
+    ids = _stream_with_pending(r, 6)
     r.xdel("s", ids[4])  # a tombstone after the group's last ID: Redis says lag NULL
     assert _xinfo_groups(r, "s")["g"]["lag"] is None
     lag = value(fetch(port), "xshard_stream_group_lag", stream="s", group="g")
@@ -182,10 +188,7 @@ def test_stream_pattern_and_cap(xnode) -> None:
 def test_replica_exports_the_primarys_values(xnode) -> None:
     p, pport = _metrics_node(xnode)
     rp = p.client()
-    for i in range(5):
-        rp.xadd("s", {"i": i})
-    rp.xgroup_create("s", "g", id="0")
-    rp.xreadgroup("g", "c", {"s": ">"}, count=2)
+    _stream_with_pending(rp, 5)
     rep, rport = _metrics_node(xnode, "--replicaof", "127.0.0.1", str(p.port))
     rr = rep.client()
     wait_until(lambda: rr.info("replication")["master_link_status"] == "up"
