@@ -376,27 +376,47 @@ def _probe(port: int, load_cpu: int | None, interval: float, start: mp.Event,
         out.put((0, math.nan, math.nan, math.nan, math.nan, err or "no samples"))
 
 
+class PingProbe:
+    """A forked process running _probe against `port` (PING every `interval` s on the load
+    CPU). `with PingProbe(...) as probe:` returns once it pings and stops it on the way out."""
+
+    def __init__(self, port: int, load_cpu: int | None, interval: float = 0.001) -> None:
+        mpc = mp.get_context("fork")
+        self._start, self._stop, self._out = mpc.Event(), mpc.Event(), mpc.Queue()
+        self._proc = mpc.Process(target=_probe, daemon=True, args=(
+            port, load_cpu, interval, self._start, self._stop, self._out))
+
+    @property
+    def pid(self) -> int | None:
+        return self._proc.pid
+
+    def __enter__(self) -> PingProbe:
+        self._proc.start()
+        if not self._start.wait(timeout=30):
+            self.__exit__()
+            raise RuntimeError("probe did not start")
+        return self
+
+    def results(self, timeout: float = 60) -> tuple[int, float, float, float, float, str]:
+        """Stop pinging; (samples, max, p99.9, p99, p50 in seconds, error text or "")."""
+        self._stop.set()
+        return self._out.get(timeout=timeout)
+
+    def __exit__(self, *_exc: object) -> None:
+        self._stop.set()
+        self._proc.join(timeout=10)
+        if self._proc.is_alive():
+            self._proc.kill()
+
+
 def m_stall(srv: ServerProc, ctx: Ctx) -> dict[str, tuple[float, float]]:
     n = ctx.sizes.stall
-    mpc = mp.get_context("fork")
-    start, stop, out = mpc.Event(), mpc.Event(), mpc.Queue()
-    probe = mpc.Process(target=_probe, args=(srv.port, ctx.load_cpu, 0.001, start, stop, out),
-                        daemon=True)
-    probe.start()
-    try:
-        if not start.wait(timeout=30):
-            raise RuntimeError("probe did not start")
+    with PingProbe(srv.port, ctx.load_cpu) as probe:
         time.sleep(0.2)
         with CpuMeter(srv.pid) as cpu:
             ops = redis_benchmark(srv.port, ["-c", "4", "-P", "100", "-n", str(n), *XADD_ARGS],
                                   timeout=max(120, n / 1000), cpu=ctx.load_cpu)
-        stop.set()
-        samples, mx, p999, p99, p50, err = out.get(timeout=60)
-    finally:
-        stop.set()
-        probe.join(timeout=10)
-        if probe.is_alive():
-            probe.kill()
+        samples, mx, p999, p99, p50, err = probe.results()
     if err:
         raise RuntimeError(f"probe on {srv.label}: {err}")
     length = xlen(srv.port)

@@ -30,7 +30,6 @@ from __future__ import annotations
 import argparse
 import datetime as _dt
 import math
-import multiprocessing as mp
 import os
 import shlex
 import shutil
@@ -63,7 +62,7 @@ from benchmarks.harness import (  # noqa: E402
     redis_version,
     wait_for_idle,
 )
-from benchmarks.node_bench import KEY, XADD_ARGS, _probe, load_entries  # noqa: E402
+from benchmarks.node_bench import KEY, XADD_ARGS, PingProbe, load_entries  # noqa: E402
 
 MEASUREMENTS = ["xadd", "always", "startup", "stall"]
 NO_REWRITE = ["--auto-aof-rewrite-percentage", "0"]
@@ -268,14 +267,7 @@ def _probed(sp: ServerProc, ctx: Ctx, bench_pid: int, command: str,
     Returns (longest PING s, p99.9 s, seconds until done, server CPU %, others' CPU %, samples).
     The longest PING is the longest event-loop pause during the operation.
     """
-    mpc = mp.get_context("fork")
-    start, stop, out = mpc.Event(), mpc.Event(), mpc.Queue()
-    probe = mpc.Process(target=_probe, args=(sp.port, ctx.load_cpu, 0.001, start, stop, out),
-                        daemon=True)
-    probe.start()
-    try:
-        if not start.wait(30):
-            raise RuntimeError("probe did not start")
+    with PingProbe(sp.port, ctx.load_cpu) as probe:
         time.sleep(0.3)
         gens = [bench_pid, probe.pid]  # our load generators: running, so not yet "ours"
         g0 = sum(cpu_seconds(p) for p in gens)
@@ -288,13 +280,7 @@ def _probed(sp: ServerProc, ctx: Ctx, bench_pid: int, command: str,
             time.sleep(0.2)  # the switch-over after the child finished is part of it
             cpu = _cpu_pct(sp.pid, c0, t0)
             gen_pct = _cpu_pct_of(gens, g0, t0)
-        stop.set()
-        samples, mx, p999, _p99, _p50, err = out.get(timeout=60)
-    finally:
-        stop.set()
-        probe.join(10)
-        if probe.is_alive():
-            probe.kill()
+        samples, mx, p999, _p99, _p50, err = probe.results()
     if err:
         raise RuntimeError(f"probe: {err}")
     status = "aof_last_bgrewrite_status" if command == "BGREWRITEAOF" else "rdb_last_bgsave_status"
