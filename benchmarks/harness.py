@@ -7,13 +7,16 @@ leaves a redis-server or node process behind (the caller should still stop() in 
 
 from __future__ import annotations
 
+import argparse
 import atexit
 import csv
+import datetime as _dt
 import io
 import math
 import os
 import platform
 import resource
+import shlex
 import shutil
 import signal
 import socket
@@ -21,6 +24,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -360,6 +364,22 @@ def redis_version() -> str:
     """redis-server's version line without the build details (sha, malloc, bits)."""
     out = subprocess.run(["redis-server", "--version"], capture_output=True, text=True).stdout
     return out.split(" sha")[0].strip()
+
+
+def results_head(title: str, script: str, argv: list[str]) -> list[str]:
+    """A results page's title, date and the exact command line that produced it."""
+    now = _dt.datetime.now().astimezone().strftime("%Y-%m-%d %H:%M %Z")
+    return [f"# {title}", "", f"- Date: {now}",
+            f"- Command: `{shlex.join(['python', f'benchmarks/{script}', *argv])}`"]
+
+
+def measurement_list(ap: argparse.ArgumentParser, only: str, known: Iterable[str]) -> list[str]:
+    """--only's comma list, refused through `ap` (usage and exit 2) if it names an unknown one."""
+    names = [s.strip() for s in only.split(",") if s.strip()]
+    unknown = [s for s in names if s not in known]
+    if unknown:
+        ap.error(f"unknown measurement(s): {', '.join(unknown)}")
+    return names
 
 
 def machine_line(load_before: float, server_cpu: int | None, load_cpu: int | None,

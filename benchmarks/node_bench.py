@@ -20,11 +20,9 @@ waiting on the load generator, and the throughput figure is then a lower bound.
 from __future__ import annotations
 
 import argparse
-import datetime as _dt
 import math
 import multiprocessing as mp
 import os
-import shlex
 import sys
 import time
 from collections.abc import Callable
@@ -44,9 +42,11 @@ from benchmarks.harness import (  # noqa: E402
     cpu_seconds,
     info_fields,
     machine_line,
+    measurement_list,
     ratio_table,
     redis_benchmark,
     redis_version,
+    results_head,
     start_server,
     wait_for_idle,
 )
@@ -557,12 +557,8 @@ def run(args: argparse.Namespace) -> tuple[list[ResultRow], Ctx, list[str]]:
 def render(metrics: list[ResultRow], ctx: Ctx, labels: list[str], failures: list[str],
            argv: list[str], only: list[str], load_before: float) -> str:
     a, b = labels
-    now = _dt.datetime.now().astimezone().strftime("%Y-%m-%d %H:%M %Z")
     lines = [
-        "# Stream node benchmarks",
-        "",
-        f"- Date: {now}",
-        f"- Command: `{shlex.join(['python', 'benchmarks/node_bench.py', *argv])}`",
+        *results_head("Stream node benchmarks", "node_bench.py", argv),
         f"- Compared: **{b}** against **{a}** ({redis_version()}, "
         "`--save '' --appendonly no`), each freshly started for every measurement, "
         "on 127.0.0.1",
@@ -618,10 +614,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--output", default=str(Path(__file__).resolve().parent / "RESULTS.md"),
                     help="Markdown file to write (default benchmarks/RESULTS.md)")
     args = ap.parse_args(argv)
-    args.only = [s.strip() for s in args.only.split(",") if s.strip()]
-    unknown = [s for s in args.only if s not in SPEC]
-    if unknown:
-        ap.error(f"unknown measurement(s): {', '.join(unknown)}")
+    args.only = measurement_list(ap, args.only, SPEC)
     load_before = os.getloadavg()[0]
     metrics, ctx, info = run(args)
     labels, failures = info[:2], info[2:]

@@ -28,10 +28,8 @@ a second redis-server to show this machine's noise.
 from __future__ import annotations
 
 import argparse
-import datetime as _dt
 import math
 import os
-import shlex
 import shutil
 import signal
 import subprocess
@@ -57,9 +55,11 @@ from benchmarks.harness import (  # noqa: E402
     cpu_seconds,
     free_port,
     machine_line,
+    measurement_list,
     ratio_table,
     redis_benchmark,
     redis_version,
+    results_head,
     wait_for_idle,
 )
 from benchmarks.node_bench import KEY, XADD_ARGS, PingProbe, load_entries  # noqa: E402
@@ -406,12 +406,8 @@ def run(args: argparse.Namespace) -> tuple[list[ResultRow], Ctx, list[str]]:
 def render(rows: list[ResultRow], ctx: Ctx, labels: list[str], argv: list[str],
            load_before: float) -> str:
     a, b = labels
-    now = _dt.datetime.now().astimezone().strftime("%Y-%m-%d %H:%M %Z")
     lines = [
-        "# Persistence benchmarks",
-        "",
-        f"- Date: {now}",
-        f"- Command: `{shlex.join(['python', 'benchmarks/persistence_bench.py', *argv])}`",
+        *results_head("Persistence benchmarks", "persistence_bench.py", argv),
         f"- Compared: **{b}** against **{a}** ({redis_version()}), the same "
         "persistence options on both, freshly started for every measurement, on 127.0.0.1",
         machine_line(load_before, ctx.server_cpu, ctx.load_cpu),
@@ -470,10 +466,7 @@ def main(argv: list[str] | None = None) -> int:
                     default=str(Path(__file__).resolve().parent / "PERSISTENCE_RESULTS.md"),
                     help="Markdown file to write (default benchmarks/PERSISTENCE_RESULTS.md)")
     args = ap.parse_args(argv)
-    args.only = [s.strip() for s in args.only.split(",") if s.strip()]
-    unknown = [s for s in args.only if s not in MEASUREMENTS]
-    if unknown:
-        ap.error(f"unknown measurement(s): {', '.join(unknown)}")
+    args.only = measurement_list(ap, args.only, MEASUREMENTS)
     load_before = os.getloadavg()[0]
     rows, ctx, labels = run(args)
     md = render(rows, ctx, labels, argv, load_before)
