@@ -45,6 +45,17 @@ class EffectLog:
         if fn in self.listeners:
             self.listeners.remove(fn)
 
+    def recording(self) -> bool:
+        """Whether an emitted effect is encoded (someone listens, or a transaction collects
+        them): callers that can skip building an effect ask this first."""
+        return bool(self.listeners) or self._batch is not None
+
+    def skip(self, nbytes: int) -> None:
+        """Count effects that were not built (nobody listens) by the bytes they would have
+        had, so that offsets are the same whoever listens (see _command_len)."""
+        if not self.replaying:
+            self.offset += nbytes
+
     def emit(self, argv: list[bytes]) -> None:
         if self.replaying:
             return

@@ -94,6 +94,26 @@ def propagate_xclaim(c: Client, key: bytes, groupname: bytes, g: ConsumerGroup, 
                         b"%d-%d" % (last >> 64, last & SEQ_MAX)])
 
 
+def _arg_len(n: int) -> int:
+    """Bytes of one bulk string of length n in a RESP request: $<n>\\r\\n<arg>\\r\\n."""
+    return n + 5 + len(str(n))
+
+
+def xclaim_run_len(key: bytes, groupname: bytes, consumer: bytes, now_ms: int,
+                   sids: list[int]) -> int:
+    """The bytes that propagate_xclaim would emit for a run of new entries delivered at
+    `now_ms` (count 1, each one's LASTID the entry itself, as the group advances through
+    them), without building them: a node that nobody listens to still counts its offset."""
+    fixed = (5 + _arg_len(6) + _arg_len(len(key)) + _arg_len(len(groupname))  # *14 XCLAIM
+             + _arg_len(len(consumer)) + _arg_len(1) + _arg_len(4)  # consumer 0 TIME
+             + _arg_len(len(b"%d" % now_ms)) + _arg_len(10) + _arg_len(1)  # ms RETRYCOUNT 1
+             + _arg_len(5) + _arg_len(6) + _arg_len(6))  # FORCE JUSTID LASTID
+    total = fixed * len(sids)
+    for sid in sids:
+        total += 2 * _arg_len(len(b"%d-%d" % (sid >> 64, sid & SEQ_MAX)))
+    return total
+
+
 def _named(nack: Nack, cons: Consumer) -> Nack:
     """The NACK of an entry that is gone, for the XCLAIM effect that drops it: an unowned
     one (XNACK) is named after the consumer that found it (an XCLAIM needs a consumer)."""

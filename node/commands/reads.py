@@ -24,6 +24,7 @@ from node.commands.groups import (
     lookup_or_create_consumer,
     propagate_group_id,
     propagate_xclaim,
+    xclaim_run_len,
 )
 from node.commands.streams import encode_entries, entry_reply, stream_range_reply
 from node.groups import LLONG_MAX, Consumer, ConsumerGroup
@@ -224,9 +225,11 @@ def serve_new(c: Client, s: Stream, g: ConsumerGroup, cons: Consumer, key: bytes
     moved = False
     server = c.server
     # Without effect listeners an effect goes nowhere (Server.propagate), so the entries of a
-    # node are delivered as one run; with listeners, one XCLAIM each.
+    # node are delivered as one run, its XCLAIMs only counted in the offset; with listeners
+    # (or inside a transaction, which collects its effects), one XCLAIM each.
     # (A stand-in server without an EffectLog, as in the in-process tests, always records.)
-    listening = bool(getattr(server.effects, "listeners", True))
+    recording = getattr(server.effects, "recording", None)
+    listening = recording is None or recording()
     metrics = getattr(server, "metrics", None)  # delivery latency (node/metrics.py)
     for sids, ents in s.range_chunks(start, MAX_ID, count or None):
         n += len(sids)
@@ -247,6 +250,7 @@ def serve_new(c: Client, s: Stream, g: ConsumerGroup, cons: Consumer, key: bytes
             moved |= g.advance_run(s, sids)
             if not noack:
                 g.deliver_run(sids, cons, now)
+                server.effects.skip(xclaim_run_len(key, groupname, cons.name, now, sids))
         if not noack:
             cons.active_time = now
     if moved:
