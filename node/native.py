@@ -34,6 +34,7 @@ COMPILED = [
     "node.commands.streams",
     "node.effects",
     "node.keyspace",
+    "node.listpack",
     "node.protocol",
     "node.server",
     "node.stream",

@@ -34,7 +34,8 @@ from collections import deque
 from typing import Any
 
 from node.groups import ConsumerGroup, estimate_distance
-from node.stream import FLAG_DELETED, FLAG_SAMEFIELDS, SEQ_MAX, Block, Stream, Tail, _as_int
+from node.listpack import _as_int, _s64
+from node.stream import FLAG_DELETED, FLAG_SAMEFIELDS, SEQ_MAX, Block, Stream, Tail
 
 try:
     import crcmod
@@ -180,11 +181,6 @@ def listpack(elements: list[bytes]) -> bytes:
     body = b"".join(elements)
     n = len(elements)
     return _LP_HEAD.pack(len(body) + 7, n if n < 65535 else 65535) + body + b"\xff"
-
-
-def _s64(x: int) -> int:
-    x &= SEQ_MAX
-    return x - (1 << 64) if x >> 63 else x
 
 
 def stream_node_listpack(b: Block) -> bytes:

@@ -243,7 +243,7 @@ def _boundary_strings() -> list[bytes]:
 
 
 def test_element_sizes_match_listpack_encoding() -> None:
-    from node.stream import _esz, _isz, _sum_esz
+    from node.listpack import _esz, _isz, _sum_esz
 
     strs = _boundary_strings()
     for b in strs:
