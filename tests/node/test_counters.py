@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import pytest
 
-from tests.node.test_groups import Deferred, _group_workload, _wait_blocked
+from tests.node.test_groups import _group_workload
+from tests.node.test_groups_blocking import Deferred, _wait_blocked
 from tests.support.rawresp import RawClient
 
 

@@ -6,11 +6,24 @@ normalising helpers these tests share."""
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
 
 import pytest
 
 from tests.node.test_groups import _connect, _drop_72_fields, _norm
 from tests.support.rawresp import RawClient, encode_command
+
+
+@pytest.fixture(autouse=True)
+def _flushed_after(node) -> Iterator[None]:
+    """The shared node is left empty for the modules after this one (these tests flush only
+    when they start)."""
+    yield
+    c = RawClient(node.host, node.port)
+    try:
+        c.call("FLUSHALL")
+    finally:
+        c.close()
 
 
 # --- blocking -----------------------------------------------------------------------------------

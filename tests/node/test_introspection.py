@@ -343,7 +343,7 @@ REFERENCE_ONLY = {
 
 def _blocking_keys(handle) -> tuple[dict[str, str], list]:
     """INFO clients while one XREAD waits on `a` and two XREADGROUPs on `b`, and after."""
-    from tests.node.test_groups import Deferred, _wait_blocked
+    from tests.node.test_groups_blocking import Deferred, _wait_blocked
 
     c = RawClient(handle.host, handle.port)
     c.call("FLUSHALL")
