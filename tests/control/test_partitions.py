@@ -1,0 +1,64 @@
+"""Network partitions: each process in a network namespace of its own, the faults nftables
+rules between them (tests/support/netns.py), real etcd, nodes, controllers, routers and
+redis-py clients. One round of each case (tests/support/partcases.py) under an XADD + WAIT 1
+load and an XREADGROUP consumer; benchmarks/partition_bench.py runs 20.
+
+The invariants (tests/support/partload.py): no write that WAIT acknowledged is lost, no write
+is acknowledged by a primary after etcd named another, no committed delivery is repeated
+through `>`, and every node of the shard ends with the same stream.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.support import netns, partcases
+from tests.support.netcluster import NetCluster, start_net_cluster
+
+pytestmark = [pytest.mark.etcd, pytest.mark.failover, pytest.mark.slow]
+
+
+@pytest.fixture
+def net() -> Iterator[netns.Net]:
+    why = netns.available()
+    if why is not None:
+        pytest.skip(why)
+    n = netns.Net()
+    try:
+        yield n
+    finally:
+        n.close()
+
+
+@pytest.fixture
+def shard1(net: netns.Net, tmp_path: Path) -> Iterator[NetCluster]:
+    """One shard of a primary and a replica, one controller."""
+    c = start_net_cluster(tmp_path / "c", net, shards=1, replicas=1)
+    try:
+        yield c
+    finally:
+        c.stop()
+
+
+def assert_round(r: partcases.Round) -> None:
+    v = r.verdict
+    assert v.acked > 0, f"{r.case}: no write was acknowledged ({r.notes})"
+    assert not v.lost, f"{r.case}: acknowledged writes lost: {v.lost[:5]}"
+    assert not v.fenced_accepted, f"{r.case}: writes accepted after the promotion: " \
+                                  f"{v.fenced_accepted[:5]}"
+    assert not v.double, f"{r.case}: committed deliveries repeated: {v.double[:5]}"
+    assert r.notes.get("agree", True), f"{r.case}: the nodes' streams differ"
+
+
+def test_primary_cut_from_etcd_fences_before_promotion(shard1: NetCluster) -> None:
+    r = partcases.etcd_cut(shard1)
+    assert_round(r)
+    assert r.fence_s is not None, "the cut-off primary never refused a write"
+    assert r.notes["fenced_before_promotion"], (r.fence_s, r.promote_s)
+    assert "cluster is down" in str(r.notes["refusal"]).lower()
+    # It rejoined as a replica of the new primary (settled by the round).
+    old = next(n for n in shard1.nodes if n != shard1.primary_id("0"))
+    assert shard1.nodes[old].client().info("replication")["role"] == "slave"
