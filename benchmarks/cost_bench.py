@@ -8,9 +8,11 @@ under test (an `xshard node`, or an `xshard router` in front of a plain node) un
 `valgrind --tool=callgrind`, warms it up, zeroes the counters (`callgrind_control -z`), sends
 N commands from outside, dumps the counters (`callgrind_control -d`) and divides. Only the work
 inside uvloop's socket-read callback is counted (READ_CALLBACK): idle timers would otherwise
-add in proportion to the run's wall time, which the machine's load decides. Work a command
-defers to a later loop callback (call_soon) is not counted; none of the measured paths does
-so without an AOF or a replica.
+add in proportion to the run's wall time, which the machine's load decides. For the router,
+uvloop's ready-callback runner is counted too (IDLE_CALLBACK): it writes what a loop
+iteration relayed at its end (router/outbox.py). System calls are counted only in their user
+part, so a change that saves writes shows less here than in CPU time (router_bench.py
+--relay reports both servers' CPU per XADD).
 
 AOF replay is measured in CPU time (not under callgrind: too slow to start), as the
 difference between two starts of a node whose appendonly file holds N and 2N XADD effects
@@ -57,16 +59,20 @@ SCENARIOS = ["xadd-p1", "xadd-p16", "xreadgroup-xack", "xrange", "router-xadd", 
 # servers (parse, dispatch, handler, reply, and a router's relay in both directions), but not
 # the idle timers, whose share grows with the wall time a run takes on a loaded machine.
 READ_CALLBACK = "__pyx_f_6uvloop_4loop___uv_stream_on_read"
+# The router writes what a loop iteration relayed at its end, in a call_soon callback (one write
+# per connection instead of one per request): for the router, uvloop's ready-callback runner is
+# counted too.
+IDLE_CALLBACK = "__pyx_f_6uvloop_4loop_4Loop__on_idle"
 
 
 class Callgrind:
     """One server process under callgrind; counts are read from its dump files."""
 
     def __init__(self, argv: list[str], port: int, workdir: Path, env: dict[str, str],
-                 toggle: str | None = READ_CALLBACK) -> None:
+                 toggles: tuple[str, ...] = (READ_CALLBACK,)) -> None:
         self.out = workdir / "callgrind.out"
         self.log = open(workdir / f"vg-{port}.log", "wb")
-        opts = [f"--toggle-collect={toggle}"] if toggle else []
+        opts = [f"--toggle-collect={t}" for t in toggles]
         cmd = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={self.out}.%p",
                "--dump-instr=no", "--compress-strings=no", *opts, *argv]
         self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT,
@@ -164,7 +170,8 @@ def measure(name: str, n: int, env: dict[str, str], work: Path) -> tuple[float, 
                 "--topology", str(topo)]
     else:
         argv = _node_argv(port, d)
-    vg = Callgrind(argv, port, d, env)
+    vg = Callgrind(argv, port, d, env, (READ_CALLBACK, IDLE_CALLBACK) if helper is not None
+                   else (READ_CALLBACK,))
     try:
         if name in ("xreadgroup-xack", "xrange"):
             _fill(port, 10 * n + 1000 if name == "xreadgroup-xack" else 1000)

@@ -10,8 +10,13 @@ end-to-end delivery latency of a consumer group, side by side with redis-server.
    the same setting. Latency is the time from the producer's XADD call to the consumer seeing
    the entry (the send time travels in the entry), bucketed 0-1, 1-2, 2-3, 3-4, 4-5, >5 ms as
    in the Redis streams guide.
+3. `--relay` (issue 10): XADD on 1000 keys (`s:__rand_int__`, 5 field/value pairs) through a
+   router in front of 3 nodes against one node direct, all `appendonly no`, 50 clients, at
+   pipeline 1 and 16, with the CPU each process used per XADD. Targets: >= 0.8x at P1 and
+   >= 0.6x at P16.
 
     python benchmarks/router_bench.py [--quick] [--rate 10000] [--seconds 10]
+    python benchmarks/router_bench.py --relay [--output benchmarks/ROUTER_RESULTS.md]
 """
 
 from __future__ import annotations
@@ -19,8 +24,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import csv
+import datetime as _dt
 import io
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -31,16 +38,29 @@ from pathlib import Path
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks.harness import HOST, REPO_ROOT, free_port, wait_for_ping  # noqa: E402
+from benchmarks.harness import (  # noqa: E402
+    HOST,
+    REPO_ROOT,
+    cpu_seconds,
+    free_port,
+    wait_for_ping,
+)
 
 BUCKETS = ["0-1", "1-2", "2-3", "3-4", "4-5", ">5"]
 
 
-def bench(port: int, clients: int, n: int) -> tuple[float, float, float]:
-    """(ops/s, p50 ms, p99 ms) of XADD from redis-benchmark."""
+# The relay measurement's XADD (issue 10): 1000 keys, so a router spreads it over every shard.
+RELAY_XADD = ["-r", "1000", "XADD", "s:__rand_int__", "*",
+              *[tok for i in range(1, 6) for tok in (f"f{i}", f"value{i:05d}")]]
+
+
+def bench(port: int, clients: int, n: int, pipeline: int = 1,
+          cmd: tuple[str, ...] | list[str] = ("XADD", "bench", "*", "f", "v")
+          ) -> tuple[float, float, float]:
+    """(ops/s, p50 ms, p99 ms) of an XADD from redis-benchmark."""
     exe = shutil.which("redis-benchmark") or "/usr/bin/redis-benchmark"
     res = subprocess.run([exe, "-h", HOST, "-p", str(port), "--csv", "-c", str(clients), "-n",
-                          str(n), "XADD", "bench", "*", "f", "v"], capture_output=True,
+                          str(n), "-P", str(pipeline), *cmd], capture_output=True,
                          timeout=600, stdin=subprocess.DEVNULL)
     rows = [r for r in csv.reader(io.StringIO(res.stdout.decode())) if r and r[0] != "test"]
     if not rows:
@@ -52,6 +72,7 @@ def bench(port: int, clients: int, n: int) -> tuple[float, float, float]:
 class Procs:
     def __init__(self) -> None:
         self.procs: list[subprocess.Popen] = []
+        self.by_port: dict[int, subprocess.Popen] = {}
         self.dir = Path(tempfile.mkdtemp(prefix="router-bench-"))
 
     def start(self, name: str, argv: list[str], port: int) -> int:
@@ -60,6 +81,7 @@ class Procs:
                              stdin=subprocess.DEVNULL)
         log.close()
         self.procs.append(p)
+        self.by_port[port] = p
         wait_for_ping(port, 30, p)
         return port
 
@@ -79,19 +101,31 @@ class Procs:
                                  "--daemonize", "no", *extra], port)
 
     def router(self, node_port: int, replica_port: int | None = None) -> int:
-        topo = {"nodes": {"p": {"id": "p", "host": HOST, "port": node_port, "shard": "0",
-                                "role": "primary"}},
-                "shards": {"0": {"primary": "p", "replicas": [], "epoch": 1}},
-                "slots": [[0, 16383, "0"]]}
-        if replica_port:
-            topo["nodes"]["r"] = {"id": "r", "host": HOST, "port": replica_port, "shard": "0",
+        return self.router_for([(node_port, replica_port)])
+
+    def router_for(self, shards: list[tuple[int, int | None]]) -> int:
+        """A router (static topology, no etcd) in front of shards of (primary port, replica
+        port or None), the slots split evenly in shard order."""
+        nodes: dict[str, dict] = {}
+        topo_shards: dict[str, dict] = {}
+        slots = []
+        per = 16384 // len(shards)
+        for i, (prim, rep) in enumerate(shards):
+            sid = str(i)
+            nodes[f"p{i}"] = {"id": f"p{i}", "host": HOST, "port": prim, "shard": sid,
+                              "role": "primary"}
+            topo_shards[sid] = {"primary": f"p{i}", "replicas": [], "epoch": 1}
+            if rep:
+                nodes[f"r{i}"] = {"id": f"r{i}", "host": HOST, "port": rep, "shard": sid,
                                   "role": "replica"}
-            topo["shards"]["0"]["replicas"] = ["r"]
-        path = self.dir / f"topology-{node_port}.json"
-        path.write_text(json.dumps(topo))
+                topo_shards[sid]["replicas"] = [f"r{i}"]
+            slots.append([i * per, 16383 if i == len(shards) - 1 else (i + 1) * per - 1, sid])
+        path = self.dir / f"topology-{shards[0][0]}.json"
+        path.write_text(json.dumps({"nodes": nodes, "shards": topo_shards, "slots": slots}))
         port = free_port()
-        return self.start("router", [sys.executable, "-m", "control.cli", "router", "--port",
-                                     str(port), "--topology", str(path)], port)
+        return self.start(f"router-{port}", [sys.executable, "-m", "control.cli", "router",
+                                             "--port", str(port), "--topology", str(path)],
+                          port)
 
     def stop(self) -> None:
         for p in self.procs:
@@ -170,13 +204,61 @@ async def delivery(port: int, rate: int, seconds: float, consumers: int = 10) ->
     return out
 
 
+def relay(n: int) -> str:
+    """Issue 10's router target: XADD on 1000 keys through a router in front of 3 nodes
+    against one node direct (all appendonly no), 50 clients, at pipeline 1 and 16, in one run;
+    with the CPU each server process used per XADD (the router's is its relay cost)."""
+    procs = Procs()
+    rows = []
+    try:
+        node = procs.node("single")
+        shards = [procs.node(f"shard{i}") for i in range(3)]
+        router = procs.router_for([(p, None) for p in shards])
+        for pipeline in (1, 16):
+            bench(node, 50, min(n, 20000), pipeline, RELAY_XADD)  # warm up both
+            bench(router, 50, min(n, 20000), pipeline, RELAY_XADD)
+            cpu0 = cpu_seconds(procs.by_port[node].pid)
+            direct = bench(node, 50, n, pipeline, RELAY_XADD)
+            node_us = (cpu_seconds(procs.by_port[node].pid) - cpu0) / n * 1e6
+            cpu0 = cpu_seconds(procs.by_port[router].pid)
+            routed = bench(router, 50, n, pipeline, RELAY_XADD)
+            router_us = (cpu_seconds(procs.by_port[router].pid) - cpu0) / n * 1e6
+            rows.append((pipeline, direct, routed, node_us, router_us))
+    finally:
+        procs.stop()
+    load = os.getloadavg()
+    lines = ["| XADD, 50 clients, 1000 keys | one node ops/s | router + 3 nodes ops/s | ratio "
+             "| target | p50 ms node / router | CPU us per XADD: node / router process |",
+             "|---|---:|---:|---:|---:|---:|---:|"]
+    for pipeline, direct, routed, node_us, router_us in rows:
+        target = 0.8 if pipeline == 1 else 0.6
+        ratio = routed[0] / direct[0]
+        lines.append(f"| pipeline {pipeline} | {direct[0]:,.0f} | {routed[0]:,.0f} | "
+                     f"{ratio:.2f} | {target} ({'met' if ratio >= target else 'NOT met'}) | "
+                     f"{direct[1]:.2f} / {routed[1]:.2f} | {node_us:.1f} / {router_us:.1f} |")
+    lines.append(f"\n{n} XADDs per row; load average {load[0]:.1f} after, "
+                 f"{os.cpu_count()} CPUs, nothing pinned.")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true", help="small runs (smoke test)")
     ap.add_argument("--rate", type=int, default=10000)
     ap.add_argument("--seconds", type=float, default=10.0)
+    ap.add_argument("--relay", action="store_true",
+                    help="only issue 10's relay target: router + 3 nodes vs one node")
+    ap.add_argument("--output", default="", help="append the relay table here (markdown)")
     a = ap.parse_args(argv)
     n = 5000 if a.quick else 100000
+    if a.relay:
+        text = relay(n)
+        print(text)
+        if a.output:
+            with open(a.output, "a") as f:
+                f.write(f"\n## {_dt.datetime.now(_dt.UTC):%Y-%m-%d %H:%M} UTC: "
+                        f"`{' '.join(sys.argv)}`\n\n{text}\n")
+        return 0
     rate = 1000 if a.quick else a.rate
     seconds = 1.0 if a.quick else a.seconds
     procs = Procs()

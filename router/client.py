@@ -42,13 +42,15 @@ class RouterClient(Client):
 class ClientConn(RespConnection):
     """One client socket of the router: requests run in order, replies leave in order."""
 
-    __slots__ = ("router", "cells", "_close_after")
+    __slots__ = ("router", "cells", "_close_after", "_out", "_queued")
 
     def __init__(self, router: Router) -> None:
         super().__init__(router, self._submit)
         self.router = router
         self.cells: deque[Cell] = deque()
         self._close_after = False
+        self._out: list[bytes] = []  # replies in order, written at the end of the iteration
+        self._queued = False  # registered with the router's outbox (router/outbox.py)
 
     def _submit(self, c: Client, argv: list[bytes]) -> None:
         """Run one request; its reply goes into its cell whenever it is ready."""
@@ -68,18 +70,30 @@ class ClientConn(RespConnection):
         cell[0] = data
         cells = self.cells
         if cells and cells[0] is cell:
-            out = []
+            out = self._out
             while cells and cells[0][0] is not None:
                 out.append(cells.popleft()[0])
-            data = b"".join(out)
-            if self.transport is not None and not self._closing:
-                self.server.stats.net_output_bytes += len(data)
-                self.transport.write(data)
-            if self._close_after and not cells:
-                self.close()
-            elif self._read_paused and len(cells) < MAX_CELLS // 2 and not self._halt \
+            if not self._queued:
+                self._queued = True
+                self.router.outbox.add(self)
+            if self._read_paused and len(cells) < MAX_CELLS // 2 and not self._halt \
+                    and not self._close_after \
                     and (self.client is None or self.client.blocked is None):
                 self._resume_reading()
+
+    def flush(self) -> None:
+        """Write the replies that became ready in this loop iteration at once
+        (router/outbox.py)."""
+        self._queued = False
+        out = self._out
+        if out:
+            self._out = []
+            if self.transport is not None and not self._closing:
+                data = out[0] if len(out) == 1 else b"".join(out)
+                self.server.stats.net_output_bytes += len(data)
+                self.transport.write(data)
+        if self._close_after and not self.cells:
+            self.close()
 
     def _write(self, data: bytes) -> None:
         """Replies made here (protocol errors) queue behind the requests still in flight."""
@@ -88,7 +102,7 @@ class ClientConn(RespConnection):
     def finish(self) -> None:
         """Close once every request in flight is answered."""
         self._close_after = True
-        if not self.cells:
+        if not self.cells and not self._queued:
             self.close()
 
     def on_unblocked(self, reply: bytes) -> None:

@@ -44,6 +44,7 @@ from router.client import Cell, ClientConn, RouterClient
 from router.commands import ROUTER_COMMANDS
 from router.forward import BlockedRead, Forward
 from router.metrics import UpstreamStats
+from router.outbox import Outbox
 from router.routes import Kind, Route, build
 from router.upstream import Pool
 from router.xread import dollar_ids, xread_fanout
@@ -87,6 +88,7 @@ class Router:
                  node_user: str = "") -> None:
         self.config = config
         self.loop = asyncio.get_event_loop()
+        self.outbox = Outbox(self.loop)  # writes batched per loop iteration
         self.map = SlotMap()
         self.router_id = router_id or os.urandom(8).hex()
         self.host = host
@@ -156,7 +158,7 @@ class Router:
         key = (addr[0], addr[1], proto, readonly)
         p = self.pools.get(key)
         if p is None:
-            p = self.pools[key] = Pool(self.loop, addr[0], addr[1], proto, readonly,
+            p = self.pools[key] = Pool(self.loop, self.outbox, addr[0], addr[1], proto, readonly,
                                        self.node_password, user=self.node_user)
         return p
 

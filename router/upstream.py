@@ -21,6 +21,7 @@ from collections.abc import Callable
 
 from node.protocol import set_nodelay
 from node.resp import encode_command, error_code, reply_scan
+from router.outbox import Outbox
 
 log = logging.getLogger("xshard.router")
 
@@ -31,7 +32,7 @@ ReplyCallback = Callable[[bytes | None], None]
 class Upstream(asyncio.Protocol):
     """One pipelined connection to one node."""
 
-    def __init__(self, host: str, port: int, setup: list[list[bytes]],
+    def __init__(self, host: str, port: int, setup: list[list[bytes]], outbox: Outbox,
                  on_close: Callable[[Upstream], None] | None = None) -> None:
         self.host = host
         self.port = port
@@ -40,7 +41,11 @@ class Upstream(asyncio.Protocol):
         self.buf = bytearray()  # the start of a reply that is not complete yet
         self._scan = (0, 1)  # where its scan resumes: (offset in buf, elements still needed)
         self.closed = False
-        self._pending: list[bytes] = []  # written before the connection was up
+        # Requests not written yet: those of this loop iteration (router/outbox.py), and all
+        # of them until the connection is up.
+        self._out: list[bytes] = []
+        self._queued = False  # registered with the outbox
+        self._outbox = outbox
         self._on_close = on_close
         for argv in setup:  # AUTH, HELLO 3, READONLY: their replies are checked, not relayed
             self.send(encode_command(argv), self._setup_reply)
@@ -72,9 +77,9 @@ class Upstream(asyncio.Protocol):
             return
         self.transport = transport  # type: ignore[assignment]
         set_nodelay(transport)
-        if self._pending:
-            transport.write(b"".join(self._pending))  # type: ignore[attr-defined]
-            self._pending = []
+        if self._out and not self._queued:
+            self._queued = True
+            self._outbox.add(self)
 
     def data_received(self, data: bytes) -> None:
         held = self.buf
@@ -119,6 +124,7 @@ class Upstream(asyncio.Protocol):
             return
         self.closed = True
         self.transport = None
+        self._out = []
         waiting, self.waiting = self.waiting, deque()
         for cb in waiting:
             try:
@@ -135,10 +141,18 @@ class Upstream(asyncio.Protocol):
             cb(None)
             return
         self.waiting.append(cb)
-        if self.transport is not None:
-            self.transport.write(data)
-        else:
-            self._pending.append(data)
+        self._out.append(data)
+        if not self._queued and self.transport is not None:
+            self._queued = True
+            self._outbox.add(self)
+
+    def flush(self) -> None:
+        """Write the requests of this loop iteration at once (router/outbox.py)."""
+        self._queued = False
+        out = self._out
+        if out and self.transport is not None:
+            self._out = []
+            self.transport.write(out[0] if len(out) == 1 else b"".join(out))
 
     def close(self) -> None:
         """Drop the connection; pending callbacks get None (a node forgets a blocked client
@@ -153,9 +167,11 @@ class Upstream(asyncio.Protocol):
 class Pool:
     """Shared connections to one node for one protocol and read mode."""
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, host: str, port: int, proto: int,
-                 readonly: bool, password: str, size: int = 2, user: str = "") -> None:
+    def __init__(self, loop: asyncio.AbstractEventLoop, outbox: Outbox, host: str, port: int,
+                 proto: int, readonly: bool, password: str, size: int = 2, user: str = ""
+                 ) -> None:
         self.loop = loop
+        self.outbox = outbox
         self.host = host
         self.port = port
         self.size = size
@@ -175,7 +191,7 @@ class Pool:
         i = client_id % self.size
         c = self.conns[i]
         if c is None or c.closed:
-            c = self.conns[i] = Upstream(self.host, self.port, self.setup)
+            c = self.conns[i] = Upstream(self.host, self.port, self.setup, self.outbox)
             c.connect(self.loop)
         return c
 
@@ -185,7 +201,8 @@ class Pool:
             c = self.idle.pop()
             if not c.closed and not c.waiting:
                 return c
-        c = Upstream(self.host, self.port, self.setup, on_close=self.dedicated.discard)
+        c = Upstream(self.host, self.port, self.setup, self.outbox,
+                     on_close=self.dedicated.discard)
         self.dedicated.add(c)
         c.connect(self.loop)
         return c

@@ -3,6 +3,8 @@ SCAN cursors, and reply framing across chunks."""
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
 from node import command_table
@@ -10,6 +12,7 @@ from node.resp import encode, error_code, parse_redirect, reply_end, reply_scan
 from node.slots import key_slot
 from router import merge
 from router.commands import router_ranges, scan_cursor
+from router.outbox import Outbox
 from router.routes import Kind, split_by_slot
 from router.upstream import Upstream
 
@@ -153,8 +156,9 @@ def test_upstream_relays_replies_chunked_anyhow() -> None:
     replies = [b"+OK\r\n", encode([b"a" * 5000, 1, [b"b", None]], 2), b":5\r\n",
                encode(b"c" * 100000, 2), b"-ERR x\r\n"]
     stream = b"".join(replies)
+    loop = asyncio.new_event_loop()
     for size in (1, 7, 4096, 65536, len(stream)):
-        up = Upstream("127.0.0.1", 0, [])
+        up = Upstream("127.0.0.1", 0, [], Outbox(loop))
         got: list[bytes | None] = []
         for _ in replies:
             up.waiting.append(got.append)
@@ -163,3 +167,4 @@ def test_upstream_relays_replies_chunked_anyhow() -> None:
         assert got == replies, size
         assert all(type(r) is bytes for r in got)
         assert not up.buf
+    loop.close()
