@@ -81,7 +81,8 @@ class Agent:
 
     @property
     def node_id(self) -> str:
-        return self._node_id or f"{self.host}:{self.server.config.port}"
+        cfg = self.server.config
+        return self._node_id or f"{self.host}:{cfg.port or cfg.tls_port}"
 
     @property
     def lease(self) -> int:
@@ -108,11 +109,13 @@ class Agent:
         await self.store.close()
 
     async def _run(self) -> None:
-        while self.server.tcp_server is None:  # register only once clients can connect
+        # Register only once clients can connect (on port, or tls-port alone).
+        while self.server.tcp_server is None and self.server.tls_server is None:
             await asyncio.sleep(0.02)
         self.server.cluster.myid = self.node_id
         log.info("agent: node %s (%s:%d) joining shard %s of cluster %s via etcd %s",
-                 self.node_id, self.host, self.server.config.port, self.shard,
+                 self.node_id, self.host, self.server.config.port or self.server.config.tls_port,
+                 self.shard,
                  self.store.cluster, self.store.url)
         self.tasks.append(asyncio.ensure_future(self._lease_loop()))
         await self._view_loop()
@@ -158,8 +161,9 @@ class Agent:
         for _ in range(10):
             v = await self.store.view()
             cur = v.nodes.get(self.node_id)
-            rec = NodeRecord(self.node_id, self.host, self.server.config.port, self.shard,
-                             self._role_name(), self.server.config.metrics_port)
+            cfg = self.server.config
+            rec = NodeRecord(self.node_id, self.host, cfg.port, self.shard, self._role_name(),
+                             cfg.metrics_port, cfg.tls_port)
             if await self.store.put_node(rec, self.lease, cur.mod if cur else 0):
                 self.kick.set()
                 return
@@ -238,7 +242,9 @@ class Agent:
             self.named_primary = False
             p = v.nodes.get(rec.primary) if rec.primary else None
             if p is not None:
-                self._become_replica(p.value.host, p.value.port)
+                # tls-replication: the link goes to the primary's TLS port.
+                tls = self.server.config.tls_replication and p.value.tls_port
+                self._become_replica(p.value.host, p.value.tls_port if tls else p.value.port)
             # else: the named primary is gone; stay as we are (fenced if we were primary)
             # until the controller names a new one.
         role = self._role_name()

@@ -3,6 +3,7 @@
 Everything lives under `/xshard/<cluster>/`:
 
     nodes/<node-id>      {"id","host","port","shard","role"}   on the node's lease
+                         (+ "tls_port", "metrics_port" when set)
     routers/<router-id>  {"id","host","port"}                   on the router's lease
     shards/<shard-id>    {"primary","replicas":[...],"epoch"}   permanent, epoch +1 per change
     slots                [[start,end,shard-id],...]              permanent, covers 0..16383
@@ -36,19 +37,23 @@ class NodeRecord:
     shard: str
     role: str = "replica"  # what the node currently is: "primary" or "replica"
     metrics_port: int = 0  # its /metrics port (xshard status reads lag there); 0: none
+    tls_port: int = 0  # its tls-port; `port` is 0 for a node that serves TLS only
 
     def encode(self) -> bytes:
         v: dict[str, Any] = {"id": self.id, "host": self.host, "port": self.port,
                              "shard": self.shard, "role": self.role}
         if self.metrics_port:
             v["metrics_port"] = self.metrics_port
+        if self.tls_port:
+            v["tls_port"] = self.tls_port
         return json.dumps(v).encode()
 
     @classmethod
     def decode(cls, raw: bytes) -> NodeRecord:
         v = json.loads(raw)
         return cls(str(v["id"]), str(v["host"]), int(v["port"]), str(v["shard"]),
-                   str(v.get("role", "replica")), int(v.get("metrics_port", 0)))
+                   str(v.get("role", "replica")), int(v.get("metrics_port", 0)),
+                   int(v.get("tls_port", 0)))
 
     def as_dict(self) -> dict[str, Any]:
         return json.loads(self.encode())

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from node import command_table, errors
 from node.slots import SLOTS, key_slot
+from node.tls import on_tls
 
 if TYPE_CHECKING:
     from node.client import Client
@@ -38,10 +39,18 @@ class NodeInfo:
     port: int
     shard: str
     role: str = "replica"
+    tls_port: int = 0  # its tls-port (0: none)
 
     @property
     def rid(self) -> str:
         return redis_id(self.id)
+
+    def client_port(self, tls: bool) -> int:
+        """The port a client is told: one of its own kind (TLS or plain) when the node has
+        it, as Redis 7 does with tls-cluster; a node with one port has no choice."""
+        if tls:
+            return self.tls_port or self.port
+        return self.port or self.tls_port
 
 
 @dataclass
@@ -69,7 +78,7 @@ class SlotMap:
         dicts keyed by id, slots as [[start, end, shard-id], ...])."""
         if nodes is not None:
             self.nodes = {nid: NodeInfo(nid, str(v["host"]), int(v["port"]), str(v["shard"]),
-                                        str(v.get("role", "replica")))
+                                        str(v.get("role", "replica")), int(v.get("tls_port", 0)))
                           for nid, v in nodes.items()}
         if shards is not None:
             self.shards = {sid: ShardInfo(sid, v.get("primary"), list(v.get("replicas", [])),
@@ -169,13 +178,13 @@ class ClusterState(SlotMap):
             return n
         return next((n for n in self.nodes.values() if n.rid == rid), None)
 
-    def redirect(self, slot: int, kind: bytes = b"MOVED") -> bytes:
+    def redirect(self, slot: int, kind: bytes = b"MOVED", tls: bool = False) -> bytes:
         """The -MOVED (or -ASK) error for a slot this node does not serve."""
         shard = self.owner_of(slot)
         target = self.primary_of(shard) if shard is not None else None
         if target is None:
             return b"CLUSTERDOWN The cluster is down"
-        return b"%s %d %s:%d" % (kind, slot, target.host.encode(), target.port)
+        return b"%s %d %s:%d" % (kind, slot, target.host.encode(), target.client_port(tls))
 
     @property
     def myid_redis(self) -> str:
@@ -210,7 +219,7 @@ class ClusterState(SlotMap):
             return errors.CLUSTERDOWN
         if target.id == self.myid:
             return None
-        return errors.moved(slot, target.host, target.port)
+        return errors.moved(slot, target.host, target.client_port(on_tls(c)))
 
     def _moving(self, c: Client, argv: list[bytes], positions: list[int], slot: int,
                 shard: str | None) -> bytes | None:
@@ -226,7 +235,7 @@ class ClusterState(SlotMap):
             if missing == len(positions):
                 n = self.node_by_rid(to)
                 if n is not None:
-                    return b"ASK %d %s:%d" % (slot, n.host.encode(), n.port)
+                    return b"ASK %d %s:%d" % (slot, n.host.encode(), n.client_port(on_tls(c)))
             elif missing:
                 return errors.TRYAGAIN
         return None
@@ -253,14 +262,15 @@ class ClusterState(SlotMap):
                 start = i
         return out
 
-    def slots_reply(self) -> list:
+    def slots_reply(self, tls: bool = False) -> list:
+        """CLUSTER SLOTS; `tls`: the asking client is on TLS (NodeInfo.client_port)."""
         ranges = self.effective_ranges()
         out = []
         for start, end, shard in ranges:
             nodes = self._shard_nodes(shard)
             if not nodes:
                 continue
-            out.append([start, end] + [[n.host.encode(), n.port, n.rid.encode(), {}]
+            out.append([start, end] + [[n.host.encode(), n.client_port(tls), n.rid.encode(), {}]
                                        for n in nodes])
         return out
 
@@ -280,7 +290,7 @@ class ClusterState(SlotMap):
             for ip, port, off in role[2]:
                 # A replica is known by the address it connected from and the port it
                 # listens on; with an announced host name only the port may match.
-                at = [n for n in mine if n.port == int(port)]
+                at = [n for n in mine if int(port) in (n.port, n.tls_port)]
                 exact = [n for n in at if n.host == ip.decode()]
                 if exact or len(at) == 1:
                     out[(exact or at)[0].id] = int(off)
@@ -307,17 +317,22 @@ class ClusterState(SlotMap):
             in_shard.sort(key=lambda x: x[0].id != sh.primary)  # the primary first
             for n, failed in in_shard:
                 offset = offsets.get(n.id, 0)
-                nodes.append({
-                    b"id": n.rid.encode(), b"port": n.port, b"ip": n.host.encode(),
-                    b"endpoint": n.host.encode(),
+                node: dict[bytes, object] = {b"id": n.rid.encode()}
+                if n.port:  # as Redis: the plain port and the TLS port, each if it exists
+                    node[b"port"] = n.port
+                if n.tls_port:
+                    node[b"tls-port"] = n.tls_port
+                node.update({
+                    b"ip": n.host.encode(), b"endpoint": n.host.encode(),
                     b"role": b"master" if n.id == sh.primary else b"replica",
                     b"replication-offset": offset,
                     b"health": b"fail" if failed else b"online",
                 })
+                nodes.append(node)
             out.append({b"slots": flat, b"nodes": nodes})
         return out
 
-    def nodes_text(self) -> bytes:
+    def nodes_text(self, tls: bool = False) -> bytes:
         ranges = self.effective_ranges()
         lines = []
         for n, failed in self.members():
@@ -330,8 +345,9 @@ class ClusterState(SlotMap):
             if not primary and sh is not None and sh.primary in self.last_seen:
                 master = self.last_seen[sh.primary].rid
             epoch = sh.epoch if sh is not None else 0
-            bus = n.port + 10000 if n.port else 0
-            line = (f"{n.rid} {n.host}:{n.port}@{bus} {flags} {master} 0 0 {epoch} "
+            port = n.client_port(tls)
+            bus = port + 10000 if port else 0
+            line = (f"{n.rid} {n.host}:{port}@{bus} {flags} {master} 0 0 {epoch} "
                     f"{'disconnected' if failed else 'connected'}")
             if primary:
                 for start, end, sid in ranges:

@@ -26,6 +26,7 @@ Attributes are read-only properties here so that an implementation may narrow th
 from __future__ import annotations
 
 import asyncio
+import ssl
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol
 
@@ -141,6 +142,9 @@ class ServerContext(ClientContext, DataContext, Protocol):
     config_listeners: list[Callable[[str], None]]
     shutdown_hook: Callable[[], None] | None
     tcp_server: asyncio.AbstractServer | None
+    tls_server: asyncio.AbstractServer | None  # tls-port's listener (node/tls.py)
+    tls_context: ssl.SSLContext | None
+    tls_client_context: ssl.SSLContext | None  # replication and MIGRATE under TLS
     slowlog: SlowLog  # SLOWLOG (node/slowlog.py)
     latency: LatencyMonitor  # LATENCY (node/latency.py)
 

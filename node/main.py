@@ -8,6 +8,7 @@ import logging
 import os
 import signal
 import sys
+from typing import TYPE_CHECKING
 
 from node import __version__
 from node.config import BY_NAME, Config, ConfigError, parse_config_file
@@ -16,6 +17,9 @@ from node.config import BY_NAME, Config, ConfigError, parse_config_file
 # it skips while its threads are busy, and the child then crashed in at-fork code; without
 # them the child simply never touches gRPC. Must be set before grpc is imported.
 os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
+
+if TYPE_CHECKING:
+    from node.server import Server
 
 log = logging.getLogger("xshard.node")
 
@@ -109,8 +113,11 @@ def run(argv: list[str]) -> int:
         format=f"{os.getpid()}:M %(asctime)s %(levelname).1s %(message)s",
         filename=config.logfile or None,
     )
-    if config.aclfile:  # a path from the command line means the caller's directory
-        config.aclfile = os.path.abspath(config.aclfile)
+    # A path from the command line means the caller's directory, not --dir.
+    for attr in ("aclfile", "tls_cert_file", "tls_key_file", "tls_client_cert_file",
+                 "tls_client_key_file", "tls_ca_cert_file", "tls_ca_cert_dir"):
+        if getattr(config, attr):
+            setattr(config, attr, os.path.abspath(getattr(config, attr)))
     try:
         os.makedirs(config.dir, exist_ok=True)
         os.chdir(config.dir)
@@ -130,6 +137,8 @@ async def _serve(config: Config, config_file: str) -> int:
     from node.server import Server
 
     server = Server(config, config_file)
+    if not _configure_tls(server):
+        return 1
     if config.aclfile:
         from node.resp import ReplyError
 
@@ -181,8 +190,10 @@ async def _serve(config: Config, config_file: str) -> int:
     try:
         await server.start()
     except OSError as e:
-        log.error("Could not create server TCP listening socket %s:%d: %s",
-                  config.bind, config.port, e.strerror)
+        log.error("Could not create server TCP listening socket %s:%d: %s", config.bind,
+                  config.port if server.tcp_server is None and config.port else config.tls_port,
+                  e.strerror)
+        server.close()
         return 1
     # Long-lived objects made during start-up (and later during loading) need not be scanned by
     # every full collection; a larger young generation also means fewer collections per XADD.
@@ -194,8 +205,12 @@ async def _serve(config: Config, config_file: str) -> int:
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     server.shutdown_hook = stop.set
-    log.info("xshard node %s ready to accept connections tcp on %s:%d", __version__, config.bind,
-             config.port)
+    if server.tcp_server is not None:
+        log.info("xshard node %s ready to accept connections tcp on %s:%d", __version__,
+                 config.bind, config.port)
+    if server.tls_server is not None:
+        log.info("xshard node %s ready to accept connections tls on %s:%d", __version__,
+                 config.bind, config.tls_port)
     await stop.wait()
     log.info("Received shutdown signal, closing")
     if agent is not None:
@@ -210,3 +225,25 @@ async def _serve(config: Config, config_file: str) -> int:
         log.error("Error saving on shutdown: %s", e)
         return 1
     return 0
+
+
+def _configure_tls(server: Server) -> bool:
+    """The TLS contexts, before anything listens: a bad tls-* setting stops the start, with
+    Redis's lines in the log."""
+    from node import tls
+
+    cfg = server.config
+    if not (cfg.tls_port or cfg.tls_replication or cfg.tls_cluster):
+        return True
+    settings = tls.TlsSettings.of(cfg)
+    try:
+        if cfg.tls_port:
+            server.tls_context = tls.server_context(
+                settings, needs_ca=cfg.tls_replication or cfg.tls_cluster)
+        if cfg.tls_replication or cfg.tls_cluster:
+            server.tls_client_context = tls.client_context(settings)
+    except tls.TlsError as e:
+        log.error("%s", e)
+        log.error("Failed to configure TLS. Check logs for more info.")
+        return False
+    return True

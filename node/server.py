@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import ssl
 import time
 from collections.abc import Callable
 from time import perf_counter_ns, time_ns
@@ -88,6 +89,11 @@ class Server:
         self.active_expire_enabled = True  # DEBUG SET-ACTIVE-EXPIRE 0 turns the cycle off
         self.cmd_time_ms = int(time.time() * 1000)
         self.tcp_server: asyncio.AbstractServer | None = None
+        # tls-port's listener and the contexts node/main.py builds from the tls-* settings
+        # (node/tls.py): the server one for it, the client one for replication and MIGRATE.
+        self.tls_server: asyncio.AbstractServer | None = None
+        self.tls_context: ssl.SSLContext | None = None
+        self.tls_client_context: ssl.SSLContext | None = None
         self.pauses = WritePauses(self)  # keys and slots whose writes wait (MIGRATE, slot moves)
         self.taps: list[Callable[[list[bytes]], None]] = []  # effect followers (slot moves)
         self.move_stats = MoveStats()
@@ -375,14 +381,23 @@ class Server:
 
     # --- lifecycle ------------------------------------------------------------------------------
     async def start(self) -> None:
+        """Listen on port, and on tls-port with TLS; as in Redis, `port 0` with a tls-port
+        means TLS only (without one, port 0 picks a free port)."""
         cfg = self.config
         hosts = cfg.bind.split() or ["127.0.0.1"]
-        self.tcp_server = await self.loop.create_server(
-            lambda: Connection(self).as_protocol(), hosts, cfg.port, reuse_address=True,
-            backlog=cfg.tcp_backlog,
-        )
-        if cfg.port == 0:
-            cfg.port = self.tcp_server.sockets[0].getsockname()[1]
+        if cfg.port or not cfg.tls_port:
+            self.tcp_server = await self.loop.create_server(
+                lambda: Connection(self).as_protocol(), hosts, cfg.port, reuse_address=True,
+                backlog=cfg.tcp_backlog,
+            )
+            if cfg.port == 0:
+                cfg.port = self.tcp_server.sockets[0].getsockname()[1]
+        if cfg.tls_port:
+            # The same connection class: after the handshake a TLS client is any client.
+            self.tls_server = await self.loop.create_server(
+                lambda: Connection(self).as_protocol(), hosts, cfg.tls_port, reuse_address=True,
+                backlog=cfg.tcp_backlog, ssl=self.tls_context,
+            )
         self.loop.call_later(1 / cfg.hz, self._cron)
 
     def _cron(self) -> None:
@@ -402,8 +417,9 @@ class Server:
         self.loop.call_later(1 / self.config.hz, self._cron)
 
     def close(self) -> None:
-        if self.tcp_server is not None:
-            self.tcp_server.close()
+        for srv in (self.tcp_server, self.tls_server):
+            if srv is not None:
+                srv.close()
         for c in list(self.clients.values()):
             if c.conn is not None:
                 c.conn.close()

@@ -9,6 +9,7 @@ from node.client import Client
 from node.commands import command
 from node.resp import OK, ReplyError, Status, Verbatim, encode, integer
 from node.slots import SLOTS, key_slot
+from node.tls import on_tls
 
 CLUSTER_HELP = [
     b"CLUSTER <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
@@ -48,11 +49,11 @@ def cluster(c: Client, argv: list[bytes]) -> bytes:
     if sub == b"myid":
         return encode(state.myid_redis.encode(), c.proto)
     if sub == b"slots":
-        return encode(state.slots_reply(), c.proto)
+        return encode(state.slots_reply(on_tls(c)), c.proto)
     if sub == b"shards":
         return encode(state.shards_reply(), c.proto)
     if sub == b"nodes":
-        return encode(Verbatim(state.nodes_text()), c.proto)
+        return encode(Verbatim(state.nodes_text(on_tls(c))), c.proto)
     if sub == b"info":
         return encode(Verbatim(state.info_text()), c.proto)
     if sub == b"countkeysinslot":

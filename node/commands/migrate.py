@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import ssl
 
 import hiredis
 
@@ -207,12 +208,14 @@ def migrate(c: Client, argv: list[bytes]) -> bytes:
     raise b
 
 
-async def _send(host: str, port: int, timeout: float, data: bytes,
-                nreplies: int) -> tuple[list[object], bytes | None]:
+async def _send(host: str, port: int, timeout: float, data: bytes, nreplies: int,
+                ctx: ssl.SSLContext | None = None) -> tuple[list[object], bytes | None]:
     """Write `data` and read up to `nreplies` replies; returns what came back and, when the
-    link failed, the IOERR text (nothing read yet: the caller may retry)."""
+    link failed, the IOERR text (nothing read yet: the caller may retry). `ctx`: the node's
+    TLS client context, with tls-cluster (as Redis, MIGRATE then goes over TLS)."""
     try:
-        reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port), timeout)
+        reader, writer = await asyncio.wait_for(asyncio.open_connection(
+            host, port, ssl=ctx, server_hostname=host if ctx else None), timeout)
     except TimeoutError:
         return [], errors.IOERR_CONNECT
     except OSError:  # Redis connects without blocking: a refusal shows up as a failed write
@@ -249,13 +252,14 @@ async def _transfer(c: Client, b: Blocked, host: str, port: int, timeout: float,
                     cmds: list[bytes], auth: bool, keys: list[bytes], copy: bool) -> None:
     """The network half of MIGRATE; ends by releasing the keys and replying."""
     server = c.server
+    ctx = server.tls_client_context if server.config.tls_cluster else None
     reply: bytes
     try:
         lead = 2 if auth else 1  # AUTH and SELECT replies come first
         data = b"".join(cmds)
-        replies, err = await _send(host, port, timeout, data, lead + len(keys))
+        replies, err = await _send(host, port, timeout, data, lead + len(keys), ctx)
         if err is not None and not replies[lead:] and err != errors.IOERR_CONNECT:
-            replies, err = await _send(host, port, timeout, data, lead + len(keys))  # once
+            replies, err = await _send(host, port, timeout, data, lead + len(keys), ctx)  # once
         first_error = next((r for r in replies if isinstance(r, hiredis.ReplyError)), None)
         acked = []
         for k, r in zip(keys, replies[lead:], strict=False):

@@ -163,7 +163,9 @@ class MasterLink(asyncio.Protocol):
             self.expect.append("auth")
             cmds.append([b"AUTH", cfg.masteruser.encode(), cfg.masterauth.encode()]
                         if cfg.masteruser else [b"AUTH", cfg.masterauth.encode()])
-        port = cfg.replica_announce_port or cfg.port
+        # Redis announces the port its primary could reach it on over the same kind of link.
+        port = cfg.replica_announce_port or (
+            cfg.tls_port if cfg.tls_replication and cfg.tls_port else cfg.port)
         self.expect.append("port")
         cmds.append([b"REPLCONF", b"listening-port", b"%d" % port])
         if cfg.replica_announce_ip:
@@ -319,8 +321,12 @@ class ReplicaSide:
 
         async def go() -> None:
             try:
+                # tls-replication: the primary's address is its TLS port (node/tls.py).
+                ctx = self.server.tls_client_context if self.server.config.tls_replication \
+                    else None
                 await asyncio.wait_for(
-                    self.loop.create_connection(lambda: link, host, port),
+                    self.loop.create_connection(lambda: link, host, port, ssl=ctx,
+                                                server_hostname=host if ctx else None),
                     timeout=self.server.config.repl_timeout)
             except (TimeoutError, OSError) as e:
                 if self.link is link:

@@ -31,7 +31,8 @@ class Tls:
 
 
 def make_tls(d: Path) -> Tls:
-    """A CA, a server certificate for 127.0.0.1/localhost and a client certificate."""
+    """A CA, a server certificate for 127.0.0.1/localhost and a client certificate (the
+    etcd and the TLS tests of nodes, routers and the controller)."""
     from cryptography import x509
     from cryptography.hazmat.primitives import hashes, serialization
     from cryptography.hazmat.primitives.asymmetric import ec
@@ -62,22 +63,25 @@ def make_tls(d: Path) -> Tls:
           .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
           .sign(ca_key, hashes.SHA256()))
 
-    def leaf(cn: str, usage: x509.ObjectIdentifier, san: bool) -> tuple[x509.Certificate,
-                                                                          ec.EllipticCurvePrivateKey]:
+    def leaf(cn: str, usage: list[x509.ObjectIdentifier], san: bool) -> tuple[
+            x509.Certificate, ec.EllipticCurvePrivateKey]:
         key = ec.generate_private_key(ec.SECP256R1())
         b = (x509.CertificateBuilder().subject_name(name(cn)).issuer_name(ca.subject)
              .public_key(key.public_key()).serial_number(x509.random_serial_number())
              .not_valid_before(now - datetime.timedelta(minutes=5))
              .not_valid_after(now + datetime.timedelta(days=1))
-             .add_extension(x509.ExtendedKeyUsage([usage]), critical=False))
+             .add_extension(x509.ExtendedKeyUsage(usage), critical=False))
         if san:
             b = b.add_extension(x509.SubjectAlternativeName([
                 x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
                 critical=False)
         return b.sign(ca_key, hashes.SHA256()), key
 
-    srv, srv_key = leaf("127.0.0.1", ExtendedKeyUsageOID.SERVER_AUTH, True)
-    cli, cli_key = leaf("xshard", ExtendedKeyUsageOID.CLIENT_AUTH, False)
+    # The server certificate is a client one too: a Redis node presents it on the links it
+    # opens (replication, MIGRATE) unless tls-client-cert-file is set.
+    srv, srv_key = leaf("127.0.0.1", [ExtendedKeyUsageOID.SERVER_AUTH,
+                                      ExtendedKeyUsageOID.CLIENT_AUTH], True)
+    cli, cli_key = leaf("xshard", [ExtendedKeyUsageOID.CLIENT_AUTH], False)
     return Tls(write_cert(ca, d / "ca.pem"), write_cert(srv, d / "server.pem"),
                write_key(srv_key, d / "server-key.pem"), write_cert(cli, d / "client.pem"),
                write_key(cli_key, d / "client-key.pem"))

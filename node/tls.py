@@ -1,0 +1,137 @@
+"""TLS contexts from Redis's tls-* settings: the listener's (tls-port) and the outgoing links'.
+
+One place builds both, so that the node, the router and the controller read the same options
+the same way. As in Redis:
+- the server context presents tls-cert-file/tls-key-file and asks clients for a certificate
+  according to tls-auth-clients (yes: required, optional: checked if sent, no: not asked);
+- the client context (replication, router->node, controller->node links) presents
+  tls-client-cert-file/tls-client-key-file, or tls-cert-file/tls-key-file when those are
+  unset, and trusts tls-ca-cert-file/tls-ca-cert-dir. It checks the peer's chain but not its
+  host name: nodes are reached at addresses etcd or REPLICAOF give, which certificates
+  rarely list (Redis does the same).
+A bad setting raises TlsError with the line Redis logs, and the process refuses to start.
+"""
+
+from __future__ import annotations
+
+import ssl
+from dataclasses import dataclass
+from typing import Any
+
+_VERIFY = {"yes": ssl.CERT_REQUIRED, "optional": ssl.CERT_OPTIONAL, "no": ssl.CERT_NONE}
+_PROTOCOLS = {"tlsv1.2": ssl.TLSVersion.TLSv1_2, "tlsv1.3": ssl.TLSVersion.TLSv1_3}
+
+
+class TlsError(ValueError):
+    """A TLS setting that cannot be used; the message names the file or option."""
+
+
+@dataclass(frozen=True)
+class TlsSettings:
+    """The tls-* values a process uses (a node's Config, or a router's options)."""
+
+    cert_file: str = ""
+    key_file: str = ""
+    key_file_pass: str = ""
+    client_cert_file: str = ""
+    client_key_file: str = ""
+    client_key_file_pass: str = ""
+    ca_cert_file: str = ""
+    ca_cert_dir: str = ""
+    auth_clients: str = "yes"
+    protocols: str = ""
+    ciphers: str = ""
+
+    @classmethod
+    def of(cls, config: Any) -> TlsSettings:
+        """From anything with the settings as attributes (node.config.Config)."""
+        return cls(config.tls_cert_file, config.tls_key_file, config.tls_key_file_pass,
+                   config.tls_client_cert_file, config.tls_client_key_file,
+                   config.tls_client_key_file_pass, config.tls_ca_cert_file,
+                   config.tls_ca_cert_dir, config.tls_auth_clients, config.tls_protocols,
+                   config.tls_ciphers)
+
+    @property
+    def has_ca(self) -> bool:
+        return bool(self.ca_cert_file or self.ca_cert_dir)
+
+
+def server_context(t: TlsSettings, *, needs_ca: bool = False) -> ssl.SSLContext:
+    """The listener's context. `needs_ca`: something else (tls-replication) verifies peers,
+    so a CA is required even when clients are not asked for certificates."""
+    if not t.cert_file:
+        raise TlsError("No tls-cert-file configured!")
+    if not t.key_file:
+        raise TlsError("No tls-key-file configured!")
+    if (needs_ca or t.auth_clients != "no") and not t.has_ca:
+        raise TlsError("Either tls-ca-cert-file or tls-ca-cert-dir must be specified when "
+                       "tls-cluster, tls-replication or tls-auth-clients are enabled!")
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    _common(ctx, t)
+    _load_chain(ctx, t.cert_file, t.key_file, t.key_file_pass)
+    ctx.verify_mode = _VERIFY[t.auth_clients]
+    return ctx
+
+
+def client_context(t: TlsSettings) -> ssl.SSLContext:
+    """The context of an outgoing link to a TLS port (a replica's, a router's, ...)."""
+    if not t.has_ca:
+        raise TlsError("Either tls-ca-cert-file or tls-ca-cert-dir must be specified when "
+                       "tls-cluster, tls-replication or tls-auth-clients are enabled!")
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    ctx.check_hostname = False
+    _common(ctx, t)
+    cert, key, pw = ((t.client_cert_file, t.client_key_file, t.client_key_file_pass)
+                     if t.client_cert_file else (t.cert_file, t.key_file, t.key_file_pass))
+    if cert:
+        _load_chain(ctx, cert, key, pw)
+    ctx.verify_mode = ssl.CERT_REQUIRED
+    return ctx
+
+
+def _common(ctx: ssl.SSLContext, t: TlsSettings) -> None:
+    """CA, protocol versions and ciphers: the same for both sides."""
+    if t.has_ca:
+        try:
+            ctx.load_verify_locations(cafile=t.ca_cert_file or None, capath=t.ca_cert_dir or None)
+        except (OSError, ssl.SSLError) as e:
+            raise TlsError(f"Failed to load CA certificate(s) file/directory: "
+                           f"{t.ca_cert_file or t.ca_cert_dir}: {_reason(e)}") from None
+    if t.protocols:
+        versions = []
+        for p in t.protocols.lower().split():
+            if p not in _PROTOCOLS:
+                raise TlsError(f"Invalid tls-protocols specified. Use a combination of "
+                               f"'TLSv1.2' and 'TLSv1.3': '{p}'")
+            versions.append(_PROTOCOLS[p])
+        ctx.minimum_version, ctx.maximum_version = min(versions), max(versions)
+    else:
+        ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+    if t.ciphers:
+        try:
+            ctx.set_ciphers(t.ciphers)
+        except ssl.SSLError as e:
+            raise TlsError(f"Failed to configure ciphers: {_reason(e)}") from None
+
+
+def _load_chain(ctx: ssl.SSLContext, cert: str, key: str, password: str) -> None:
+    if not key:
+        raise TlsError(f"No key file for certificate {cert}")
+    try:
+        ctx.load_cert_chain(cert, key, password or None)
+    except (OSError, ssl.SSLError) as e:
+        raise TlsError(f"Failed to load certificate: {cert}: {_reason(e)}") from None
+
+
+def _reason(e: Exception) -> str:
+    if isinstance(e, ssl.SSLError):
+        return e.reason or str(e)
+    return getattr(e, "strerror", None) or str(e)
+
+
+def on_tls(c: Any) -> bool:
+    """Whether a client (node.client.Client) came in over TLS: the port it is told in
+    redirections and CLUSTER replies depends on it."""
+    conn = c.conn
+    t = conn.transport if conn is not None else None
+    return t is not None and t.get_extra_info("ssl_object") is not None
