@@ -59,43 +59,80 @@ def _conn(c: RouterClient) -> ClientConn:
 @router_command(b"wait", b"waitaof")
 def wait(router: Router, c: RouterClient, argv: list[bytes], cell: Cell) -> None:
     """WAIT and WAITAOF go to every node the client wrote to since its last WAIT, on the same
-    pinned connection that carried the writes, so the node counts acks of those writes (a
-    client that wrote nothing waits on connections of its own: a WAIT that blocks must not
-    hold up the other clients of the shared one). A node
-    that died (or was demoted) since cannot vouch for them: it counts as 0, which is the truth
-    for the client's writes there, rather than an error."""
-    conn = _conn(c)
+    pinned connection that carried the writes, so the node counts acks of those writes; that
+    connection leaves the pool for the WAIT (Pool.detach), since a WAIT that blocks must not
+    hold up the other clients that shared it. A client that wrote nothing waits on connections
+    of its own. A node that died (or was demoted) since cannot vouch for the writes: it counts
+    as 0, which is the truth for the client's writes there, rather than an error."""
     pinned = bool(c.written)
     targets = sorted(c.written) or router.primaries()
     c.written = set()
     zero = integer(0) if len(argv) == 3 else encode([0, 0], c.proto)
     if not targets:
-        return conn.fill(cell, zero)
-    policy = command_table.lookup(argv[0].lower()).response_policy  # type: ignore[union-attr]
-    data = encode_command(argv)
-    replies: list[bytes] = []
-    conn.stall()
-
-    def one(r: bytes | None) -> None:
-        replies.append(zero if r is None or r[:1] == b"-" else r)
-        if len(replies) == len(targets):
-            conn.fill(cell, merge.merge(policy, replies, c.proto))
-            conn.resume()
-
-    for addr in targets:
-        pool = router.pool(addr, c.proto)
-        if pinned:
-            pool.get(c.id).send(data, one)
-        else:  # nothing of this client's to wait for: never hold up the shared connection
-            up = pool.get_dedicated()
-            up.send(data, partial(_released, pool, up, one))
+        return _conn(c).fill(cell, zero)
+    Wait(router, c, argv, targets, pinned, zero, cell)
     return None
 
 
-def _released(pool: Pool, up: Upstream, then: Callable[[bytes | None], None],
-              r: bytes | None) -> None:
-    pool.release(up)
-    then(r)
+class Wait:
+    """A WAIT/WAITAOF in flight: it is the client's `blocked` (CLIENT UNBLOCK, a disconnect)
+    and holds the connections it waits on; ending it early closes them, which is how a node
+    forgets a blocked client."""
+
+    __slots__ = ("c", "cell", "policy", "zero", "replies", "left", "ups", "over")
+
+    def __init__(self, router: Router, c: RouterClient, argv: list[bytes],
+                 targets: list[tuple[str, int]], pinned: bool, zero: bytes, cell: Cell) -> None:
+        self.c = c
+        self.cell = cell
+        self.policy = command_table.lookup(argv[0].lower()).response_policy  # type: ignore[union-attr]
+        self.zero = zero
+        self.replies: list[bytes | None] = [None] * len(targets)
+        self.left = len(targets)
+        self.ups: list[tuple[Pool, Upstream]] = []
+        self.over = False
+        c.blocked = self
+        _conn(c).stall()
+        data = encode_command(argv)
+        for i, addr in enumerate(targets):
+            pool = router.pool(addr, c.proto)
+            up = pool.detach(c.id) if pinned else pool.get_dedicated()
+            self.ups.append((pool, up))
+            up.send(data, partial(self.got, i))
+
+    def got(self, i: int, r: bytes | None) -> None:
+        if self.over:
+            return
+        pool, up = self.ups[i]
+        pool.release(up)
+        self.replies[i] = self.zero if r is None or r[:1] == b"-" else r
+        self.left -= 1
+        if self.left == 0:
+            self.finish(self._merged())
+
+    def _merged(self) -> bytes:
+        return merge.merge(self.policy, [self.zero if r is None else r for r in self.replies],
+                           self.c.proto)
+
+    def timeout_reply(self, proto: int) -> bytes:
+        """CLIENT UNBLOCK ... TIMEOUT: the nodes that have not answered count as 0 (the acks
+        they had are unknown here, and fewer is the safe side)."""
+        return self._merged()
+
+    def finish(self, reply: bytes | None) -> None:
+        """The WAIT is over: `reply` goes to the client (None: it went away)."""
+        if self.over:
+            return
+        self.over = True
+        for i, (_pool, up) in enumerate(self.ups):
+            if self.replies[i] is None:  # still waiting there: the node forgets it on close
+                up.after_sent(up.close, keep=1)
+        c = self.c
+        c.blocked = None
+        conn = c.conn
+        if reply is not None and conn is not None:
+            conn.fill(self.cell, reply)
+            conn.resume()
 
 
 def scan_cursor(shard: int, node_next: int, shards: int) -> int:

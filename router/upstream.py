@@ -9,7 +9,10 @@ where it stopped, so framing stays linear in the reply's size.
 
 A `Pool` keeps a few shared connections per node and protocol; each client is pinned to one of
 them so that its commands to a node stay in order (and WAIT on that connection covers them).
-Blocking reads and transactions take a dedicated connection for their duration.
+Blocking reads and transactions take a dedicated connection for their duration. A WAIT after
+writes must go on the connection that carried them (the node counts acks of the last write made
+on a connection), so that connection leaves the pool with the WAIT (`Pool.detach`) and a blocked
+WAIT never holds up the other clients that shared it.
 """
 
 from __future__ import annotations
@@ -154,6 +157,35 @@ class Upstream(asyncio.Protocol):
             self._out = []
             self.transport.write(out[0] if len(out) == 1 else b"".join(out))
 
+    def hold_writes(self) -> None:
+        """Keep what is sent from now on until release_writes() (Pool.detach). Marked as
+        registered with the outbox, so that send() and connection_made() leave it alone; only
+        for a connection with nothing queued."""
+        self._queued = True
+
+    def release_writes(self) -> None:
+        self._queued = False
+        if self._out and self.transport is not None:
+            self._queued = True
+            self._outbox.add(self)
+
+    def after_sent(self, fn: Callable[[], None], keep: int = 0) -> None:
+        """Call fn() once every request sent so far, but the last `keep`, is answered (or the
+        connection is lost): at once when there is none."""
+        n = len(self.waiting) - keep
+        if n <= 0:
+            fn()
+            return
+        cb = self.waiting[n - 1]
+
+        def chained(reply: bytes | None) -> None:
+            try:
+                cb(reply)
+            finally:
+                fn()
+
+        self.waiting[n - 1] = chained
+
     def close(self) -> None:
         """Drop the connection; pending callbacks get None (a node forgets a blocked client
         when its connection goes, which is how a router cancels a BLOCK)."""
@@ -206,6 +238,24 @@ class Pool:
         self.dedicated.add(c)
         c.connect(self.loop)
         return c
+
+    def detach(self, client_id: int) -> Upstream:
+        """The client's shared connection, taken out of the pool for a request that may block
+        (WAIT after writes); give it back with release(). Another connection takes its place,
+        and writes nothing until the requests already sent on the old one are answered, so
+        every client's commands still reach the node in the order they were sent."""
+        i = client_id % self.size
+        up = self.get(client_id)
+        new = self.get_dedicated()
+        self.dedicated.discard(new)
+        new._on_close = None
+        self.conns[i] = new
+        up._on_close = self.dedicated.discard
+        self.dedicated.add(up)
+        if up.waiting:
+            new.hold_writes()
+            up.after_sent(new.release_writes)
+        return up
 
     def release(self, c: Upstream) -> None:
         """Give back a dedicated connection whose last request was answered; one with a
