@@ -110,7 +110,7 @@ def _socket_phase(label: str, host: str, port: int, pids: dict[str, int], n: int
     base_clients = int(c.info("clients")["connected_clients"])
     rng = random.Random(seed)
     tally = Tally()
-    rss: dict[str, list[int]] = {k: [] for k in pids}
+    rss: dict[str, dict[str, int]] = {k: {} for k in pids}  # process -> {sample: KiB}
     warm = max(n // 10, 1)
     t0 = time.perf_counter()
     stuck = 0
@@ -124,10 +124,13 @@ def _socket_phase(label: str, host: str, port: int, pids: dict[str, int], n: int
             tally.count["(phase stopped after 3 stuck connections)"] += 1
             tally.example.setdefault("(phase stopped after 3 stuck connections)", f"input {i}")
             break
-        if i + 1 in (warm, warm + (n - warm) // 2, n) or stuck >= 3:
+        sample = {warm: "warm-up", warm + (n - warm) // 2: "half way"}.get(i + 1)
+        if sample is not None and i + 1 < n:
             for k, pid in pids.items():
-                rss[k].append(rss_kib(pid))
+                rss[k][sample] = rss_kib(pid)
     secs = time.perf_counter() - t0
+    for k, pid in pids.items():  # the end, also of a phase that stopped early
+        rss[k]["end"] = rss_kib(pid)
     deadline = time.monotonic() + 10
     clients = int(c.info("clients")["connected_clients"])
     while clients != base_clients and time.monotonic() < deadline:
@@ -138,8 +141,8 @@ def _socket_phase(label: str, host: str, port: int, pids: dict[str, int], n: int
              f"- clients: {base_clients} before, {clients} after",
              f"- still answers PING: {c.ping()}"]
     for k, v in rss.items():
-        lines.append(f"- RSS of {k} (KiB) after warm-up / half way / end: "
-                     f"{' / '.join(map(str, v))}")
+        shown = " / ".join(str(v.get(s, "-")) for s in ("warm-up", "half way", "end"))
+        lines.append(f"- RSS of {k} (KiB) after warm-up / half way / end: {shown}")
     c.close()
     return lines
 
