@@ -12,6 +12,7 @@ import argparse
 import asyncio
 import logging
 import os
+import ssl
 import sys
 
 from control import etcdconn
@@ -38,6 +39,24 @@ def parser(prog: str, desc: str, *, nodes: bool = False) -> argparse.ArgumentPar
                        metavar="PASSWORD", help="AUTH password for nodes that have "
                        "requirepass (env XSHARD_NODE_PASSWORD)")
     return p
+
+
+def add_tls(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """The tls-* options of a command that talks to nodes (node/tls.py)."""
+    from node import tls
+
+    tls.add_arguments(p, listener=False)
+    return p
+
+
+def node_tls(a: argparse.Namespace) -> ssl.SSLContext | None:
+    """The TLS context towards nodes (--tls-cluster yes), or None."""
+    from node import tls
+
+    try:
+        return tls.contexts_from_args(a)[1]
+    except tls.TlsError as e:
+        raise CliError(f"TLS: {e}") from None
 
 
 def seconds(text: str) -> float:
@@ -132,7 +151,8 @@ def cmd_create(argv: list[str]) -> int:
 
 # --- status --------------------------------------------------------------------------------------
 
-async def status_rows(conn: EtcdConfig | str, cluster: str, node_password: str = ""
+async def status_rows(conn: EtcdConfig | str, cluster: str, node_password: str = "",
+                      tls: ssl.SSLContext | None = None
                       ) -> tuple[list[str], list[list[str]], list[str]]:
     """(header lines, table rows, lines after the table) describing every shard and node.
     Replication lag in seconds and the groups furthest behind come from the primaries'
@@ -140,7 +160,7 @@ async def status_rows(conn: EtcdConfig | str, cluster: str, node_password: str =
     from control import nodemetrics
     from control.nodeclient import NodeOps
 
-    nodes = NodeOps(node_password)
+    nodes = NodeOps(node_password, tls=tls)
     store = await open_store(conn, cluster)
     try:
         v = await store.view()
@@ -155,7 +175,7 @@ async def status_rows(conn: EtcdConfig | str, cluster: str, node_password: str =
     async def probe(nid: str) -> None:
         n = v.nodes[nid].value
         try:
-            offsets[nid] = await nodes.offset(n.host, n.port)
+            offsets[nid] = await nodes.offset(*nodes.addr(n))
         except Exception as e:  # noqa: BLE001 - shown as "?"
             offsets[nid] = None
             if "NOAUTH" in str(e) or "WRONGPASS" in str(e):
@@ -207,7 +227,7 @@ async def status_rows(conn: EtcdConfig | str, cluster: str, node_password: str =
                 lag_s = f"{secs:.1f}" if secs is not None else "-"
             rows.append([sid if i == 0 else "", str(rec.epoch) if i == 0 else "",
                          (",".join(ranges.get(sid, [])) or "-") if i == 0 else "", nid, role,
-                         f"{e.value.host}:{e.value.port}" if e else "-",
+                         ":".join(map(str, nodes.addr(e.value))) if e else "-",
                          "yes" if e else "no", "?" if off is None and e else
                          (str(off) if off is not None else "-"), lag, lag_s])
     tail = []
@@ -230,9 +250,11 @@ def format_table(rows: list[list[str]]) -> str:
 
 
 def cmd_status(argv: list[str]) -> int:
-    p = parser("status", "Shards, roles, offsets, lag, slot ranges and epochs.", nodes=True)
+    p = add_tls(parser("status", "Shards, roles, offsets, lag, slot ranges and epochs.",
+                       nodes=True))
     a = p.parse_args(argv)
-    head, rows, tail = asyncio.run(status_rows(conn_from(a), a.cluster, a.node_password))
+    head, rows, tail = asyncio.run(status_rows(conn_from(a), a.cluster, a.node_password,
+                                               node_tls(a)))
     print("\n".join(head))
     print(format_table(rows))
     if tail:
@@ -244,7 +266,7 @@ def cmd_status(argv: list[str]) -> int:
 
 async def manual_failover(conn: EtcdConfig | str, cluster: str, shard: str, force: bool,
                           node_password: str = "", to: str | None = None,
-                          timeout: float = 5.0) -> str:
+                          timeout: float = 5.0, tls: ssl.SSLContext | None = None) -> str:
     """--force, or a primary that is gone: the controller's failover (control/controller.py);
     a live primary without --force: a planned switchover (control/switchover.py)."""
     from control.controller import FailoverError, failover
@@ -252,7 +274,7 @@ async def manual_failover(conn: EtcdConfig | str, cluster: str, shard: str, forc
     from control.switchover import switchover
 
     store = await open_store(conn, cluster)
-    nodes = NodeOps(node_password)
+    nodes = NodeOps(node_password, tls=tls)
     try:
         v = await store.view()
         entry = v.shards.get(shard)
@@ -292,7 +314,7 @@ def failover_parser() -> argparse.ArgumentParser:
     p.add_argument("--if-primary", metavar="NODE", default=None,
                    help="do nothing (exit 0) unless NODE is the shard's primary and a replica "
                         "is live: a pod's preStop hook runs this on every pod")
-    return p
+    return add_tls(p)
 
 
 def cmd_failover(argv: list[str]) -> int:
@@ -304,7 +326,7 @@ def cmd_failover(argv: list[str]) -> int:
             print(f"shard {a.shard}: {skip}; nothing to do")
             return 0
     print(asyncio.run(manual_failover(conn, a.cluster, a.shard, a.force, a.node_password,
-                                      a.to, a.timeout)))
+                                      a.to, a.timeout, node_tls(a))))
     return 0
 
 
@@ -341,18 +363,19 @@ def controller_parser() -> argparse.ArgumentParser:
                    "(default: 0, off)")
     p.add_argument("--metrics-bind", default="127.0.0.1", metavar="ADDR",
                    help="address the metrics port listens on (default: 127.0.0.1)")
-    return p
+    return add_tls(p)
 
 
 def cmd_controller(argv: list[str]) -> int:
     a = controller_parser().parse_args(argv)
     conn = conn_from(a)
+    tls = node_tls(a)
     logging.basicConfig(level=logging.INFO, filename=a.logfile,
                         format=f"{os.getpid()}:C %(asctime)s %(levelname).1s %(message)s")
     from control.controller import run
 
     return run(conn, a.cluster, a.id, a.node_password, a.move_timeout, a.metrics_port,
-               a.metrics_bind)
+               a.metrics_bind, tls)
 
 
 COMMANDS = {

@@ -39,6 +39,7 @@ import contextlib
 import logging
 import os
 import socket
+import ssl
 import time
 from dataclasses import dataclass
 
@@ -80,14 +81,15 @@ async def ask_offsets(view: View, ids: list[str],
     async def one(nid: str) -> Candidate | None:
         rec = view.nodes[nid].value
         try:
-            off = await nodes.offset(rec.host, rec.port)
+            host, port = nodes.addr(rec)
+            off = await nodes.offset(host, port)
         except NodeError as e:  # e.g. NOAUTH: say so, it is fixable
             skipped[nid] = f"error: {str(e)[:80]}"
             return None
         except (TimeoutError, OSError) as e:
             skipped[nid] = f"unreachable ({type(e).__name__})"
             return None
-        return Candidate(nid, rec.host, rec.port, off)
+        return Candidate(nid, host, port, off)
 
     found = await asyncio.gather(*(one(i) for i in live))
     return [c for c in found if c is not None], {i: skipped[i] for i in ids if i in skipped}
@@ -145,7 +147,7 @@ async def failover(store: BaseStore, view: View, shard: str, *, force: bool = Fa
     with contextlib.suppress(Exception):
         await nodes.promote(best.host, best.port)
     others = [view.nodes[m].value for m in new.replicas if m in view.nodes]
-    await asyncio.gather(*(nodes.replicate(n.host, n.port, best.host, best.port)
+    await asyncio.gather(*(nodes.replicate(*nodes.addr(n), best.host, best.port)
                            for n in others), return_exceptions=True)
     return best.id
 
@@ -260,7 +262,7 @@ class Controller:
 
     async def _probe(self, view: View, sid: str, nid: str) -> None:
         n = view.nodes[nid]
-        if await self.nodes.refused(n.value.host, n.value.port):
+        if await self.nodes.refused(*self.nodes.addr(n.value)):
             k = self.refusals[nid] = self.refusals.get(nid, 0) + 1
             if k >= DEAD_PROBES:
                 log.warning("controller: primary %s of shard %s refused %d connections in a row: "
@@ -275,8 +277,9 @@ class Controller:
 
 def run(conn: EtcdConfig | str, cluster: str, cid: str | None = None,
         node_password: str = "", move_timeout: float = reshard.MOVE_TIMEOUT,
-        metrics_port: int = 0, metrics_bind: str = "127.0.0.1") -> int:
-    """Run a controller until SIGINT/SIGTERM."""
+        metrics_port: int = 0, metrics_bind: str = "127.0.0.1",
+        tls: ssl.SSLContext | None = None) -> int:
+    """Run a controller until SIGINT/SIGTERM; `tls`: nodes are reached over TLS."""
     import signal
 
     import uvloop
@@ -284,7 +287,7 @@ def run(conn: EtcdConfig | str, cluster: str, cid: str | None = None,
     from control.store import Store
 
     async def main() -> int:
-        c = Controller(Store(conn, cluster), cid, NodeOps(node_password), move_timeout)
+        c = Controller(Store(conn, cluster), cid, NodeOps(node_password, tls=tls), move_timeout)
         metrics = None
         if metrics_port:
             from control.metrics import ControllerCollector

@@ -13,10 +13,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from ssl import SSLContext
+from typing import TYPE_CHECKING
 
 import hiredis
 
+from node.cluster import client_port
 from node.resp import encode_command
+
+if TYPE_CHECKING:
+    from control.records import NodeRecord
 
 
 class NodeError(Exception):
@@ -24,22 +30,25 @@ class NodeError(Exception):
 
 
 async def call(host: str, port: int, *argv: bytes | str | int, timeout: float = 1.0,
-               password: str = "") -> object:
+               password: str = "", ssl: SSLContext | None = None) -> object:
     """Send one command (after AUTH when `password` is set) and return the decoded reply;
     raises NodeError on an error reply, OSError / TimeoutError when the node cannot be
     reached."""
-    return (await call_all(host, port, [argv], timeout=timeout, password=password))[-1]
+    return (await call_all(host, port, [argv], timeout=timeout, password=password,
+                           ssl=ssl))[-1]
 
 
 async def call_all(host: str, port: int, commands: list[tuple | list], timeout: float = 1.0,
-                   password: str = "") -> list[object]:
+                   password: str = "", ssl: SSLContext | None = None) -> list[object]:
     """Send `commands` in one write on one connection (after AUTH when `password` is set), so
-    that they run back to back; their decoded replies, or NodeError for the first error."""
+    that they run back to back; their decoded replies, or NodeError for the first error.
+    `ssl`: over TLS, to the node's tls-port (--tls-cluster)."""
     cmds = ([[b"AUTH", password.encode()]] if password else []) + [
         [a if isinstance(a, bytes) else str(a).encode() for a in argv] for argv in commands]
 
     async def run() -> list[object]:
-        reader, writer = await asyncio.open_connection(host, port)
+        reader, writer = await asyncio.open_connection(
+            host, port, ssl=ssl, server_hostname=host if ssl else None)
         try:
             writer.write(b"".join(encode_command(c) for c in cmds))
             parser = hiredis.Reader()
@@ -76,8 +85,9 @@ def parse_info(raw: bytes) -> dict[str, str]:
 
 
 async def info(host: str, port: int, section: str = "replication",
-               timeout: float = 1.0, password: str = "") -> dict[str, str]:
-    reply = await call(host, port, "INFO", section, timeout=timeout, password=password)
+               timeout: float = 1.0, password: str = "",
+               ssl: SSLContext | None = None) -> dict[str, str]:
+    reply = await call(host, port, "INFO", section, timeout=timeout, password=password, ssl=ssl)
     return parse_info(reply if isinstance(reply, bytes) else b"")
 
 
@@ -107,24 +117,33 @@ async def refused(host: str, port: int, timeout: float = 0.3) -> bool:
 
 
 class NodeOps:
-    """What the controller asks of and tells to nodes; `password` is sent as AUTH."""
+    """What the controller asks of and tells to nodes; `password` is sent as AUTH, and with
+    `tls` (--tls-cluster) nodes are reached over TLS at their tls-port."""
 
-    def __init__(self, password: str = "", timeout: float = 0.5) -> None:
+    def __init__(self, password: str = "", timeout: float = 0.5,
+                 tls: SSLContext | None = None) -> None:
         self.password = password
         self.timeout = timeout
+        self.tls = tls
+
+    def addr(self, rec: NodeRecord) -> tuple[str, int]:
+        """Where a node is reached: its tls-port with TLS (when it has one), else its port.
+        A replica told to follow this address with REPLICAOF gets the same kind of port,
+        which is what it needs with tls-replication."""
+        return rec.host, client_port(rec.port, rec.tls_port, self.tls is not None)
 
     async def offset(self, host: str, port: int) -> int:
         """How much of the shard's stream the node holds (raises when it cannot tell)."""
         return repl_offset(await info(host, port, "replication", timeout=self.timeout,
-                                      password=self.password))
+                                      password=self.password, ssl=self.tls))
 
     async def promote(self, host: str, port: int) -> None:
         await call(host, port, "REPLICAOF", "NO", "ONE", timeout=self.timeout,
-                   password=self.password)
+                   password=self.password, ssl=self.tls)
 
     async def replicate(self, host: str, port: int, to_host: str, to_port: int) -> None:
         await call(host, port, "REPLICAOF", to_host, to_port, timeout=self.timeout,
-                   password=self.password)
+                   password=self.password, ssl=self.tls)
 
     async def refused(self, host: str, port: int) -> bool:
         return await refused(host, port)
@@ -132,16 +151,17 @@ class NodeOps:
     async def pause_writes(self, host: str, port: int, ms: int) -> None:
         """CLIENT PAUSE ms WRITE (a switchover, control/switchover.py)."""
         await call(host, port, "CLIENT", "PAUSE", ms, "WRITE", timeout=self.timeout,
-                   password=self.password)
+                   password=self.password, ssl=self.tls)
 
     async def unpause(self, host: str, port: int) -> None:
-        await call(host, port, "CLIENT", "UNPAUSE", timeout=self.timeout, password=self.password)
+        await call(host, port, "CLIENT", "UNPAUSE", timeout=self.timeout, password=self.password,
+                   ssl=self.tls)
 
     async def serves_as(self, host: str, port: int) -> str:
         """"master" when the node is primary by ROLE and by its etcd view (it takes writes),
         "slave" when its view names another primary (it answers writes -MOVED), else ""."""
         role, text = await call_all(host, port, [["ROLE"], ["CLUSTER", "NODES"]],
-                                    timeout=self.timeout, password=self.password)
+                                    timeout=self.timeout, password=self.password, ssl=self.tls)
         lines = (text if isinstance(text, bytes) else b"").decode().splitlines()
         flags = next((f for f in (line.split(" ")[2] for line in lines if line.count(" ") > 2)
                       if "myself" in f), "")

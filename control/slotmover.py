@@ -42,6 +42,7 @@ import json
 import logging
 import time
 from collections import deque
+from ssl import SSLContext
 from typing import TYPE_CHECKING
 
 import hiredis
@@ -89,8 +90,11 @@ class Link:
         self._task = asyncio.ensure_future(self._read())
 
     @classmethod
-    async def open(cls, host: str, port: int, password: str) -> Link:
-        r, w = await asyncio.wait_for(asyncio.open_connection(host, port), 2)
+    async def open(cls, host: str, port: int, password: str,
+                   ssl: SSLContext | None = None) -> Link:
+        """`ssl`: the node's TLS client context (tls-cluster), to the target's tls-port."""
+        r, w = await asyncio.wait_for(asyncio.open_connection(
+            host, port, ssl=ssl, server_hostname=host if ssl else None), 2)
         link = cls(r, w)
         if password:
             link.send([b"AUTH", password.encode()])
@@ -294,7 +298,8 @@ class SlotMover:
             raise MoveAborted(f"shard {to} has no live primary")
         n = v.nodes[sh.value.primary].value
         replicas = sum(1 for r in sh.value.replicas if r in v.nodes and r != n.id)
-        return n.id, n.host, n.port, replicas
+        tls = self.server.config.tls_cluster and n.tls_port
+        return n.id, n.host, n.tls_port if tls else n.port, replicas
 
     async def _attempt(self, to: str, slots: list[int]) -> None:
         """One try at moving `slots` to shard `to`."""
@@ -302,7 +307,8 @@ class SlotMover:
         server = self.server
         stats = server.move_stats
         cfg = server.config
-        link = await Link.open(host, port, cfg.masterauth or cfg.requirepass)
+        link = await Link.open(host, port, cfg.masterauth or cfg.requirepass,
+                               self.server.tls_client_context if cfg.tls_cluster else None)
         copy: SlotCopy | None = None
         paused: list[int] = []
         try:

@@ -91,22 +91,23 @@ async def switchover(store: BaseStore, view: View, shard: str, *, to: str | None
     order = {m: i for i, m in enumerate(members)}
     best = max(cands, key=lambda c: (c.offset, -order[c.id]))
     p = view.nodes[old].value
+    pa = nodes.addr(p)  # the primary's address (its tls-port with --tls-cluster)
     deadline = time.monotonic() + timeout
 
     # 1. close behind before the pause, so that the pause is only the last few bytes
     async def close_behind() -> bool:
-        return await nodes.offset(p.host, p.port) - await nodes.offset(
+        return await nodes.offset(*pa) - await nodes.offset(
             best.host, best.port) <= CATCHUP_BYTES
 
     await _until(close_behind, deadline, f"shard {shard}: replica {best.id} stayed more than "
                  f"{CATCHUP_BYTES} bytes behind for {timeout:g} s; nothing done")
     # 2. pause the primary's writes; its offset then stands still
-    await nodes.pause_writes(p.host, p.port, int((timeout + PAUSE_MARGIN) * 1000))
+    await nodes.pause_writes(*pa, int((timeout + PAUSE_MARGIN) * 1000))
     t0 = time.monotonic()
     committed = False
     new = ShardRecord(best.id, [m for m in members if m != best.id] + [old], rec.epoch + 1)
     try:
-        target = await nodes.offset(p.host, p.port)
+        target = await nodes.offset(*pa)
 
         async def caught_up() -> bool:
             return await nodes.offset(best.host, best.port) >= target
@@ -127,13 +128,13 @@ async def switchover(store: BaseStore, view: View, shard: str, *, to: str | None
         # The old primary is left to its agent, which changes its view and its role in one
         # step: made a replica first, it would answer the writes that reach it READONLY.
         others = [view.nodes[m].value for m in new.replicas if m in view.nodes and m != old]
-        await asyncio.gather(*(nodes.replicate(n.host, n.port, best.host, best.port)
+        await asyncio.gather(*(nodes.replicate(*nodes.addr(n), best.host, best.port)
                                for n in others), return_exceptions=True)
 
         # 5. the new primary serves, and the old one redirects to it
         async def switched() -> bool:
             return (await nodes.serves_as(best.host, best.port) == "master"
-                    and await nodes.serves_as(p.host, p.port) == "slave")
+                    and await nodes.serves_as(*pa) == "slave")
 
         await _until(switched, deadline + PAUSE_MARGIN / 2,
                      f"shard {shard}: etcd names {best.id} primary, but the nodes did not "
@@ -141,9 +142,9 @@ async def switchover(store: BaseStore, view: View, shard: str, *, to: str | None
     except BaseException:
         if not committed:
             try:
-                await nodes.unpause(p.host, p.port)
+                await nodes.unpause(*pa)
             except (OSError, TimeoutError, Exception) as e:  # noqa: BLE001 - ends by itself
                 logger.warning("could not unpause %s (%r); the pause ends by itself", old, e)
         raise
-    await nodes.unpause(p.host, p.port)
+    await nodes.unpause(*pa)
     return Switched(best.id, old, new.epoch, target, (time.monotonic() - t0) * 1000)

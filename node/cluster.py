@@ -46,11 +46,15 @@ class NodeInfo:
         return redis_id(self.id)
 
     def client_port(self, tls: bool) -> int:
-        """The port a client is told: one of its own kind (TLS or plain) when the node has
-        it, as Redis 7 does with tls-cluster; a node with one port has no choice."""
-        if tls:
-            return self.tls_port or self.port
-        return self.port or self.tls_port
+        return client_port(self.port, self.tls_port, tls)
+
+
+def client_port(port: int, tls_port: int, tls: bool) -> int:
+    """The port a client is told: one of its own kind (TLS or plain) when the server has it,
+    as Redis 7 does with tls-cluster; a server with one port has no choice."""
+    if tls:
+        return tls_port or port
+    return port or tls_port
 
 
 @dataclass

@@ -14,6 +14,7 @@ A bad setting raises TlsError with the line Redis logs, and the process refuses 
 
 from __future__ import annotations
 
+import argparse
 import ssl
 from dataclasses import dataclass
 from typing import Any
@@ -135,3 +136,49 @@ def on_tls(c: Any) -> bool:
     conn = c.conn
     t = conn.transport if conn is not None else None
     return t is not None and t.get_extra_info("ssl_object") is not None
+
+
+# --- the router's and the controller's command line (the node's come from node/config.py) --
+
+def add_arguments(p: argparse.ArgumentParser, *, listener: bool) -> None:
+    """The tls-* options of `xshard router` (`listener`: it serves clients too) and
+    `xshard controller`, with the node's names and meanings."""
+    if listener:
+        p.add_argument("--tls-port", type=int, default=0, help="TLS port to listen on, "
+                       "besides --port (default: 0, none; with --port 0, TLS only)")
+    p.add_argument("--tls-cluster", choices=("yes", "no"), default="no", help="reach the "
+                   "nodes over TLS, at their tls-port (default: no)")
+    p.add_argument("--tls-cert-file", default="", help="certificate (PEM): the server one "
+                   "on tls-port, and the client one towards nodes unless "
+                   "--tls-client-cert-file is given")
+    p.add_argument("--tls-key-file", default="", help="private key of --tls-cert-file")
+    p.add_argument("--tls-key-file-pass", default="", help="passphrase of --tls-key-file")
+    p.add_argument("--tls-client-cert-file", default="", help="client certificate towards "
+                   "the nodes (default: --tls-cert-file)")
+    p.add_argument("--tls-client-key-file", default="", help="private key of "
+                   "--tls-client-cert-file")
+    p.add_argument("--tls-client-key-file-pass", default="", help="passphrase of "
+                   "--tls-client-key-file")
+    p.add_argument("--tls-ca-cert-file", default="", help="CA bundle that client and node "
+                   "certificates must chain to")
+    p.add_argument("--tls-ca-cert-dir", default="", help="directory of CA certificates")
+    if listener:
+        p.add_argument("--tls-auth-clients", choices=("yes", "no", "optional"),
+                       default="yes", help="TLS clients must present a certificate "
+                       "(default: yes)")
+    p.add_argument("--tls-protocols", default="", help='TLS versions, e.g. "TLSv1.2 '
+                   'TLSv1.3" (default: both)')
+    p.add_argument("--tls-ciphers", default="", help="OpenSSL cipher list for TLSv1.2")
+
+
+def contexts_from_args(a: argparse.Namespace) -> tuple[ssl.SSLContext | None,
+                                                        ssl.SSLContext | None]:
+    """(the listener's context or None, the node links' context or None) from the options
+    of add_arguments; raises TlsError."""
+    t = TlsSettings(a.tls_cert_file, a.tls_key_file, a.tls_key_file_pass,
+                    a.tls_client_cert_file, a.tls_client_key_file, a.tls_client_key_file_pass,
+                    a.tls_ca_cert_file, a.tls_ca_cert_dir,
+                    getattr(a, "tls_auth_clients", "no"), a.tls_protocols, a.tls_ciphers)
+    tls_cluster = a.tls_cluster == "yes"
+    server = server_context(t, needs_ca=tls_cluster) if getattr(a, "tls_port", 0) else None
+    return server, client_context(t) if tls_cluster else None

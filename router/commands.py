@@ -17,7 +17,7 @@ from functools import partial
 from typing import TYPE_CHECKING
 
 from node import command_table, errors
-from node.cluster import redis_id
+from node.cluster import client_port, redis_id
 from node.resp import (
     Verbatim,
     bulk_value,
@@ -28,6 +28,7 @@ from node.resp import (
     reply_elements,
 )
 from node.slots import SLOTS, key_slot
+from node.tls import on_tls
 from router import merge
 from router.fanout import to_nodes
 from router.forward import Forward
@@ -197,8 +198,9 @@ def role(router: Router, c: RouterClient, argv: list[bytes], cell: Cell) -> None
 
 
 # --- CLUSTER: the live routers as a cluster that owns every slot ---------------------------------
-def router_ranges(routers: list[tuple[str, str, int]]) -> list[tuple[int, int, tuple[str, str, int]]]:
-    """(first slot, last slot, (id, host, port)) for each router: an even split."""
+def router_ranges(routers: list[tuple[str, str, int, int]]
+                  ) -> list[tuple[int, int, tuple[str, str, int, int]]]:
+    """(first slot, last slot, (id, host, port, tls port)) for each router: an even split."""
     n = len(routers)
     return [(i * SLOTS // n, (i + 1) * SLOTS // n - 1, r) for i, r in enumerate(routers)]
 
@@ -208,19 +210,26 @@ def cluster(router: Router, c: RouterClient, argv: list[bytes], cell: Cell) -> N
     conn = _conn(c)
     sub = argv[1].lower()
     ranges = router_ranges(router.routers or [(router.router_id, router.host,
-                                               router.config.port)])
+                                               router.config.port, router.config.tls_port)])
+    # A TLS client is told the routers' TLS ports, a plain one the plain ports (as nodes do).
+    tls = on_tls(c)
     if sub == b"slots":
-        return conn.fill(cell, encode([[s, e, [h.encode(), p, redis_id(i).encode(), {}]]
-                                       for s, e, (i, h, p) in ranges], c.proto))
+        return conn.fill(cell, encode([[s, e, [h.encode(), client_port(p, tp, tls),
+                                               redis_id(i).encode(), {}]]
+                                       for s, e, (i, h, p, tp) in ranges], c.proto))
     if sub == b"shards":
+        def ports(p: int, tp: int) -> dict[bytes, int]:
+            return {k: v for k, v in ((b"port", p), (b"tls-port", tp)) if v}
+
         return conn.fill(cell, encode([{
             b"slots": [s, e], b"nodes": [{
-                b"id": redis_id(i).encode(), b"port": p, b"ip": h.encode(),
+                b"id": redis_id(i).encode(), **ports(p, tp), b"ip": h.encode(),
                 b"endpoint": h.encode(), b"role": b"master", b"replication-offset": 0,
-                b"health": b"online"}]} for s, e, (i, h, p) in ranges], c.proto))
+                b"health": b"online"}]} for s, e, (i, h, p, tp) in ranges], c.proto))
     if sub == b"nodes":
         lines = []
-        for s, e, (i, h, p) in ranges:
+        for s, e, (i, h, p, tp) in ranges:
+            p = client_port(p, tp, tls)
             me = "myself," if i == router.router_id else ""
             lines.append(f"{redis_id(i)} {h}:{p}@{p + 10000} {me}master - 0 0 1 connected "
                          f"{s}-{e}")

@@ -97,7 +97,7 @@ def _server(router: Router, shards: Shards) -> Fields:
     return [("redis_version", REDIS_VERSION), ("xshard_version", xshard_version),
             ("redis_mode", "standalone"), ("xshard_role", "router"),
             ("process_id", os.getpid()), ("run_id", redis_id(router.router_id)),
-            ("tcp_port", router.config.port), ("server_time_usec", int(time.time() * 1e6)),
+            ("tcp_port", router.config.port or router.config.tls_port), ("server_time_usec", int(time.time() * 1e6)),
             ("uptime_in_seconds", up), ("uptime_in_days", up // 86400)]
 
 

@@ -53,6 +53,9 @@ def build_parser() -> argparse.ArgumentParser:
                    "and /readyz over HTTP on this port, at --bind (default: 0, off)")
     p.add_argument("--loglevel", default="notice", help="debug for more detail (default: "
                    "notice)")
+    from node import tls
+
+    tls.add_arguments(p, listener=True)
     return p
 
 
@@ -104,6 +107,13 @@ async def _serve(args: argparse.Namespace) -> int:
                  startup=True)
     router = Router(config, args.router_id, args.announce_host or args.bind,
                     args.cluster_down_timeout_ms / 1000, args.node_password, args.node_user)
+    from node import tls
+
+    try:
+        server_ctx, router.tls_client_context = tls.contexts_from_args(args)
+    except tls.TlsError as e:
+        print(f"xshard router: {e}\nxshard router: Failed to configure TLS.", file=sys.stderr)
+        return 1
     source = None
     if args.topology:
         try:
@@ -113,12 +123,14 @@ async def _serve(args: argparse.Namespace) -> int:
             return 1
         router.set_topology(topo["nodes"], topo["shards"], topo["slots"], 1)
     try:
-        port = await router.start(args.port, args.bind)
+        port = await router.start(args.port, args.bind, args.tls_port, server_ctx)
     except OSError as e:
-        print(f"xshard router: cannot listen on {args.bind}:{args.port}: {e.strerror}",
-              file=sys.stderr)
+        print(f"xshard router: cannot listen on {args.bind}:{args.port}/{args.tls_port}: "
+              f"{e.strerror}", file=sys.stderr)
+        router.close()
         return 1
     config.port = port
+    config.tls_port = args.tls_port
     if not args.topology:
         from router.topology import EtcdTopology
 
@@ -150,7 +162,11 @@ async def _serve(args: argparse.Namespace) -> int:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    log.info("xshard router ready to accept connections tcp on %s:%d", args.bind, port)
+    if port:
+        log.info("xshard router ready to accept connections tcp on %s:%d", args.bind, port)
+    if args.tls_port:
+        log.info("xshard router ready to accept connections tls on %s:%d", args.bind,
+                 args.tls_port)
     await stop.wait()
     if metrics is not None:
         await metrics.stop()

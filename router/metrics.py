@@ -49,7 +49,8 @@ class UpstreamStats:
             return m.owner[f.slot] or "none"
         if self._nodes is not m.nodes:  # the map was replaced: index it again
             self._nodes = m.nodes
-            self._by_addr = {(n.host, n.port): n.shard for n in m.nodes.values()}
+            tls = self.router.tls
+            self._by_addr = {(n.host, n.client_port(tls)): n.shard for n in m.nodes.values()}
         return self._by_addr.get(f.addr, "none") if f.addr is not None else "none"
 
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import ssl
 import time
 from typing import TYPE_CHECKING
 
@@ -92,7 +93,8 @@ class Router:
         self.map = SlotMap()
         self.router_id = router_id or os.urandom(8).hex()
         self.host = host
-        self.routers: list[tuple[str, str, int]] = []  # (id, host, port) of live routers
+        # (id, host, port, tls port) of the live routers
+        self.routers: list[tuple[str, str, int, int]] = []
         self.cluster_down_timeout = cluster_down_timeout
         self.node_password = node_password
         self.node_user = node_user  # ACL user the router logs in as on the nodes ("": default)
@@ -112,11 +114,14 @@ class Router:
         self.redirects = {"moved": 0, "ask": 0}
         self.upstream = UpstreamStats(self)  # round trips and failures (router/metrics.py)
         self.tcp_server: asyncio.AbstractServer | None = None
+        self.tls_server: asyncio.AbstractServer | None = None  # --tls-port (node/tls.py)
+        # --tls-cluster: nodes are reached at their tls-port with this context.
+        self.tls_client_context: ssl.SSLContext | None = None
 
     # --- topology -------------------------------------------------------------------------------
     def set_topology(self, nodes: dict | None = None, shards: dict | None = None,
                      slots: list | None = None, version: int | None = None,
-                     routers: list[tuple[str, str, int]] | None = None) -> None:
+                     routers: list[tuple[str, str, int, int]] | None = None) -> None:
         self.map.update(nodes, shards, slots, version)
         if routers is not None:
             self.routers = sorted(routers)
@@ -129,16 +134,16 @@ class Router:
             reps = self.map.replicas_of(shard)
             if reps:
                 n = reps[slot % len(reps)]
-                return n.host, n.port
+                return n.host, n.client_port(self.tls)
         p = self.map.primary_of(shard)
-        return None if p is None else (p.host, p.port)
+        return None if p is None else (p.host, p.client_port(self.tls))
 
     def primaries(self) -> list[tuple[str, int]]:
         out = []
         for sid in sorted(self.map.shards):
             p = self.map.primary_of(sid)
             if p is not None:
-                out.append((p.host, p.port))
+                out.append((p.host, p.client_port(self.tls)))
         return out
 
     def any_primary(self) -> tuple[str, int] | None:
@@ -147,7 +152,12 @@ class Router:
         return prim[0] if prim else None
 
     def all_nodes(self) -> list[tuple[str, int]]:
-        return [(n.host, n.port) for n in self.map.nodes.values()]
+        return [(n.host, n.client_port(self.tls)) for n in self.map.nodes.values()]
+
+    @property
+    def tls(self) -> bool:
+        """Nodes are reached over TLS (--tls-cluster yes)."""
+        return self.tls_client_context is not None
 
     def serves_every_slot(self) -> bool:
         owner, primary_of = self.map.owner, self.map.primary_of
@@ -159,18 +169,28 @@ class Router:
         p = self.pools.get(key)
         if p is None:
             p = self.pools[key] = Pool(self.loop, self.outbox, addr[0], addr[1], proto, readonly,
-                                       self.node_password, user=self.node_user)
+                                       self.node_password, user=self.node_user,
+                                       ssl=self.tls_client_context)
         return p
 
     # --- lifecycle ------------------------------------------------------------------------------
-    async def start(self, port: int, bind: str = "127.0.0.1") -> int:
-        self.tcp_server = await self.loop.create_server(
-            lambda: ClientConn(self).as_protocol(), bind, port, reuse_address=True)
-        return self.tcp_server.sockets[0].getsockname()[1]
+    async def start(self, port: int, bind: str = "127.0.0.1", tls_port: int = 0,
+                    tls_context: ssl.SSLContext | None = None) -> int:
+        """Listen; returns the plain port (0 with `port 0` and a TLS port: TLS only)."""
+        if port or not tls_port:
+            self.tcp_server = await self.loop.create_server(
+                lambda: ClientConn(self).as_protocol(), bind, port, reuse_address=True)
+            port = self.tcp_server.sockets[0].getsockname()[1]
+        if tls_port:
+            self.tls_server = await self.loop.create_server(
+                lambda: ClientConn(self).as_protocol(), bind, tls_port, reuse_address=True,
+                ssl=tls_context)
+        return port
 
     def close(self) -> None:
-        if self.tcp_server is not None:
-            self.tcp_server.close()
+        for srv in (self.tcp_server, self.tls_server):
+            if srv is not None:
+                srv.close()
         for c in list(self.clients.values()):
             if c.conn is not None:
                 c.conn.close()

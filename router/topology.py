@@ -56,8 +56,8 @@ class EtcdTopology:
             shards={sid: e.value.as_dict() for sid, e in view.shards.items()},
             slots=view.slots.value if view.slots is not None else [],
             version=view.slots.mod if view.slots is not None else 0,
-            routers=[(rid, str(e.value.get("host")), int(e.value.get("port", 0)))
-                     for rid, e in view.routers.items()],
+            routers=[(rid, str(e.value.get("host")), int(e.value.get("port", 0)),
+                      int(e.value.get("tls_port", 0))) for rid, e in view.routers.items()],
         )
         self.acl.apply(view.acl)
 
@@ -65,7 +65,10 @@ class EtcdTopology:
         """Open a lease session and put routers/<id> on it (guarded by the revision read)."""
         r = self.router
         key = self.store.key("routers", r.router_id)
-        value = json.dumps({"id": r.router_id, "host": r.host, "port": r.config.port}).encode()
+        rec = {"id": r.router_id, "host": r.host, "port": r.config.port}
+        if r.config.tls_port:
+            rec["tls_port"] = r.config.tls_port
+        value = json.dumps(rec).encode()
         session = await LeaseSession.open(self.store, name=f"router {r.router_id}")
         try:
             view = await self.store.view()

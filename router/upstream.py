@@ -21,6 +21,7 @@ import asyncio
 import logging
 from collections import deque
 from collections.abc import Callable
+from ssl import SSLContext
 
 from node.protocol import set_nodelay
 from node.resp import encode_command, error_code, reply_scan
@@ -62,11 +63,14 @@ class Upstream(asyncio.Protocol):
             log.warning("node %s:%d refused the connection setup: %r", self.host, self.port,
                         reply[:200])
 
-    def connect(self, loop: asyncio.AbstractEventLoop, timeout: float = 2.0) -> None:
+    def connect(self, loop: asyncio.AbstractEventLoop, timeout: float = 2.0,
+                ssl: SSLContext | None = None) -> None:
+        """Open the connection in the background; `ssl`: over TLS (--tls-cluster)."""
         async def go() -> None:
             try:
-                await asyncio.wait_for(
-                    loop.create_connection(lambda: self, self.host, self.port), timeout)
+                await asyncio.wait_for(loop.create_connection(
+                    lambda: self, self.host, self.port, ssl=ssl,
+                    server_hostname=self.host if ssl else None), timeout)
             except (TimeoutError, OSError) as e:
                 log.debug("cannot connect to %s:%d: %s", self.host, self.port, e)
                 self.connection_lost(e if isinstance(e, OSError) else None)
@@ -200,9 +204,10 @@ class Pool:
     """Shared connections to one node for one protocol and read mode."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop, outbox: Outbox, host: str, port: int,
-                 proto: int, readonly: bool, password: str, size: int = 2, user: str = ""
-                 ) -> None:
+                 proto: int, readonly: bool, password: str, size: int = 2, user: str = "",
+                 ssl: SSLContext | None = None) -> None:
         self.loop = loop
+        self.ssl = ssl
         self.outbox = outbox
         self.host = host
         self.port = port
@@ -224,7 +229,7 @@ class Pool:
         c = self.conns[i]
         if c is None or c.closed:
             c = self.conns[i] = Upstream(self.host, self.port, self.setup, self.outbox)
-            c.connect(self.loop)
+            c.connect(self.loop, ssl=self.ssl)
         return c
 
     def get_dedicated(self) -> Upstream:
@@ -236,7 +241,7 @@ class Pool:
         c = Upstream(self.host, self.port, self.setup, self.outbox,
                      on_close=self.dedicated.discard)
         self.dedicated.add(c)
-        c.connect(self.loop)
+        c.connect(self.loop, ssl=self.ssl)
         return c
 
     def detach(self, client_id: int) -> Upstream:
