@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import re
 
+from node import command_table as table
 from node import errors
 from node.client import Client
 from node.commands import command
@@ -27,7 +28,7 @@ from node.commands.streams import entry_reply, ids_reply, parse_policy_and_ids
 from node.errors import string2ll
 from node.groups import Consumer, ConsumerGroup, Nack, create_group
 from node.references import delete_entry
-from node.resp import NULL_ARRAY, OK, ONE, ZERO, ReplyError, Status, encode, integer
+from node.resp import NULL_ARRAY, OK, ONE, ZERO, ReplyError, encode, integer
 from node.stream import Stream
 from node.streamid import (
     MAX_ID,
@@ -56,12 +57,8 @@ def subcommand_syntax_error(argv: list[bytes]) -> ReplyError:
 
 
 def help_reply(argv: list[bytes], lines: list[bytes]) -> bytes:
-    """addReplyHelp: status lines, the command's own first and HELP last."""
-    name = argv[0].upper()
-    out = [Status(b"%s <subcommand> [<arg> [value] [opt] ...]. Subcommands are:" % name)]
-    out += [Status(x) for x in lines]
-    out += [Status(b"HELP"), Status(b"    Print this help.")]
-    return encode(out)
+    """addReplyHelp for a subcommand dispatcher: the command's own header first, HELP last."""
+    return table.help_reply(argv[0], tuple(lines))
 
 
 def _group_changed(c: Client, key: bytes) -> None:
