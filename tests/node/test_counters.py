@@ -12,8 +12,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.node.test_groups import _group_workload
-from tests.node.test_groups_blocking import Deferred, _wait_blocked
+from tests.support.groupdiff import Deferred, group_workload, wait_blocked
 from tests.support.rawresp import RawClient
 
 
@@ -66,7 +65,7 @@ def test_change_counter_of_group_commands_matches_redis(node, oracle72, seed: in
     # Reads of a consumer's own history are left out: Redis 7.4 counts them as no change
     # (the test below), 7.2 counts one. Idle times are 0 so that timing cannot differ.
     script = []
-    for cmd in _group_workload(seed, 250):
+    for cmd in group_workload(seed, 250):
         if cmd[0] == b"XREADGROUP" and cmd[-1] != b">":
             cmd = cmd[:-1] + [b">"]
         elif cmd[0] in (b"XCLAIM", b"XAUTOCLAIM"):
@@ -127,7 +126,7 @@ def _blocking_counts(handle) -> list:
 
     d = Deferred(handle)
     d.send("XREAD", "BLOCK", "0", "STREAMS", "s", "$")
-    _wait_blocked(handle, 1)
+    wait_blocked(handle, 1)
     snap()  # blocked: not counted yet
     ctl.call("XADD", "s", "1-1", "f", "v")
     d.read()
@@ -138,7 +137,7 @@ def _blocking_counts(handle) -> list:
     d.send("CLIENT", "ID")
     cid = d.read()[1]
     d.send("XREAD", "BLOCK", "0", "STREAMS", "s", "$")
-    _wait_blocked(handle, 1)
+    wait_blocked(handle, 1)
     ctl.call("CLIENT", "UNBLOCK", cid, "ERROR")
     out.append(d.read())
     snap()  # unblocked with an error

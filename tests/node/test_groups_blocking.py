@@ -1,7 +1,7 @@
 """Blocking reads against redis-server (and a 7.2+ server when present): several clients FIFO,
 BLOCK 0, timeouts, disconnects, CLIENT UNBLOCK, and what wakes a blocked XREADGROUP. The
-group commands themselves are in tests/node/test_groups.py, whose connection and reply
-normalising helpers these tests share."""
+group commands themselves are in tests/node/test_groups.py; both take their connection and
+reply-normalising helpers from tests/support/groupdiff.py."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.node.test_groups import _connect, _drop_72_fields, _norm
-from tests.support.rawresp import RawClient, encode_command
+from tests.support.groupdiff import Deferred, connect, drop_72_fields, norm, wait_blocked
+from tests.support.rawresp import RawClient
 
 
 @pytest.fixture(autouse=True)
@@ -27,46 +27,6 @@ def _flushed_after(node) -> Iterator[None]:
 
 
 # --- blocking -----------------------------------------------------------------------------------
-class Deferred:
-    """A client that sends a command now and reads its reply later (redis_deferring_client)."""
-
-    def __init__(self, handle, protocol: int = 2) -> None:
-        self.c = _connect(handle, protocol)
-
-    def send(self, *args: str | int) -> None:
-        self.c.send_raw(encode_command(args))
-
-    def read(self, timeout: float = 10.0) -> tuple:
-        self.c.sock.settimeout(timeout)
-        return self.c.read_reply()
-
-    def pending(self, wait: float = 0.1) -> bool:
-        """True if no reply arrives within `wait` seconds (the client is still blocked)."""
-        self.c.sock.settimeout(wait)
-        try:
-            self.c.read_reply()
-        except TimeoutError:
-            return True
-        return False
-
-    def close(self) -> None:
-        self.c.close()
-
-
-def _wait_blocked(handle, n: int, timeout: float = 5.0) -> None:
-    c = RawClient(handle.host, handle.port)
-    deadline = time.monotonic() + timeout
-    try:
-        while True:
-            info = c.call("INFO", "clients")[1]
-            if isinstance(info, bytes) and b"blocked_clients:%d\r" % n in info:
-                return
-            assert time.monotonic() < deadline, f"{n} blocked clients expected:\n{info!r}"
-            time.sleep(0.01)
-    finally:
-        c.close()
-
-
 def _both(node, oracle):
     return (("xshard", node), ("redis", oracle))
 
@@ -76,17 +36,17 @@ def test_block_fifo_and_dollar(node, oracle, protocol: int) -> None:
     the client blocks, not when it is served."""
     results = {}
     for name, h in _both(node, oracle):
-        ctl = _connect(h, protocol)
+        ctl = connect(h, protocol)
         ctl.call("FLUSHALL")
         ctl.call("XADD", "s", "1-1", "f", "v")
         ctl.call("XGROUP", "CREATE", "s", "g", "$")
         clients = [Deferred(h, protocol) for _ in range(3)]
         for i, d in enumerate(clients):
             d.send("XREADGROUP", "GROUP", "g", f"c{i}", "BLOCK", "0", "STREAMS", "s", ">")
-            _wait_blocked(h, i + 1)
+            wait_blocked(h, i + 1)
         reader = Deferred(h, protocol)
         reader.send("XREAD", "BLOCK", "0", "STREAMS", "s", "$")
-        _wait_blocked(h, 4)
+        wait_blocked(h, 4)
         got = []
         for i in range(3):
             ctl.call("XADD", "s", f"{i + 2}-1", "n", str(i))
@@ -94,7 +54,7 @@ def test_block_fifo_and_dollar(node, oracle, protocol: int) -> None:
             got.append([d.pending() for d in clients[i + 1:]])
         got.append(reader.read())  # served by the first XADD already: `$` was 1-1
         got.append(ctl.call("XPENDING", "s", "g", "-", "+", "10"))
-        results[name] = [_norm(("XPENDING", "s", "g", "-", "+", "10"), x)
+        results[name] = [norm(("XPENDING", "s", "g", "-", "+", "10"), x)
                          if i == len(got) - 1 else x for i, x in enumerate(got)]
         for d in clients + [reader]:
             d.close()
@@ -105,7 +65,7 @@ def test_block_fifo_and_dollar(node, oracle, protocol: int) -> None:
 def test_block_timeout_and_block_0(node, oracle, protocol: int) -> None:
     results = {}
     for name, h in _both(node, oracle):
-        ctl = _connect(h, protocol)
+        ctl = connect(h, protocol)
         ctl.call("FLUSHALL")
         ctl.call("XGROUP", "CREATE", "s", "g", "$", "MKSTREAM")
         t0 = time.monotonic()
@@ -114,7 +74,7 @@ def test_block_timeout_and_block_0(node, oracle, protocol: int) -> None:
         elapsed = time.monotonic() - t0
         d = Deferred(h, protocol)
         d.send("XREAD", "BLOCK", "0", "STREAMS", "s", "nokey", "$", "$")
-        _wait_blocked(h, 1)
+        wait_blocked(h, 1)
         still = d.pending(0.3)
         ctl.call("XADD", "nokey", "5-5", "f", "v")
         r3 = d.read()
@@ -129,20 +89,20 @@ def test_disconnect_while_blocked(node, oracle) -> None:
     """A client that goes away while blocked is forgotten: it consumes nothing."""
     results = {}
     for name, h in _both(node, oracle):
-        ctl = _connect(h, 2)
+        ctl = connect(h, 2)
         ctl.call("FLUSHALL")
         ctl.call("XGROUP", "CREATE", "s", "g", "$", "MKSTREAM")
         gone = Deferred(h)
         gone.send("XREADGROUP", "GROUP", "g", "gone", "BLOCK", "0", "STREAMS", "s", ">")
-        _wait_blocked(h, 1)
+        wait_blocked(h, 1)
         stays = Deferred(h)
         stays.send("XREADGROUP", "GROUP", "g", "stays", "BLOCK", "0", "STREAMS", "s", ">")
-        _wait_blocked(h, 2)
+        wait_blocked(h, 2)
         gone.close()
-        _wait_blocked(h, 1)
+        wait_blocked(h, 1)
         ctl.call("XADD", "s", "1-1", "f", "v")
         r = stays.read()
-        results[name] = (r, _norm(("XPENDING", "s", "g"), ctl.call("XPENDING", "s", "g")),
+        results[name] = (r, norm(("XPENDING", "s", "g"), ctl.call("XPENDING", "s", "g")),
                          ctl.call("PING"))
         stays.close()
         ctl.close()
@@ -152,14 +112,14 @@ def test_disconnect_while_blocked(node, oracle) -> None:
 def test_client_unblock(node, oracle, protocol: int) -> None:
     results = {}
     for name, h in _both(node, oracle):
-        ctl = _connect(h, protocol)
+        ctl = connect(h, protocol)
         ctl.call("FLUSHALL")
         out = []
         for how in ("TIMEOUT", "ERROR"):
             d = Deferred(h, protocol)
             cid = d.c.call("CLIENT", "ID")[1]
             d.send("XREAD", "BLOCK", "0", "STREAMS", "s", "$")
-            _wait_blocked(h, 1)
+            wait_blocked(h, 1)
             out.append(ctl.call("CLIENT", "UNBLOCK", str(cid), how))
             out.append(d.read())
             out.append(ctl.call("CLIENT", "UNBLOCK", str(cid), how))  # not blocked any more
@@ -172,7 +132,7 @@ def test_client_unblock(node, oracle, protocol: int) -> None:
 def test_block_inside_multi_does_not_block(node, oracle, protocol: int) -> None:
     results = {}
     for name, h in _both(node, oracle):
-        c = _connect(h, protocol)
+        c = connect(h, protocol)
         c.call("FLUSHALL")
         c.call("XGROUP", "CREATE", "s", "g", "$", "MKSTREAM")
         c.call("MULTI")
@@ -187,11 +147,11 @@ def test_blocked_xread_ignores_a_key_of_another_type(node, oracle) -> None:
     """Redis re-runs a blocked XREAD only for a key holding a stream."""
     results = {}
     for name, h in _both(node, oracle):
-        ctl = _connect(h, 2)
+        ctl = connect(h, 2)
         ctl.call("FLUSHALL")
         d = Deferred(h)
         d.send("XREAD", "BLOCK", "400", "STREAMS", "s", "$")
-        _wait_blocked(h, 1)
+        wait_blocked(h, 1)
         ctl.call("SET", "s", "x")
         still = d.pending(0.1)
         results[name] = (still, d.read())
@@ -208,13 +168,13 @@ def test_72_blocked_xreadgroup_woken_by_key_or_group_removal(node, oracle72, how
     was blocked on no longer exists".)"""
     results = {}
     for name, h in (("xshard", node), ("reference", oracle72)):
-        ctl = _connect(h, 2)
+        ctl = connect(h, 2)
         ctl.call("FLUSHALL")
         ctl.call("XADD", "s", "666", "f", "v")
         ctl.call("XGROUP", "CREATE", "s", "g", "$")
         d = Deferred(h)
         d.send("XREADGROUP", "GROUP", "g", "Alice", "BLOCK", "0", "STREAMS", "s", ">")
-        _wait_blocked(h, 1)
+        wait_blocked(h, 1)
         if how == "DESTROY":
             ctl.call("XGROUP", "DESTROY", "s", "g")
         elif how == "SET":
@@ -232,13 +192,13 @@ def test_blocked_xreadgroup_served_like_a_direct_one(node, oracle, protocol: int
     """The state after a served blocked XREADGROUP equals that of a direct one."""
     results = {}
     for name, h in _both(node, oracle):
-        ctl = _connect(h, protocol)
+        ctl = connect(h, protocol)
         ctl.call("FLUSHALL")
         ctl.call("XGROUP", "CREATE", "s", "g", "$", "MKSTREAM")
         ctl.call("XGROUP", "CREATECONSUMER", "s", "g", "c")
         d = Deferred(h, protocol)
         d.send("XREADGROUP", "GROUP", "g", "c", "COUNT", "2", "BLOCK", "0", "STREAMS", "s", ">")
-        _wait_blocked(h, 1)
+        wait_blocked(h, 1)
         ctl.call("MULTI")
         for i in range(3):
             ctl.call("XADD", "s", f"{i + 1}-1", "f", "v")
@@ -246,8 +206,8 @@ def test_blocked_xreadgroup_served_like_a_direct_one(node, oracle, protocol: int
         out = [d.read()]
         for cmd in (("XPENDING", "s", "g", "-", "+", "10"), ("XINFO", "GROUPS", "s"),
                     ("XINFO", "CONSUMERS", "s", "g")):
-            r = _norm(cmd, ctl.call(*cmd))
-            out.append(_drop_72_fields(cmd, r) if oracle.version < (7, 2) else r)
+            r = norm(cmd, ctl.call(*cmd))
+            out.append(drop_72_fields(cmd, r) if oracle.version < (7, 2) else r)
         results[name] = out
         d.close()
         ctl.close()

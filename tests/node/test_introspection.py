@@ -343,7 +343,7 @@ REFERENCE_ONLY = {
 
 def _blocking_keys(handle) -> tuple[dict[str, str], list]:
     """INFO clients while one XREAD waits on `a` and two XREADGROUPs on `b`, and after."""
-    from tests.node.test_groups_blocking import Deferred, _wait_blocked
+    from tests.support.groupdiff import Deferred, wait_blocked
 
     c = RawClient(handle.host, handle.port)
     c.call("FLUSHALL")
@@ -353,7 +353,7 @@ def _blocking_keys(handle) -> tuple[dict[str, str], list]:
         readers[0].send("XREAD", "BLOCK", "0", "STREAMS", "a", "$")
         readers[1].send("XREADGROUP", "GROUP", "g", "x", "BLOCK", "0", "STREAMS", "b", ">")
         readers[2].send("XREADGROUP", "GROUP", "g", "y", "BLOCK", "0", "STREAMS", "b", ">")
-        _wait_blocked(handle, 3)
+        wait_blocked(handle, 3)
         during = {k: v for k, v in _info(c, "clients").items()
                   if k.startswith("total_blocking") or k == "blocked_clients"}
         c.call("DEL", "b")  # the XREADGROUPs end with an error
