@@ -252,7 +252,25 @@ def acl_sync_failed(why: str) -> bytes:
 
 
 def noperm_command(user: bytes, command: bytes) -> bytes:
-    return b"NOPERM User %s has no permissions to run the '%s' command" % (user, command)
+    return b"NOPERM " + acl_denied_command(user, command)
+
+
+def acl_denied_command(user: bytes, command: bytes) -> bytes:
+    """getAclErrorMessage's text (ACL DRYRUN answers it as a bulk string)."""
+    return b"User %s has no permissions to run the '%s' command" % (user, command)
+
+
+def acl_denied_key(user: bytes, key: bytes) -> bytes:
+    """getAclErrorMessage's verbose text for a key (ACL DRYRUN)."""
+    return b"User %s has no permissions to access the '%s' key" % (user, key)
+
+
+def acl_dryrun_no_user(user: bytes) -> bytes:
+    return b"ERR User '%s' not found" % _sanitize(user)
+
+
+def acl_dryrun_no_command(name: bytes) -> bytes:
+    return b"ERR Command '%s' not found" % _sanitize(name)
 
 
 def acl_setuser_error(op: bytes, reason: bytes) -> bytes:

@@ -57,7 +57,7 @@ SERVED: dict[str, list[str] | None] = {
                "reply", "setinfo", "pause", "unpause"],
     "select": None, "quit": None, "reset": None,
     "acl": ["setuser", "getuser", "deluser", "list", "users", "whoami", "cat", "log", "save",
-            "load", "genpass", "help"],
+            "load", "genpass", "dryrun", "help"],
     # keyspace
     "del": None, "unlink": None, "exists": None, "type": None, "keys": None, "scan": None,
     "dbsize": None, "flushall": None, "flushdb": None, "expire": None, "pexpire": None,

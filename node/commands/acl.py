@@ -1,4 +1,5 @@
-"""ACL: SETUSER, GETUSER, DELUSER, LIST, USERS, WHOAMI, CAT, LOG, SAVE, LOAD, GENPASS, HELP.
+"""ACL: SETUSER, GETUSER, DELUSER, LIST, USERS, WHOAMI, CAT, LOG, SAVE, LOAD, GENPASS, DRYRUN,
+HELP.
 
 The users themselves live in node/acl.py; the router serves this same handler against its own
 users (kept in etcd, router/aclsync.py).
@@ -11,7 +12,7 @@ import os
 import time
 
 from node import acl as acl_mod
-from node import errors
+from node import command_table, errors
 from node.client import Client
 from node.commands import command
 from node.resp import OK, Map, ReplyError, bulk, encode, integer, null
@@ -25,6 +26,8 @@ HELP = [
     b"    when no category is specified.",
     b"DELUSER <username> [<username> ...]",
     b"    Delete a list of users.",
+    b"DRYRUN <username> <command> [<arg> ...]",
+    b"    Returns whether the user can execute the given command without executing the command.",
     b"GETUSER <username>",
     b"    Get the user's details.",
     b"GENPASS [<bits>]",
@@ -86,6 +89,8 @@ def acl(c: Client, argv: list[bytes]) -> bytes:
         return encode(acl_mod.category_commands(cat), c.proto)
     if sub == b"log":
         return _log(c, argv)
+    if sub == b"dryrun":
+        return _dryrun(c, argv)
     if sub in (b"save", b"load"):
         path = c.server.config.aclfile
         if not path:
@@ -113,6 +118,27 @@ def acl(c: Client, argv: list[bytes]) -> bytes:
 def _changed(a: acl_mod.Acl) -> None:
     if a.on_change is not None:
         a.on_change()
+
+
+def _dryrun(c: Client, argv: list[bytes]) -> bytes:
+    """ACL DRYRUN user command [arg ...]: +OK, or the denial as a bulk string (Redis 7.2+
+    text, naming the key); the command is not run and nothing goes to ACL LOG."""
+    u = c.server.acl.users.get(argv[2])
+    if u is None:
+        raise ReplyError(errors.acl_dryrun_no_user(argv[2]))
+    cmd = argv[3:]
+    spec = command_table.lookup_argv(cmd)
+    if spec is None:
+        raise ReplyError(errors.acl_dryrun_no_command(argv[3]))
+    n = len(cmd)
+    if (spec.arity > 0 and spec.arity != n) or n < -spec.arity:
+        raise ReplyError(errors.wrong_arity(spec.name))
+    denied = u.denied(cmd, cmd[0].lower())
+    if denied is None:
+        return OK
+    reason, obj = denied
+    return bulk(errors.acl_denied_command(u.name, obj) if reason == b"command"
+                else errors.acl_denied_key(u.name, obj))
 
 
 def _log(c: Client, argv: list[bytes]) -> bytes:

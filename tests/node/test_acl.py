@@ -298,3 +298,36 @@ def test_acl_save_without_aclfile_matches_redis(xnode, oracle):
     n = xnode()
     assert _run(n.client(), "ACL", "SAVE") == _run(oracle.client(), "ACL", "SAVE")
     assert _run(n.client(), "ACL", "LOAD") == _run(oracle.client(), "ACL", "LOAD")
+
+
+DRYRUN_CASES = [
+    ["t_app", "xadd", "a1", "*", "f", "v"], ["t_app", "xadd", "b1", "*", "f", "v"],
+    ["t_app", "XLEN", "r1"], ["t_app", "xadd", "r1", "*", "f", "v"], ["t_app", "del", "a1"],
+    ["t_app", "config", "get", "x"], ["t_app", "config", "set", "x", "y"],
+    ["t_app", "config", "nosub"], ["t_app", "config"], ["t_app", "xgroup", "destroy", "a", "g"],
+    ["t_app", "auth", "x"], ["t_app", "nocmd", "k"], ["nobody", "xlen", "a"],
+    ["no\r\nbody", "xlen", "a"], ["t_app", "xlen"], ["t_app", "xlen", "a", "b"],
+    ["t_app", "ping"], ["t_app", "XREAD", "STREAMS", "a1", "r1", "0", "0"],
+    ["t_app", "xread", "streams", "a1", "b1", "0", "0"], ["t_off", "xlen", "a1"],
+    ["default", "del", "x"], ["t_app"],
+]
+
+
+def test_acl_dryrun_matches_redis(xnode, oracle_acl):
+    """ACL DRYRUN: +OK or the denial as a bulk string, errors for an unknown user or command
+    and a wrong arity, nothing run and nothing logged; byte for byte against valkey."""
+    n = xnode()
+    results = []
+    for admin, h in _both(n, oracle_acl):
+        admin.execute_command("ACL", "SETUSER", "t_app", "on", ">pw", "~a*", "%R~r*", "+@stream",
+                              "+config|get", "-xgroup|destroy")
+        admin.execute_command("ACL", "SETUSER", "t_off", "off", "~*", "+@all")
+        admin.execute_command("ACL", "LOG", "RESET")
+        with RawClient(h.host, h.port) as raw:
+            out = [raw.call("ACL", "DRYRUN", *case) for case in DRYRUN_CASES]
+        results.append((out, _log(admin), admin.execute_command("EXISTS", "a1", "b1", "r1")))
+    for case, mine, theirs in zip(DRYRUN_CASES, results[0][0], results[1][0], strict=True):
+        assert mine == theirs, case
+    assert results[0][1:] == results[1][1:] == ([], 0)
+    assert results[0][0][0] == ("+", b"OK")
+    assert results[0][0][1] == ("$", b"User t_app has no permissions to access the 'b1' key")

@@ -144,5 +144,9 @@ def test_static_router_keeps_its_own_users(xcluster: Callable[..., Cluster]) -> 
     assert ro.xlen("k") == 0
     with pytest.raises(redis.exceptions.NoPermissionError):
         ro.xadd("k", {"f": "v"})
+    # ACL DRYRUN asks the router's users (tests/node/test_acl.py compares it with valkey).
+    assert r.execute_command("ACL", "DRYRUN", "ro", "xlen", "k") == b"OK"
+    assert r.execute_command("ACL", "DRYRUN", "ro", "xadd", "k", "*", "f", "v") == \
+        b"User ro has no permissions to run the 'xadd' command"
     assert r.execute_command("ACL", "DELUSER", "ro") == 1
     assert _users(r) == {b"default"}
