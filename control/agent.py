@@ -41,7 +41,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("xshard.agent")
 
-FENCE_AFTER = POLICY.ttl / 2  # seconds since the last accepted keep-alive was sent
+FENCE_AFTER = POLICY.fence_after  # seconds since the last accepted keep-alive was sent
 
 
 def default_host(bind: str) -> str:

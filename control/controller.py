@@ -29,7 +29,11 @@ in-memory store (control/memstore.py) and scripted nodes, every decision here is
 Faster detection of a crash: a primary whose port refuses connections for DEAD_PROBES
 consecutive probes is a dead process (a frozen or partitioned one times out instead), so the
 leader revokes its lease rather than waiting out the TTL. The key disappears and the ordinary
-failover follows; the fencing argument is unchanged because nothing is left to write.
+failover follows, but only FENCE_WAIT after the revoke returned: a refused connection is what
+a dead process looks like, and also what a live one behind a firewall's REJECT looks like. Such
+a primary, cut off from etcd too, still takes writes until its last accepted keep-alive is
+FENCE_AFTER old (control/agent.py); that keep-alive was sent before etcd applied the revoke, so
+FENCE_WAIT after the revoke it is fenced, whatever it is.
 """
 
 from __future__ import annotations
@@ -45,7 +49,7 @@ from dataclasses import dataclass
 
 from control import reshard
 from control.etcdconn import EtcdConfig
-from control.lease import LeaseLost, LeaseSession
+from control.lease import POLICY, LeaseLost, LeaseSession
 from control.nodeclient import NodeError, NodeOps
 from control.records import Compare, Entry, ShardRecord, View
 from control.store import BaseStore
@@ -55,6 +59,9 @@ log = logging.getLogger("xshard.controller")
 
 TICK = 0.25
 DEAD_PROBES = 3
+# After revoking a refusing primary's lease: its fence plus a margin for clock rates and the
+# node's own loop (see the module docstring).
+FENCE_WAIT = POLICY.fence_after * 1.1 + 0.1
 
 
 class FailoverError(Exception):
@@ -170,7 +177,7 @@ class Controller:
         # For the metrics (control/metrics.py): failovers done, by (shard, reason), shards
         # whose primary we revoked for refusing connections, the last view and when read.
         self.failovers: dict[tuple[str, str], int] = {}
-        self.revoked: set[str] = set()
+        self.revoked: dict[str, float] = {}  # shard -> when its primary's revoke returned
         self.view: View | None = None
         self.view_at = -1e9
 
@@ -244,17 +251,26 @@ class Controller:
                 self.blocked.pop(sid, None)
                 await self._probe(view, sid, rec.primary)
                 continue
+            wait = self.revoked.get(sid, 0.0) + FENCE_WAIT - time.monotonic()
+            if wait > 0:
+                self._block(sid, f"shard {sid}: waiting {wait:.1f}s more for the fence of "
+                                 f"{rec.primary}, whose lease was revoked")
+                continue
             try:
                 await failover(self.store, view, sid, reason=f"primary {rec.primary} lost its "
                                "lease", extra_compares=[leader_guard], nodes=self.nodes)
                 self.blocked.pop(sid, None)
                 why = "process_gone" if sid in self.revoked else "lease_expired"
-                self.revoked.discard(sid)
+                self.revoked.pop(sid, None)
                 self.failovers[(sid, why)] = self.failovers.get((sid, why), 0) + 1
             except FailoverError as e:
-                if self.blocked.get(sid) != str(e):
-                    log.warning("controller: cannot fail over yet: %s", e)
-                    self.blocked[sid] = str(e)
+                self._block(sid, str(e))
+
+    def _block(self, sid: str, why: str) -> None:
+        """Say once why shard `sid` cannot fail over yet."""
+        if self.blocked.get(sid) != why:
+            log.warning("controller: cannot fail over yet: %s", why)
+            self.blocked[sid] = why
 
     def _seen(self, view: View) -> None:
         self.view = view
@@ -269,7 +285,7 @@ class Controller:
                             "the process is gone; revoking its lease %x", nid, sid, k, n.lease)
                 with contextlib.suppress(Exception):
                     await self.store.revoke(n.lease)
-                self.revoked.add(sid)
+                self.revoked[sid] = time.monotonic()
                 self.refusals.pop(nid, None)
         else:
             self.refusals.pop(nid, None)

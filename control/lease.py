@@ -41,6 +41,12 @@ class LeasePolicy:
     rpc_timeout: float = 1.0  # a keep-alive (or grant, revoke) slower than this has failed
 
     @property
+    def fence_after(self) -> float:
+        """A primary refuses writes once its last accepted keep-alive was sent this long ago
+        (control/agent.py): half the TTL, so well before etcd can let its lease expire."""
+        return self.ttl / 2
+
+    @property
     def retry(self) -> float:
         """Pause after a failed keep-alive before the next try."""
         return self.interval / 10

@@ -11,10 +11,12 @@ run in test_control.py.
 from __future__ import annotations
 
 import asyncio
+import time
 
 import pytest
 
-from control.controller import DEAD_PROBES, TICK, Controller, FailoverError, failover
+from control.agent import FENCE_AFTER
+from control.controller import DEAD_PROBES, FENCE_WAIT, TICK, Controller, FailoverError, failover
 from control.memstore import MemoryEtcd, MemoryStore
 from control.nodeclient import NodeError, NodeOps
 from control.records import NodeRecord, ShardRecord
@@ -211,6 +213,23 @@ async def test_a_primary_that_refuses_connections_loses_its_lease_early(etcd: Me
     nodes.dead.add(7000)  # the process is gone; its lease would live on for the TTL
     await until(lambda: _primary_is(store, "r2"), f"{DEAD_PROBES} refusals, then failover")
     assert "p" not in (await store.view()).nodes
+    await stop(task)
+
+
+@in_memory
+async def test_a_revoked_primary_is_replaced_only_after_its_fence(etcd: MemoryEtcd,
+                                                                  store: MemoryStore) -> None:
+    """Refusals may come from a firewall in front of a live primary that etcd cannot hear
+    either: it takes writes until its fence (FENCE_AFTER after its last accepted keep-alive,
+    sent before the revoke), so the promotion waits FENCE_WAIT after the revoke."""
+    await make_shard(store, {"p": True, "r1": True, "r2": True})
+    nodes = ScriptedNodes({7001: 3, 7002: 4})
+    c, task = await elect(etcd, store, "A", nodes)
+    nodes.dead.add(7000)
+    await until(lambda: bool(c.revoked), "the revoke")
+    revoked_at = c.revoked["0"]
+    await until(lambda: _primary_is(store, "r2"), "the failover")
+    assert time.monotonic() - revoked_at >= FENCE_WAIT > FENCE_AFTER
     await stop(task)
 
 

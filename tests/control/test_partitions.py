@@ -53,8 +53,13 @@ def assert_round(r: partcases.Round) -> None:
     assert r.notes.get("agree", True), f"{r.case}: the nodes' streams differ"
 
 
-def test_primary_cut_from_etcd_fences_before_promotion(shard1: NetCluster) -> None:
-    r = partcases.etcd_cut(shard1)
+@pytest.mark.parametrize("refused", [False, True], ids=["dropped", "refused"])
+def test_primary_cut_from_etcd_fences_before_promotion(shard1: NetCluster,
+                                                       refused: bool) -> None:
+    """`refused`: the primary's ports also answer the controller with resets, as a dead
+    process's do. The controller then revokes its lease early, and used to promote the
+    replica at once, while the primary (which etcd cannot hear either) still took writes."""
+    r = partcases.etcd_cut(shard1, refuse_controllers=refused)
     assert_round(r)
     assert r.fence_s is not None, "the cut-off primary never refused a write"
     assert r.notes["fenced_before_promotion"], (r.fence_s, r.promote_s)

@@ -10,6 +10,7 @@ Faults are nftables rules inside a host's namespace (table `inet xs`, chains `in
 so they cut exactly the pairs asked for and nothing else:
 - `cut(a, b)` drops every packet between a and b, silently, as a partition does (TCP notices
   nothing; its retransmissions go nowhere) until `heal(a)`;
+- `refuse(a, b)` answers b's new connections to a with a TCP reset (a firewall's REJECT);
 - `loss(a, b, pct)` drops that share of the packets between them at random (nft `numgen`);
 - `redirect(a, b, port, to_port)` sends a's connections to b:port to the bridge address
   `to_port` instead (a DNAT), where a test's TCP proxy can delay them.
@@ -140,6 +141,13 @@ class Net:
             ip = self._ip(b)
             a.nft("add", "rule", "inet", "xs", "out", "ip", "daddr", ip, "drop")
             a.nft("add", "rule", "inet", "xs", "in", "ip", "saddr", ip, "drop")
+
+    def refuse(self, a: Host, *others: Host | str) -> None:
+        """`a` answers new TCP connections from `others` with a reset, as a firewall's
+        REJECT does: to them a's ports look closed (ECONNREFUSED), a dead process's sign."""
+        for b in others:
+            a.nft("add", "rule", "inet", "xs", "in", "ip", "saddr", self._ip(b), "tcp",
+                  "flags", "syn", "reject", "with", "tcp", "reset")
 
     def loss(self, a: Host, b: Host | str, percent: int) -> None:
         """Drop `percent` % of the packets between `a` and `b`, each way, at random."""

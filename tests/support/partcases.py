@@ -93,9 +93,11 @@ def _finish(c: NetCluster, writers: list[Writer], consumers: list[Consumer],
     return set(streams[0]), all(s == streams[0] for s in streams)
 
 
-def etcd_cut(c: NetCluster, timeout: float = 20.0) -> Round:
+def etcd_cut(c: NetCluster, timeout: float = 20.0, refuse_controllers: bool = False) -> Round:
     """The primary loses etcd but not its clients: it must refuse writes before etcd names
-    another primary; then the cut heals and it rejoins as a replica."""
+    another primary; then the cut heals and it rejoins as a replica. With
+    `refuse_controllers`, its ports also look closed to the controllers (a firewall's
+    REJECT), which is what a dead process looks like to them."""
     prepare(c)
     settle(c)
     old = c.primary_id("0")
@@ -111,6 +113,8 @@ def etcd_cut(c: NetCluster, timeout: float = 20.0) -> Round:
     watcher.start()
     t_cut = time.monotonic()
     c.net.cut(c.hosts[old], c.hosts["etcd"])
+    if refuse_controllers:
+        c.net.refuse(c.hosts[old], *(h for n, h in c.hosts.items() if n.startswith("ctl")))
     try:
         wait_until(lambda: watcher.promoted_by is not None, timeout, what="a promotion")
     finally:
