@@ -13,12 +13,21 @@ Blocking reads and transactions take a dedicated connection for their duration. 
 writes must go on the connection that carried them (the node counts acks of the last write made
 on a connection), so that connection leaves the pool with the WAIT (`Pool.detach`) and a blocked
 WAIT never holds up the other clients that shared it.
+
+A node cut off by the network never resets the connection: requests would wait for ever. So
+every connection has TCP_USER_TIMEOUT (UNACKED_TIMEOUT): once what we sent has gone
+unacknowledged by the node's kernel that long, the kernel drops the connection, and the
+requests in flight are retried as after any lost connection, until the cluster-down timeout
+(router/forward.py). A node that is merely slow still has its kernel acknowledge, so only an
+unreachable node (or one whose receive buffer stayed full that long) is dropped.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import socket
 from collections import deque
 from collections.abc import Callable
 from ssl import SSLContext
@@ -31,6 +40,8 @@ log = logging.getLogger("xshard.router")
 
 # A callback gets the reply bytes, or None when the connection died before the reply came.
 ReplyCallback = Callable[[bytes | None], None]
+
+UNACKED_TIMEOUT = 3.0  # seconds (a lease TTL); see the module docstring
 
 
 class Upstream(asyncio.Protocol):
@@ -84,6 +95,11 @@ class Upstream(asyncio.Protocol):
             return
         self.transport = transport  # type: ignore[assignment]
         set_nodelay(transport)
+        sock = transport.get_extra_info("socket")
+        if sock is not None and hasattr(socket, "TCP_USER_TIMEOUT"):
+            with contextlib.suppress(OSError):
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT,
+                                int(UNACKED_TIMEOUT * 1000))
         if self._out and not self._queued:
             self._queued = True
             self._outbox.add(self)

@@ -67,3 +67,28 @@ def test_primary_cut_from_etcd_fences_before_promotion(shard1: NetCluster,
     # It rejoined as a replica of the new primary (settled by the round).
     old = next(n for n in shard1.nodes if n != shard1.primary_id("0"))
     assert shard1.nodes[old].client().info("replication")["role"] == "slave"
+
+
+def test_primary_cut_from_its_replica_keeps_serving_and_is_not_replaced(
+        shard1: NetCluster) -> None:
+    r = partcases.replica_cut(shard1, hold=3.5)
+    assert_round(r)
+    n = r.notes
+    assert n["accepted_during"] > 0 and n["refused_during"] == 0, n
+    assert n["wait0_during"] == n["accepted_during"], n  # WAIT 1 answered 0 at its timeout
+    assert n["epoch_unchanged"] and n["primary_unchanged"], n
+
+
+def test_router_cut_from_one_shard_serves_the_others_and_errors_for_it(
+        net: netns.Net, tmp_path: Path) -> None:
+    """Before routers set TCP_USER_TIMEOUT on their node connections, a command for the cut
+    shard waited until the cut healed (a partition never resets a connection)."""
+    c = start_net_cluster(tmp_path / "c", net, shards=2, replicas=1, routers=1)
+    try:
+        r = partcases.router_cut(c)
+    finally:
+        c.stop()
+    assert_round(r)
+    n = r.notes
+    assert n["shard0_ok_during"] > 0 and n["shard0_err_during"] == 0, n
+    assert n["shard1_error"] == "The cluster is down", n

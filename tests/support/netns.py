@@ -13,7 +13,8 @@ so they cut exactly the pairs asked for and nothing else:
 - `refuse(a, b)` answers b's new connections to a with a TCP reset (a firewall's REJECT);
 - `loss(a, b, pct)` drops that share of the packets between them at random (nft `numgen`);
 - `redirect(a, b, port, to_port)` sends a's connections to b:port to the bridge address
-  `to_port` instead (a DNAT), where a test's TCP proxy can delay them.
+  `to_port` instead (a DNAT), where a test's TCP proxy can delay them;
+- `heal(a)` removes a's faults (`redirects=True`: its redirects too).
 The kernel here has no `netem` qdisc (CONFIG_NET_SCH_NETEM is off), so a fixed delay comes from
 the proxy (tests/support/tcpproxy.py `delay=`) and random loss from nft.
 
@@ -162,12 +163,14 @@ class Net:
         a.nft("add", "rule", "ip", "xsnat", "out", "ip", "daddr", b.ip, "tcp", "dport",
               str(port), "dnat", "to", f"{self.gateway}:{to_port}")
 
-    def heal(self, *hosts: Host) -> None:
-        """Remove every fault of `hosts` (all hosts when none is given)."""
+    def heal(self, *hosts: Host, redirects: bool = False) -> None:
+        """Remove the cuts, refusals and losses of `hosts` (all hosts when none is given),
+        and with `redirects` their redirects too."""
         for h in hosts or tuple(self.hosts.values()):
             h.nft("flush", "chain", "inet", "xs", "in")
             h.nft("flush", "chain", "inet", "xs", "out")
-            h.nft("flush", "chain", "ip", "xsnat", "out")
+            if redirects:
+                h.nft("flush", "chain", "ip", "xsnat", "out")
 
     def close(self) -> None:
         for h in self.hosts.values():

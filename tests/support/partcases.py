@@ -39,11 +39,11 @@ def _addr(c: NetCluster, shard: str = "0") -> tuple[str, int]:
     return p.host, p.port
 
 
-def _ids(c: NetCluster, nid: str) -> list[bytes]:
+def _ids(c: NetCluster, nid: str, stream: str = STREAM) -> list[bytes]:
     r = redis.Redis(*c.nodes[nid].addr, socket_timeout=5)
     try:
         r.execute_command("READONLY")  # a replica serves reads only to clients that ask
-        return [eid for eid, _f in r.xrange(STREAM)]
+        return [eid for eid, _f in r.xrange(stream)]
     finally:
         r.close()
 
@@ -84,12 +84,12 @@ def settle(c: NetCluster, shard: str = "0", timeout: float = 30.0) -> None:
 
 
 def _finish(c: NetCluster, writers: list[Writer], consumers: list[Consumer],
-            shard: str = "0") -> tuple[set[bytes], bool]:
+            shard: str = "0", stream: str = STREAM) -> tuple[set[bytes], bool]:
     """Stop the load, settle, and return the final IDs and whether all nodes agree."""
     for t in (*writers, *consumers):
         t.stop()
     settle(c, shard)
-    streams = [_ids(c, nid) for nid, s in c.node_shard.items() if s == shard]
+    streams = [_ids(c, nid, stream) for nid, s in c.node_shard.items() if s == shard]
     return set(streams[0]), all(s == streams[0] for s in streams)
 
 
@@ -130,4 +130,100 @@ def etcd_cut(c: NetCluster, timeout: float = 20.0, refuse_controllers: bool = Fa
     r.notes.update(agree=agree, fenced_before_promotion=fence_t is not None
                    and fence_t < watcher.promoted_after,
                    refusal=refused[0].error if refused else "")
+    return r
+
+
+def _after(w: Writer, t: float, ok: bool) -> list:
+    return [x for x in w.writes if x.sent >= t and (x.id is not None) == ok]
+
+
+def replica_cut(c: NetCluster, hold: float = 4.0, timeout: float = 20.0) -> Round:
+    """The primary loses its replica but not etcd or its clients: it keeps taking writes,
+    WAIT 1 answers 0 at its timeout, nothing is promoted (the primary's lease is fine);
+    after the cut heals the replica catches up. `hold` (longer than the lease TTL) is how
+    long the cut lasts once WAIT has timed out."""
+    prepare(c)
+    settle(c)
+    old = c.primary_id("0")
+    assert old is not None
+    replica = next(n for n, s in c.node_shard.items() if s == "0" and n != old)
+    epoch = c.view().shards["0"].value.epoch
+    w = Writer(lambda: _addr(c), STREAM)
+    cons = Consumer(lambda: _addr(c), STREAM, GROUP)
+    for t in (w, cons):
+        t.start()
+    wait_until(lambda: len(w.acked()) >= 10, timeout, what="acknowledged writes")
+    t_cut = time.monotonic()
+    c.net.cut(c.hosts[old], c.hosts[replica])
+    try:
+        wait_until(lambda: len([x for x in _after(w, t_cut, True) if x.acks == 0]) >= 3,
+                   timeout, what="WAIT 1 answering 0")
+        t_zero = time.monotonic()
+        wait_until(lambda: time.monotonic() - t_zero >= hold, hold + 5, what="the hold")
+    finally:
+        t_heal = time.monotonic()
+        c.net.heal(c.hosts[old])
+    wait_until(lambda: any(x.acks >= 1 for x in _after(w, t_heal, True)), timeout,
+               what="WAIT 1 answering 1 again")
+    t_back = next(x.got for x in _after(w, t_heal, True) if x.acks >= 1)
+    final, agree = _finish(c, [w], [cons])
+    v = check(final, [w], [cons])
+    during = [x for x in w.writes if t_cut <= x.sent < t_heal]
+    r = Round("primary cut from its replica", v)
+    r.notes.update(agree=agree, epoch_unchanged=c.view().shards["0"].value.epoch == epoch,
+                   primary_unchanged=c.primary_id("0") == old,
+                   accepted_during=sum(1 for x in during if x.id is not None),
+                   refused_during=sum(1 for x in during if x.id is None),
+                   wait0_during=sum(1 for x in during if x.acks == 0),
+                   catch_up_s=t_back - t_heal)
+    return r
+
+
+def router_cut(c: NetCluster, timeout: float = 30.0) -> Round:
+    """A router loses the nodes of shard 1 (not etcd, not shard 0): shard 0 keeps serving
+    through it; commands for shard 1 get an error within a bounded time, not a hang.
+    Needs two shards and a router."""
+    k0, k1 = c.keys_on_each_shard(STREAM)[:2]
+    for k, shard in ((k0, "0"), (k1, "1")):
+        r = redis.Redis(*_addr(c, shard), socket_timeout=5)
+        if not r.exists(k):
+            r.xgroup_create(k, GROUP, id="0", mkstream=True)
+        r.close()
+    settle(c, "0")
+    settle(c, "1")
+    router = c.router.addr
+    w0 = Writer(lambda: router, k0)
+    w1 = Writer(lambda: router, k1, timeout=60.0)  # a hang shows as a long reply, not ours
+    cons = Consumer(lambda: router, k0, GROUP)
+    for t in (w0, w1, cons):
+        t.start()
+    wait_until(lambda: len(w0.acked()) >= 10 and len(w1.acked()) >= 10, timeout,
+               what="acknowledged writes on both shards")
+    rhost = c.hosts["router0"]
+    cut = [c.hosts[n] for n, s in c.node_shard.items() if s == "1"]
+    t_cut = time.monotonic()
+    c.net.cut(rhost, *cut)
+    try:
+        wait_until(lambda: len(_after(w1, t_cut, False)) >= 2
+                   and len([x for x in _after(w0, t_cut, True) if x.acks >= 1]) >= 20,
+                   timeout, what="shard 0 serving and shard 1 refusing")
+    finally:
+        t_heal = time.monotonic()
+        c.net.heal(rhost)
+    wait_until(lambda: any(x.acks >= 1 for x in _after(w1, t_heal, True)), timeout,
+               what="shard 1 served again")
+    errs = [x for x in w1.writes if t_cut <= x.sent < t_heal and x.id is None]
+    ok0 = [x for x in w0.writes if t_cut <= x.sent < t_heal]
+    for t in (w0, w1, cons):
+        t.stop()
+    final0, agree0 = _finish(c, [], [], "0", k0)
+    final1, agree1 = _finish(c, [], [], "1", k1)
+    v = check(final0 | final1, [w0, w1], [cons])
+    r = Round("router cut from one shard", v)
+    r.notes.update(agree=agree0 and agree1,
+                   shard0_ok_during=sum(1 for x in ok0 if x.id is not None),
+                   shard0_err_during=sum(1 for x in ok0 if x.id is None),
+                   shard1_first_error_s=errs[0].got - t_cut if errs else None,
+                   shard1_longest_error_s=max((x.got - x.sent for x in errs), default=None),
+                   shard1_error=errs[0].error if errs else "")
     return r

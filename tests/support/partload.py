@@ -47,10 +47,11 @@ class Write:
 
 
 class _Loop(threading.Thread):
-    def __init__(self, target: Target, stream: str, name: str) -> None:
+    def __init__(self, target: Target, stream: str, name: str, timeout: float = 3.0) -> None:
         super().__init__(daemon=True, name=name)
         self.target = target
         self.stream = stream
+        self.timeout = timeout
         self.stopping = threading.Event()
         self.client: redis.Redis | None = None
         self.addr: tuple[str, int] = ("", 0)
@@ -58,7 +59,8 @@ class _Loop(threading.Thread):
     def connect(self) -> redis.Redis:
         if self.client is None:
             self.addr = self.target()
-            self.client = redis.Redis(*self.addr, socket_timeout=3, socket_connect_timeout=1)
+            self.client = redis.Redis(*self.addr, socket_timeout=self.timeout,
+                                      socket_connect_timeout=1)
         return self.client
 
     def drop(self) -> None:
@@ -74,8 +76,8 @@ class _Loop(threading.Thread):
 
 class Writer(_Loop):
     def __init__(self, target: Target, stream: str, wait_ms: int = 300,
-                 pause: float = 0.01) -> None:
-        super().__init__(target, stream, f"writer-{stream}")
+                 pause: float = 0.01, timeout: float = 3.0) -> None:
+        super().__init__(target, stream, f"writer-{stream}", timeout)
         self.wait_ms = wait_ms
         self.pause = pause
         self.writes: list[Write] = []
@@ -96,10 +98,7 @@ class Writer(_Loop):
                 if not self.writes or self.writes[-1].seq != seq:
                     self.writes.append(Write(seq, sent, time.monotonic(), self.addr,
                                              error=str(e)[:80]))
-                if isinstance(e, (redis.ConnectionError, redis.TimeoutError)):
-                    self.drop()
-                else:
-                    self.drop()  # the next write asks target() again (a new primary)
+                self.drop()  # the next write asks target() again (a new primary)
                 time.sleep(0.05)
             time.sleep(self.pause)
 

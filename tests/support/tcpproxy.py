@@ -3,14 +3,18 @@
 `TcpProxy(target_port).start()` listens on a free port and forwards every connection to the
 target. `cut()` closes the live connections and refuses new ones (they are accepted and closed
 at once, like a peer that resets) until `restore()`. `blackhole()` keeps connections open but
-silently drops what flows either way: a partition that TCP does not notice. Threads with
-blocking sockets are fine here: this is test tooling, never part of a node.
+silently drops what flows either way: a partition that TCP does not notice. `delay=` holds
+every chunk that long before passing it on (in order, each way): a slow link, where no
+`netem` qdisc is available (tests/support/netns.py). Threads with blocking sockets are fine
+here: this is test tooling, never part of a node.
 """
 
 from __future__ import annotations
 
+import queue
 import socket
 import threading
+import time
 
 from tests.support.procs import LOCALHOST, free_port
 
@@ -19,9 +23,12 @@ __all__ = ["TcpProxy"]
 
 class TcpProxy:
     def __init__(self, target_port: int, target_host: str = LOCALHOST,
-                 listen_port: int | None = None) -> None:
+                 listen_port: int | None = None, listen_host: str = LOCALHOST,
+                 delay: float = 0.0) -> None:
         self.target = (target_host, target_port)
+        self.host = listen_host
         self.port = listen_port or free_port()
+        self.delay = delay
         self.mode = "pass"  # pass | cut | blackhole
         self._lock = threading.Lock()
         self._conns: list[tuple[socket.socket, socket.socket]] = []
@@ -34,7 +41,7 @@ class TcpProxy:
     def start(self) -> TcpProxy:
         ls = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         ls.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        ls.bind((LOCALHOST, self.port))
+        ls.bind((self.host, self.port))
         ls.listen(64)
         self._listener = ls
         self._thread = threading.Thread(target=self._accept_loop, daemon=True,
@@ -117,6 +124,10 @@ class TcpProxy:
 
     def _pump(self, src: socket.socket, dst: socket.socket,
               pair: tuple[socket.socket, socket.socket]) -> None:
+        late: queue.Queue[tuple[float, bytes]] | None = None
+        if self.delay > 0:
+            late = queue.Queue()
+            threading.Thread(target=self._deliver, args=(late, dst, pair), daemon=True).start()
         try:
             while True:
                 data = src.recv(256 * 1024)
@@ -126,9 +137,32 @@ class TcpProxy:
                     continue
                 if self.mode == "cut":
                     break
+                if late is not None:
+                    late.put((time.monotonic() + self.delay, data))
+                else:
+                    dst.sendall(data)
+        except OSError:
+            pass
+        if late is not None:
+            late.put((0.0, b""))
+            return  # _deliver closes the pair once the delayed bytes are out
+        self._drop(pair)
+
+    def _deliver(self, late: queue.Queue[tuple[float, bytes]], dst: socket.socket,
+                 pair: tuple[socket.socket, socket.socket]) -> None:
+        """Pass each chunk on once its delay is over; b"" ends the stream."""
+        try:
+            while True:
+                due, data = late.get()
+                if not data:
+                    break
+                time.sleep(max(0.0, due - time.monotonic()))
                 dst.sendall(data)
         except OSError:
             pass
+        self._drop(pair)
+
+    def _drop(self, pair: tuple[socket.socket, socket.socket]) -> None:
         with self._lock:
             if pair in self._conns:
                 self._conns.remove(pair)
