@@ -153,8 +153,8 @@ def replica_cut(c: NetCluster, hold: float = 4.0, timeout: float = 20.0) -> Roun
     for t in (w, cons):
         t.start()
     wait_until(lambda: len(w.acked()) >= 10, timeout, what="acknowledged writes")
-    t_cut = time.monotonic()
     c.net.cut(c.hosts[old], c.hosts[replica])
+    t_cut = time.monotonic()  # writes sent from now on cannot reach the replica
     try:
         wait_until(lambda: len([x for x in _after(w, t_cut, True) if x.acks == 0]) >= 3,
                    timeout, what="WAIT 1 answering 0")
@@ -168,13 +168,15 @@ def replica_cut(c: NetCluster, hold: float = 4.0, timeout: float = 20.0) -> Roun
     t_back = next(x.got for x in _after(w, t_heal, True) if x.acks >= 1)
     final, agree = _finish(c, [w], [cons])
     v = check(final, [w], [cons])
-    during = [x for x in w.writes if t_cut <= x.sent < t_heal]
+    # Writes whose WAIT ended before the heal (WAIT 1 waits wait_ms at most).
+    during = [x for x in w.writes if t_cut <= x.sent < t_heal - w.wait_ms / 1000 - 0.2]
     r = Round("primary cut from its replica", v)
     r.notes.update(agree=agree, epoch_unchanged=c.view().shards["0"].value.epoch == epoch,
                    primary_unchanged=c.primary_id("0") == old,
                    accepted_during=sum(1 for x in during if x.id is not None),
                    refused_during=sum(1 for x in during if x.id is None),
                    wait0_during=sum(1 for x in during if x.acks == 0),
+                   acked_during=sum(1 for x in during if x.acks >= 1),
                    catch_up_s=t_back - t_heal)
     return r
 
