@@ -21,26 +21,35 @@ from tests.support.netcluster import NetCluster, start_net_cluster
 pytestmark = [pytest.mark.etcd, pytest.mark.failover, pytest.mark.slow]
 
 
-@pytest.fixture
-def net() -> Iterator[netns.Net]:
+def _net() -> netns.Net:
     why = netns.available()
     if why is not None:
         pytest.skip(why)
-    n = netns.Net()
+    return netns.Net()
+
+
+@pytest.fixture
+def net() -> Iterator[netns.Net]:
+    n = _net()
     try:
         yield n
     finally:
         n.close()
 
 
-@pytest.fixture
-def shard1(net: netns.Net, tmp_path: Path) -> Iterator[NetCluster]:
-    """One shard of a primary and a replica, one controller."""
-    c = start_net_cluster(tmp_path / "c", net, shards=1, replicas=1)
+@pytest.fixture(scope="module")
+def shard1(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NetCluster]:
+    """One shard of a primary and a replica, one controller, shared by the cases that leave
+    it whole (every round heals and settles before it returns)."""
+    n = _net()
     try:
-        yield c
+        c = start_net_cluster(tmp_path_factory.mktemp("shard1"), n, shards=1, replicas=1)
+        try:
+            yield c
+        finally:
+            c.stop()
     finally:
-        c.stop()
+        n.close()
 
 
 def assert_round(r: partcases.Round) -> None:
@@ -83,7 +92,8 @@ def test_router_cut_from_one_shard_serves_the_others_and_errors_for_it(
         net: netns.Net, tmp_path: Path) -> None:
     """Before routers set TCP_USER_TIMEOUT on their node connections, a command for the cut
     shard waited until the cut healed (a partition never resets a connection)."""
-    c = start_net_cluster(tmp_path / "c", net, shards=2, replicas=1, routers=1)
+    c = start_net_cluster(tmp_path / "c", net, shards=2, replicas=1, routers=1,
+                          router_args=("--cluster-down-timeout-ms", "2000"))
     try:
         r = partcases.router_cut(c)
     finally:
@@ -92,3 +102,25 @@ def test_router_cut_from_one_shard_serves_the_others_and_errors_for_it(
     n = r.notes
     assert n["shard0_ok_during"] > 0 and n["shard0_err_during"] == 0, n
     assert n["shard1_error"] == "The cluster is down", n
+
+
+def test_controller_cut_from_etcd_is_replaced_and_fails_over_once(net: netns.Net,
+                                                                   tmp_path: Path) -> None:
+    c = start_net_cluster(tmp_path / "c", net, shards=1, replicas=2, controllers=2)
+    try:
+        r = partcases.controller_cut(c)
+    finally:
+        c.stop()
+    assert_round(r)
+    n = r.notes
+    assert n["new_leader"] != n["old_leader"], n
+    assert n["no_failover_before_kill"] and n["failovers"] == 1, n
+    assert n["masters"] == [n["new_primary"]], n
+
+
+def test_flapping_lossy_slow_replication_link_catches_up(shard1: NetCluster) -> None:
+    r = partcases.flapping_link(shard1, flaps=2)
+    assert_round(r)
+    n = r.notes
+    assert n["proxied_connections"] >= 1, n  # the link really went through the slow proxy
+    assert n["epoch_unchanged"], n

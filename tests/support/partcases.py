@@ -206,7 +206,7 @@ def router_cut(c: NetCluster, timeout: float = 30.0) -> Round:
     t_cut = time.monotonic()
     c.net.cut(rhost, *cut)
     try:
-        wait_until(lambda: len(_after(w1, t_cut, False)) >= 2
+        wait_until(lambda: len(_after(w1, t_cut, False)) >= 1
                    and len([x for x in _after(w0, t_cut, True) if x.acks >= 1]) >= 20,
                    timeout, what="shard 0 serving and shard 1 refusing")
     finally:
@@ -228,4 +228,116 @@ def router_cut(c: NetCluster, timeout: float = 30.0) -> Round:
                    shard1_first_error_s=errs[0].got - t_cut if errs else None,
                    shard1_longest_error_s=max((x.got - x.sent for x in errs), default=None),
                    shard1_error=errs[0].error if errs else "")
+    return r
+
+
+def controller_cut(c: NetCluster, timeout: float = 30.0) -> Round:
+    """The leading controller loses etcd (not the nodes): another controller takes over; then
+    the primary is killed, and exactly one failover happens (the cut-off controller cannot
+    commit one, and sends nodes nothing without a commit). Needs two controllers."""
+    prepare(c)
+    settle(c)
+    v = c.wait_for(lambda v: v.leader is not None, timeout, "a leading controller")
+    leader = v.leader.value  # type: ignore[union-attr]
+    epoch = v.shards["0"].value.epoch
+    old = c.primary_id("0")
+    assert old is not None
+    w = Writer(lambda: _addr(c), STREAM)
+    cons = Consumer(lambda: _addr(c), STREAM, GROUP)
+    for t in (w, cons):
+        t.start()
+    wait_until(lambda: len(w.acked()) >= 10, timeout, what="acknowledged writes")
+    lhost = c.hosts[leader]
+    t_cut = time.monotonic()
+    c.net.cut(lhost, c.hosts["etcd"])
+    try:
+        v2 = c.wait_for(lambda v: v.leader is not None and v.leader.value != leader, timeout,
+                        "another controller leading")
+        t_lead = time.monotonic()
+        epoch_at_takeover = v2.shards["0"].value.epoch
+        watcher = Watcher(str(c.url), c.name, "0", old)
+        watcher.start()
+        t_kill = time.monotonic()
+        c.nodes[old].kill()
+        try:
+            wait_until(lambda: watcher.promoted_by is not None, timeout, what="the failover")
+        finally:
+            watcher.stop()
+        new = watcher.new
+        wait_until(lambda: len([x for x in _after(w, t_kill, True) if x.acks >= 0]) >= 10,
+                   timeout, what="writes on the new primary")
+        epoch_after = c.view().shards["0"].value.epoch
+        roles = {}
+        for nid, h in c.nodes.items():
+            if nid != old:
+                r = redis.Redis(*h.addr, socket_timeout=2)
+                roles[nid] = r.execute_command("ROLE")[0]
+                r.close()
+    finally:
+        c.net.heal(lhost)
+    c.nodes[old].start()  # back as a replica of the new primary
+    final, agree = _finish(c, [w], [cons])
+    v = check(final, [w], [cons])
+    r = Round("controller cut from etcd", v, promote_s=(watcher.promoted_by or 0) - t_kill)
+    r.notes.update(agree=agree, old_leader=leader, new_leader=v2.leader.value,  # type: ignore[union-attr]
+                   takeover_s=t_lead - t_cut, no_failover_before_kill=epoch_at_takeover == epoch,
+                   failovers=epoch_after - epoch, new_primary=new,
+                   masters=sorted(n for n, role in roles.items() if role == b"master"))
+    return r
+
+
+def flapping_link(c: NetCluster, loss: int = 5, delay: float = 0.1, flaps: int = 3,
+                  up: float = 2.0, down: float = 1.0, timeout: float = 60.0) -> Round:
+    """The replication link loses `loss` % of its packets each way, is `2 * delay` slower
+    per round trip (a TCP proxy: this kernel has no netem), and goes down for `down` seconds
+    `flaps` times: the replica catches up in the end and holds exactly the primary's stream,
+    nothing WAIT acknowledged is lost, and nothing is promoted."""
+    from tests.support.tcpproxy import TcpProxy
+
+    prepare(c)
+    settle(c)
+    v = c.view()
+    epoch = v.shards["0"].value.epoch
+    old = c.primary_id("0")
+    assert old is not None
+    replica = next(n for n, s in c.node_shard.items() if s == "0" and n != old)
+    p, rh = c.nodes[old], c.hosts[replica]
+    proxy = TcpProxy(p.port, p.host, listen_host=c.net.gateway, delay=delay).start()
+    w = Writer(lambda: _addr(c), STREAM)
+    cons = Consumer(lambda: _addr(c), STREAM, GROUP)
+    try:
+        c.net.redirect(rh, c.hosts[old], p.port, proxy.port)
+        pc = redis.Redis(*p.addr, socket_timeout=5)
+        pc.execute_command("CLIENT", "KILL", "TYPE", "replica")  # reconnect, through the proxy
+        pc.close()
+        wait_until(lambda: proxy.connections > 0, timeout, what="replication via the proxy")
+        c.net.loss(rh, c.net.gateway, loss)
+        for t in (w, cons):
+            t.start()
+        t_start = time.monotonic()
+        for _ in range(flaps):
+            t0 = time.monotonic()
+            wait_until(lambda t0=t0: time.monotonic() - t0 >= up, up + 5, what="link up")
+            c.net.cut(rh, c.net.gateway)
+            t0 = time.monotonic()
+            wait_until(lambda t0=t0: time.monotonic() - t0 >= down, down + 5, what="link down")
+            c.net.heal(rh)
+            c.net.loss(rh, c.net.gateway, loss)
+        wait_until(lambda: time.monotonic() - t_start >= flaps * (up + down) + up,
+                   up + 5, what="last up")
+        for t in (w, cons):
+            t.stop()
+        t_quiet = time.monotonic()
+        settle(c, timeout=timeout)  # caught up, still through the lossy, slow link
+        catch_up = time.monotonic() - t_quiet
+    finally:
+        c.net.heal(rh, redirects=True)
+        proxy.stop()
+    final, agree = _finish(c, [w], [cons])
+    v = check(final, [w], [cons])
+    r = Round("flapping replication link", v)
+    r.notes.update(agree=agree, catch_up_s=catch_up,
+                   epoch_unchanged=c.view().shards["0"].value.epoch == epoch,
+                   wait0=sum(1 for x in w.writes if x.acks == 0),
+                   proxied_connections=proxy.accepted)
     return r
