@@ -204,7 +204,7 @@ def start_server(kind: str, *, label: str | None = None, port: int | None = None
         if kind == "redis":
             exe = shutil.which("redis-server") or "/usr/bin/redis-server"
             argv = [exe, "--port", str(p), "--bind", HOST, "--save", "", "--appendonly", "no",
-                    "--daemonize", "no", "--dir", str(wd), "--logfile", ""]
+                    "--daemonize", "no", "--dir", str(wd), "--logfile", "", *extra]
             env = None
         elif kind == "node":
             argv = [sys.executable, "-m", "control.cli", "node", "--port", str(p),

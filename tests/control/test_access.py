@@ -15,12 +15,13 @@ from pathlib import Path
 import pytest
 import redis
 
+from control.certs import make_tls
 from control.lease import POLICY, LeaseSession
 from control.records import NodeRecord
 from control.store import Store, read_view
 from tests.conftest import REPO
 from tests.support.cluster import run_cli
-from tests.support.etcdmembers import EtcdMembers, make_tls
+from tests.support.etcdmembers import EtcdMembers
 from tests.support.procs import ServerProcess, free_port, wait_until
 
 pytestmark = pytest.mark.etcd

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import redis
 
-from tests.support.etcdmembers import Tls, make_tls
+from control.certs import Tls, make_tls
 
 
 @dataclass

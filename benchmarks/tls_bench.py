@@ -1,0 +1,114 @@
+"""What TLS costs on XADD: redis-server and the node, each over plain TCP and over TLS.
+
+    python benchmarks/tls_bench.py [--quick] [--rounds N] [--requests N] [--output PATH]
+
+Each round starts a fresh redis-server 7.0 and a fresh node, both listening on a plain port
+and on a tls-port (mutual TLS: tls-auth-clients yes, a client certificate from a CA made here
+by control/certs.py). redis-benchmark (50 clients, `--tls --cacert --cert --key` for the TLS
+port) runs XADD at pipeline 1 and 16 against each port; the order of plain and TLS alternates
+from round to round. Servers are pinned to CPU 0 and redis-benchmark to CPU 1. The medians go
+to benchmarks/TLS_RESULTS.md: for each server, TLS / plain; for each transport, node / redis.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+if __package__ in (None, ""):
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from benchmarks.harness import (  # noqa: E402
+    cpu_seconds,
+    finish_results,
+    machine_line,
+    redis_benchmark,
+    redis_version,
+    results_head,
+    start_server,
+)
+from control.certs import make_tls  # noqa: E402
+from control.ports import free_port  # noqa: E402
+
+FIELDS = [tok for i in range(1, 6) for tok in (f"f{i}", f"value{i:05d}")]
+SERVERS = {"redis": "redis-server", "node": "xshard node"}
+SERVER_CPU, LOAD_CPU = (0, 1) if (os.cpu_count() or 1) >= 2 else (None, None)
+
+
+def _run(kind: str, certs, rounds: int, requests: int) -> dict[tuple[str, int], list[float]]:  # noqa: ANN001
+    """{(transport, pipeline): [requests/s per round]} for one kind of server."""
+    out: dict[tuple[str, int], list[float]] = {}
+    tls_args = ("--tls-cert-file", str(certs.server_cert), "--tls-key-file",
+                str(certs.server_key), "--tls-ca-cert-file", str(certs.ca),
+                "--tls-auth-clients", "yes")
+    client_tls = ["--tls", "--cacert", str(certs.ca), "--cert", str(certs.client_cert),
+                  "--key", str(certs.client_key)]
+    for rnd in range(rounds):
+        tport = free_port()
+        srv = start_server(kind, cpu=SERVER_CPU, extra=("--tls-port", str(tport), *tls_args))
+        try:
+            order = ("plain", "tls") if rnd % 2 == 0 else ("tls", "plain")
+            for pipeline in (1, 16):
+                for transport in order:
+                    port = srv.port if transport == "plain" else tport
+                    extra = client_tls if transport == "tls" else []
+                    cpu0 = cpu_seconds(srv.pid)
+                    rps = redis_benchmark(port, [*extra, "-c", "50", "-n", str(requests), "-P",
+                                                 str(pipeline), "XADD", f"s-{transport}", "*",
+                                                 *FIELDS], timeout=600, cpu=LOAD_CPU)
+                    out.setdefault((transport, pipeline), []).append(rps)
+                    print(f"round {rnd + 1} {SERVERS[kind]:12} {transport:5} P{pipeline:<2} "
+                          f"{rps:10,.0f} req/s (server CPU {cpu_seconds(srv.pid) - cpu0:.1f} s)",
+                          flush=True)
+        finally:
+            srv.stop()
+    return out
+
+
+def main(argv: list[str]) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--quick", action="store_true", help="1 round of 20k requests (a smoke run)")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--requests", type=int, default=100_000)
+    ap.add_argument("--output", default=str(Path(__file__).with_name("TLS_RESULTS.md")))
+    a = ap.parse_args(argv)
+    rounds, requests = (1, 20_000) if a.quick else (a.rounds, a.requests)
+    load0 = os.getloadavg()[0]
+    uptime0 = Path("/proc/loadavg").read_text().split()[:3]
+    with tempfile.TemporaryDirectory(prefix="tls-bench-") as d:
+        certs = make_tls(Path(d))
+        res = {kind: _run(kind, certs, rounds, requests) for kind in SERVERS}
+    med = {k: {m: statistics.median(v) for m, v in r.items()} for k, r in res.items()}
+    lines = results_head("TLS cost on XADD: redis-server and the node, plain vs TLS",
+                         "tls_bench.py", argv)
+    lines += [machine_line(load0, SERVER_CPU, LOAD_CPU,
+                           f" (loadavg {' '.join(uptime0)})"),
+              f"- {redis_version()}; redis-benchmark -c 50 -n {requests:,}, XADD of 5 fields, "
+              f"median of {rounds} round(s); mutual TLS (client certificates), TLSv1.3, "
+              f"ECDSA P-256 certificates", "",
+              "| server | pipeline | plain req/s | TLS req/s | TLS / plain |",
+              "|---|---:|---:|---:|---:|"]
+    for kind, label in SERVERS.items():
+        for p in (1, 16):
+            plain, tls = med[kind][("plain", p)], med[kind][("tls", p)]
+            lines.append(f"| {label} | {p} | {plain:,.0f} | {tls:,.0f} | {tls / plain:.2f} |")
+    lines += ["", "| transport | pipeline | node / redis-server |", "|---|---:|---:|"]
+    for t in ("plain", "tls"):
+        for p in (1, 16):
+            lines.append(f"| {t} | {p} | {med['node'][(t, p)] / med['redis'][(t, p)]:.2f} |")
+    lines += ["", "Every round's figures (req/s):", ""]
+    for kind, r in res.items():
+        for (t, p), v in sorted(r.items()):
+            lines.append(f"- {SERVERS[kind]} {t} P{p}: {', '.join(f'{x:,.0f}' for x in v)}")
+    lines += ["", f"Run took until {time.strftime('%H:%M UTC', time.gmtime())}."]
+    finish_results(lines, Path(a.output))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
