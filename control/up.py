@@ -39,6 +39,7 @@ from control.supervisor import Child, exit_text, say, xshard_argv
 READY = "Ctrl-C stops the cluster."
 DETACHED_READY = "running in the background (pid"
 PRIMARY_WAIT = 30.0  # seconds to wait for the primaries etcd names before the controller starts
+TLS_OFFSET = 10000  # with --tls, every node and router also serves TLS on its port + this
 
 
 @dataclass
@@ -51,6 +52,7 @@ class Shape:
     cluster: str = "xshard"
     etcd_port: int = 0
     etcd_peer_port: int = 0
+    tls: bool = False
 
     def node_ids(self) -> list[tuple[str, int, int]]:
         """(node id, shard, port) for every node: sSnI on port + S * (1 + R) + I."""
@@ -87,6 +89,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--scrape-interval", type=float, default=5.0, metavar="SECONDS",
                    help="scrape and rule evaluation interval written to prometheus.yml "
                    "(default: 5)")
+    p.add_argument("--tls", action="store_true", default=None, help="also serve TLS on "
+                   f"every node's and router's port + {TLS_OFFSET}, with a local CA and "
+                   "certificates made in <dir>/tls/; replicas, routers and the controller "
+                   "reach the nodes over TLS (default: off)")
     p.add_argument("--detach", action="store_true", help="run in the background; xshard logs "
                    "shows the logs, xshard down stops it (default: off)")
     p.add_argument("--detached-child", action="store_true", help=argparse.SUPPRESS)
@@ -108,7 +114,8 @@ def resolve(a: argparse.Namespace, saved: dict) -> Shape:
     if shape.shards < 1 or shape.replicas < 0 or shape.routers < 0:
         raise CliError("--shards must be >= 1, --replicas and --routers >= 0")
     last = shape.node_ids()[-1][2] if shape.shards else shape.port
-    if shape.port < 1 or last > 65535 or shape.router_port + shape.routers - 1 > 65535:
+    top = TLS_OFFSET if shape.tls else 0
+    if shape.port < 1 or last + top > 65535 or shape.router_port + shape.routers - 1 + top > 65535:
         raise CliError(f"--port {shape.port}: the node ports would run past 65535")
     return shape
 
@@ -321,6 +328,7 @@ class LocalCluster:
             grow = self._grow(e.shards)
         # Every process gets a free metrics port; Prometheus finds them in targets.json.
         targets: list[promconfig.Target] = []
+        tls = self._tls_args()
         for nid, shard, port in s.node_ids():
             d = self.base / nid
             d.mkdir(exist_ok=True)
@@ -329,7 +337,9 @@ class LocalCluster:
             self.nodes.append(Child(nid, xshard_argv(
                 "node", "--port", str(port), "--dir", str(d), "--appendonly", "yes",
                 "--etcd", self.url, "--cluster", s.cluster, "--shard", str(shard),
-                "--node-id", nid, "--metrics-port", str(mport)), d / "node.log"))
+                "--node-id", nid, "--metrics-port", str(mport), *tls.get("node", ()),
+                *self._tls_port(port)),
+                d / "node.log"))
         # A new cluster (or new shards): every shard's first node first, so that it becomes
         # the primary. A cluster that exists: all at once, and etcd names the primaries.
         later = [c for c in self.nodes[s.shards:]
@@ -350,13 +360,14 @@ class LocalCluster:
         targets.append(promconfig.Target("controller", "controller", mport))
         self.others.append(Child("controller", xshard_argv(
             "controller", "--etcd", self.url, "--cluster", s.cluster, "--metrics-port",
-            str(mport)), self.base / "controller.log"))
+            str(mport), *tls.get("controller", ())), self.base / "controller.log"))
         for i in range(s.routers):
             mport = free_port()
             targets.append(promconfig.Target("router", f"router{i}", mport))
             self.others.append(Child(f"router{i}", xshard_argv(
                 "router", "--port", str(s.router_port + i), "--etcd", self.url, "--cluster",
-                s.cluster, "--router-id", f"router{i}", "--metrics-port", str(mport)),
+                s.cluster, "--router-id", f"router{i}", "--metrics-port", str(mport),
+                *tls.get("router", ()), *self._tls_port(s.router_port + i)),
                 self.base / f"router{i}.log"))
         self.prom_config, rules = promconfig.write(self.base / "prometheus", s.cluster, targets,
                                                    self.scrape_interval)
@@ -432,6 +443,32 @@ class LocalCluster:
         say(f"rebalancing: {n} slot moves queued onto shards {', '.join(new)}; they go on in "
             "the background (xshard status counts them)")
 
+    def _tls_args(self) -> dict[str, tuple[str, ...]]:
+        """With --tls: the options of nodes, routers and the controller, over certificates
+        made once in <dir>/tls/ (kept across restarts; a year's validity)."""
+        if not self.shape.tls:
+            return {}
+        from control.certs import Tls, make_tls
+
+        d = self.base / "tls"
+        t = Tls(d / "ca.pem", d / "server.pem", d / "server-key.pem", d / "client.pem",
+                d / "client-key.pem")
+        if not all(p.exists() for p in (t.ca, t.server_cert, t.server_key, t.client_cert,
+                                         t.client_key)):
+            try:
+                t = make_tls(d, days=365)
+            except ImportError:
+                raise CliError("--tls makes its certificates with the `cryptography` package: "
+                               "pip install cryptography") from None
+        files = ("--tls-cert-file", str(t.server_cert), "--tls-key-file", str(t.server_key),
+                 "--tls-ca-cert-file", str(t.ca))
+        return {"node": (*files, "--tls-replication", "yes", "--tls-cluster", "yes"),
+                "router": (*files, "--tls-cluster", "yes"),
+                "controller": (*files, "--tls-cluster", "yes")}
+
+    def _tls_port(self, port: int) -> tuple[str, ...]:
+        return ("--tls-port", str(port + TLS_OFFSET)) if self.shape.tls else ()
+
     def _print_ready(self, router_ports: list[int]) -> None:
         s = self.shape
         head, rows, tail = asyncio.run(status_rows(self.url, s.cluster))
@@ -447,6 +484,10 @@ class LocalCluster:
         if router_ports:
             print(f"\nconnect: redis-cli -p {router_ports[0]}   (a router: any Redis client "
                   "sees one big Redis)")
+            if s.tls:
+                t = self.base / "tls"
+                print(f"TLS:     redis-cli -p {router_ports[0] + TLS_OFFSET} --tls --cacert "
+                      f"{t / 'ca.pem'} --cert {t / 'client.pem'} --key {t / 'client-key.pem'}")
         print(f"nodes:   redis-cli -c -p {s.port}   (any node; cluster clients follow MOVED)")
         print("status:  xshard status" + ("" if here else
                                           f" --etcd {self.url} --cluster {s.cluster}"))

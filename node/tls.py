@@ -144,31 +144,31 @@ def add_arguments(p: argparse.ArgumentParser, *, listener: bool) -> None:
     """The tls-* options of `xshard router` (`listener`: it serves clients too) and
     `xshard controller`, with the node's names and meanings."""
     if listener:
-        p.add_argument("--tls-port", type=int, default=0, help="TLS port to listen on, "
+        p.add_argument("--tls-port", metavar="PORT", type=int, default=0, help="TLS port to listen on, "
                        "besides --port (default: 0, none; with --port 0, TLS only)")
-    p.add_argument("--tls-cluster", choices=("yes", "no"), default="no", help="reach the "
+    p.add_argument("--tls-cluster", metavar="yes/no", choices=("yes", "no"), default="no", help="reach the "
                    "nodes over TLS, at their tls-port (default: no)")
-    p.add_argument("--tls-cert-file", default="", help="certificate (PEM): the server one "
+    p.add_argument("--tls-cert-file", metavar="FILE", default="", help="certificate (PEM): the server one "
                    "on tls-port, and the client one towards nodes unless "
                    "--tls-client-cert-file is given")
-    p.add_argument("--tls-key-file", default="", help="private key of --tls-cert-file")
-    p.add_argument("--tls-key-file-pass", default="", help="passphrase of --tls-key-file")
-    p.add_argument("--tls-client-cert-file", default="", help="client certificate towards "
+    p.add_argument("--tls-key-file", metavar="FILE", default="", help="private key of --tls-cert-file")
+    p.add_argument("--tls-key-file-pass", metavar="PASS", default="", help="passphrase of --tls-key-file")
+    p.add_argument("--tls-client-cert-file", metavar="FILE", default="", help="client certificate towards "
                    "the nodes (default: --tls-cert-file)")
-    p.add_argument("--tls-client-key-file", default="", help="private key of "
+    p.add_argument("--tls-client-key-file", metavar="FILE", default="", help="private key of "
                    "--tls-client-cert-file")
-    p.add_argument("--tls-client-key-file-pass", default="", help="passphrase of "
+    p.add_argument("--tls-client-key-file-pass", metavar="PASS", default="", help="passphrase of "
                    "--tls-client-key-file")
-    p.add_argument("--tls-ca-cert-file", default="", help="CA bundle that client and node "
+    p.add_argument("--tls-ca-cert-file", metavar="FILE", default="", help="CA bundle that client and node "
                    "certificates must chain to")
-    p.add_argument("--tls-ca-cert-dir", default="", help="directory of CA certificates")
+    p.add_argument("--tls-ca-cert-dir", metavar="DIR", default="", help="directory of CA certificates")
     if listener:
-        p.add_argument("--tls-auth-clients", choices=("yes", "no", "optional"),
+        p.add_argument("--tls-auth-clients", metavar="yes/no/optional", choices=("yes", "no", "optional"),
                        default="yes", help="TLS clients must present a certificate "
                        "(default: yes)")
-    p.add_argument("--tls-protocols", default="", help='TLS versions, e.g. "TLSv1.2 '
+    p.add_argument("--tls-protocols", metavar="LIST", default="", help='TLS versions, e.g. "TLSv1.2 '
                    'TLSv1.3" (default: both)')
-    p.add_argument("--tls-ciphers", default="", help="OpenSSL cipher list for TLSv1.2")
+    p.add_argument("--tls-ciphers", metavar="LIST", default="", help="OpenSSL cipher list for TLSv1.2")
 
 
 def contexts_from_args(a: argparse.Namespace) -> tuple[ssl.SSLContext | None,

@@ -317,3 +317,31 @@ def test_up_with_more_shards_starts_them_and_rebalances(tmp_path) -> None:  # no
     assert smaller.returncode == 1
     assert "has 3 shards; start it with --shards 3 (xshard remove-shard makes it smaller)" \
         in smaller.stderr, smaller.stderr
+
+
+def test_up_with_tls_serves_tls_clients_and_replicates_over_tls(tmp_path) -> None:  # noqa: ANN001
+    from control.ports import port_in_use
+    from control.up import TLS_OFFSET
+
+    base = next(b for b in iter(lambda: free_block(4), None)
+                if not any(port_in_use(b + TLS_OFFSET + i) for i in range(4)))
+    u = Up(tmp_path, ["--shards", "1", "--replicas", "1", "--port", str(base), "--router-port",
+                      str(base + 3), "--cluster", "uptls", "--tls"])
+    try:
+        u.wait_for(READY)
+        t = tmp_path / ".xshard" / "tls"
+        assert f"--tls --cacert {t / 'ca.pem'}" in u.out
+        kw = {"ssl": True, "ssl_ca_certs": str(t / "ca.pem"), "ssl_certfile": str(t / "client.pem"),
+              "ssl_keyfile": str(t / "client-key.pem"), "socket_timeout": 10}
+        r = redis.Redis(port=base + 3 + TLS_OFFSET, **kw)
+        eid = r.xadd("k", {"a": "1"})
+        assert r.execute_command("WAIT", 1, 5000) == 1
+        primary = redis.Redis(port=base + TLS_OFFSET, **kw)
+        assert primary.xrange("k") == [(eid, {b"a": b"1"})]
+        # The replica's link to its primary is the TLS one (tls-replication).
+        replica = redis.Redis(port=base + 1 + TLS_OFFSET, **kw)
+        assert replica.info("replication")["master_port"] == base + TLS_OFFSET
+        for c in (r, primary, replica):
+            c.close()
+    finally:
+        assert u.stop() == 0, u.out
