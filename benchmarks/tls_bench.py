@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import argparse
 import os
+import socket
+import ssl
 import statistics
 import sys
 import tempfile
@@ -40,9 +42,21 @@ SERVERS = {"redis": "redis-server", "node": "xshard node"}
 SERVER_CPU, LOAD_CPU = (0, 1) if (os.cpu_count() or 1) >= 2 else (None, None)
 
 
-def _run(kind: str, certs, rounds: int, requests: int) -> dict[tuple[str, int], list[float]]:  # noqa: ANN001
-    """{(transport, pipeline): [requests/s per round]} for one kind of server."""
-    out: dict[tuple[str, int], list[float]] = {}
+def _tls_version(port: int, certs) -> str:  # noqa: ANN001
+    """The TLS version a client negotiates with the server (what the figures are for)."""
+    ctx = ssl.create_default_context(cafile=str(certs.ca))
+    ctx.check_hostname = False
+    ctx.load_cert_chain(str(certs.client_cert), str(certs.client_key))
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as raw, \
+            ctx.wrap_socket(raw) as s:
+        return f"{s.version()} {s.cipher()[0]}"
+
+
+def _run(kind: str, certs, rounds: int, requests: int,  # noqa: ANN001
+         versions: dict[str, str]) -> dict[tuple[str, int], list[tuple[float, float]]]:
+    """{(transport, pipeline): [(requests/s, server CPU us per request) per round]} for one
+    kind of server."""
+    out: dict[tuple[str, int], list[tuple[float, float]]] = {}
     tls_args = ("--tls-cert-file", str(certs.server_cert), "--tls-key-file",
                 str(certs.server_key), "--tls-ca-cert-file", str(certs.ca),
                 "--tls-auth-clients", "yes")
@@ -52,6 +66,7 @@ def _run(kind: str, certs, rounds: int, requests: int) -> dict[tuple[str, int], 
         tport = free_port()
         srv = start_server(kind, cpu=SERVER_CPU, extra=("--tls-port", str(tport), *tls_args))
         try:
+            versions[kind] = _tls_version(tport, certs)
             order = ("plain", "tls") if rnd % 2 == 0 else ("tls", "plain")
             for pipeline in (1, 16):
                 for transport in order:
@@ -61,10 +76,10 @@ def _run(kind: str, certs, rounds: int, requests: int) -> dict[tuple[str, int], 
                     rps = redis_benchmark(port, [*extra, "-c", "50", "-n", str(requests), "-P",
                                                  str(pipeline), "XADD", f"s-{transport}", "*",
                                                  *FIELDS], timeout=600, cpu=LOAD_CPU)
-                    out.setdefault((transport, pipeline), []).append(rps)
+                    us = (cpu_seconds(srv.pid) - cpu0) / requests * 1e6
+                    out.setdefault((transport, pipeline), []).append((rps, us))
                     print(f"round {rnd + 1} {SERVERS[kind]:12} {transport:5} P{pipeline:<2} "
-                          f"{rps:10,.0f} req/s (server CPU {cpu_seconds(srv.pid) - cpu0:.1f} s)",
-                          flush=True)
+                          f"{rps:10,.0f} req/s, server CPU {us:.1f} us/request", flush=True)
         finally:
             srv.stop()
     return out
@@ -80,23 +95,33 @@ def main(argv: list[str]) -> int:
     rounds, requests = (1, 20_000) if a.quick else (a.rounds, a.requests)
     load0 = os.getloadavg()[0]
     uptime0 = Path("/proc/loadavg").read_text().split()[:3]
+    versions: dict[str, str] = {}
     with tempfile.TemporaryDirectory(prefix="tls-bench-") as d:
         certs = make_tls(Path(d))
-        res = {kind: _run(kind, certs, rounds, requests) for kind in SERVERS}
-    med = {k: {m: statistics.median(v) for m, v in r.items()} for k, r in res.items()}
+        res = {kind: _run(kind, certs, rounds, requests, versions) for kind in SERVERS}
+    med = {k: {m: statistics.median(x[0] for x in v) for m, v in r.items()}
+           for k, r in res.items()}
+    cpu = {k: {m: statistics.median(x[1] for x in v) for m, v in r.items()}
+           for k, r in res.items()}
     lines = results_head("TLS cost on XADD: redis-server and the node, plain vs TLS",
                          "tls_bench.py", argv)
     lines += [machine_line(load0, SERVER_CPU, LOAD_CPU,
                            f" (loadavg {' '.join(uptime0)})"),
               f"- {redis_version()}; redis-benchmark -c 50 -n {requests:,}, XADD of 5 fields, "
-              f"median of {rounds} round(s); mutual TLS (client certificates), TLSv1.3, "
-              f"ECDSA P-256 certificates", "",
-              "| server | pipeline | plain req/s | TLS req/s | TLS / plain |",
-              "|---|---:|---:|---:|---:|"]
+              f"median of {rounds} round(s); mutual TLS (client certificates), ECDSA P-256 "
+              f"certificates; negotiated: "
+              + "; ".join(f"{SERVERS[k]} {v}" for k, v in versions.items()), "",
+              "Server CPU per request is the server process's CPU time over the run divided by "
+              "the requests: it is less sensitive than req/s to a loaded load generator.", "",
+              "| server | pipeline | plain req/s | TLS req/s | TLS / plain | CPU us/req plain "
+              "| CPU us/req TLS | TLS extra us/req |",
+              "|---|---:|---:|---:|---:|---:|---:|---:|"]
     for kind, label in SERVERS.items():
         for p in (1, 16):
             plain, tls = med[kind][("plain", p)], med[kind][("tls", p)]
-            lines.append(f"| {label} | {p} | {plain:,.0f} | {tls:,.0f} | {tls / plain:.2f} |")
+            cp, ct = cpu[kind][("plain", p)], cpu[kind][("tls", p)]
+            lines.append(f"| {label} | {p} | {plain:,.0f} | {tls:,.0f} | {tls / plain:.2f} | "
+                         f"{cp:.1f} | {ct:.1f} | {ct - cp:.1f} |")
     lines += ["", "| transport | pipeline | node / redis-server |", "|---|---:|---:|"]
     for t in ("plain", "tls"):
         for p in (1, 16):
@@ -104,7 +129,8 @@ def main(argv: list[str]) -> int:
     lines += ["", "Every round's figures (req/s):", ""]
     for kind, r in res.items():
         for (t, p), v in sorted(r.items()):
-            lines.append(f"- {SERVERS[kind]} {t} P{p}: {', '.join(f'{x:,.0f}' for x in v)}")
+            lines.append(f"- {SERVERS[kind]} {t} P{p}: "
+                         + ", ".join(f"{x:,.0f} ({us:.1f} us)" for x, us in v))
     lines += ["", f"Run took until {time.strftime('%H:%M UTC', time.gmtime())}."]
     finish_results(lines, Path(a.output))
     return 0
