@@ -27,7 +27,8 @@ class CliError(Exception):
 
 
 def parser(prog: str, desc: str, *, nodes: bool = False) -> argparse.ArgumentParser:
-    """A subcommand's parser with the etcd options, --cluster, and (`nodes`) --node-password."""
+    """A subcommand's parser with the etcd options, --cluster, and (`nodes`) --node-user and
+    --node-password."""
     p = argparse.ArgumentParser(prog=f"xshard {prog}", description=desc)
     etcdconn.add_arguments(p, etcd_help="etcd endpoints, a comma list of URLs (default: the "
                            "local cluster's in ./.xshard, else http://127.0.0.1:2379)")
@@ -37,7 +38,10 @@ def parser(prog: str, desc: str, *, nodes: bool = False) -> argparse.ArgumentPar
     if nodes:
         p.add_argument("--node-password", default=os.environ.get("XSHARD_NODE_PASSWORD", ""),
                        metavar="PASSWORD", help="AUTH password for nodes that have "
-                       "requirepass (env XSHARD_NODE_PASSWORD)")
+                       "requirepass or ACL users (env XSHARD_NODE_PASSWORD)")
+        p.add_argument("--node-user", default=os.environ.get("XSHARD_NODE_USER", ""),
+                       metavar="USER", help="ACL user to log in to the nodes as, with "
+                       "--node-password (env XSHARD_NODE_USER; default: the default user)")
     return p
 
 
@@ -152,7 +156,7 @@ def cmd_create(argv: list[str]) -> int:
 # --- status --------------------------------------------------------------------------------------
 
 async def status_rows(conn: EtcdConfig | str, cluster: str, node_password: str = "",
-                      tls: ssl.SSLContext | None = None
+                      tls: ssl.SSLContext | None = None, node_user: str = ""
                       ) -> tuple[list[str], list[list[str]], list[str]]:
     """(header lines, table rows, lines after the table) describing every shard and node.
     Replication lag in seconds and the groups furthest behind come from the primaries'
@@ -160,7 +164,7 @@ async def status_rows(conn: EtcdConfig | str, cluster: str, node_password: str =
     from control import nodemetrics
     from control.nodeclient import NodeOps
 
-    nodes = NodeOps(node_password, tls=tls)
+    nodes = NodeOps(node_password, tls=tls, user=node_user)
     store = await open_store(conn, cluster)
     try:
         v = await store.view()
@@ -254,7 +258,7 @@ def cmd_status(argv: list[str]) -> int:
                        nodes=True))
     a = p.parse_args(argv)
     head, rows, tail = asyncio.run(status_rows(conn_from(a), a.cluster, a.node_password,
-                                               node_tls(a)))
+                                               node_tls(a), a.node_user))
     print("\n".join(head))
     print(format_table(rows))
     if tail:
@@ -266,7 +270,8 @@ def cmd_status(argv: list[str]) -> int:
 
 async def manual_failover(conn: EtcdConfig | str, cluster: str, shard: str, force: bool,
                           node_password: str = "", to: str | None = None,
-                          timeout: float = 5.0, tls: ssl.SSLContext | None = None) -> str:
+                          timeout: float = 5.0, tls: ssl.SSLContext | None = None,
+                          node_user: str = "") -> str:
     """--force, or a primary that is gone: the controller's failover (control/controller.py);
     a live primary without --force: a planned switchover (control/switchover.py)."""
     from control.controller import FailoverError, failover
@@ -274,7 +279,7 @@ async def manual_failover(conn: EtcdConfig | str, cluster: str, shard: str, forc
     from control.switchover import switchover
 
     store = await open_store(conn, cluster)
-    nodes = NodeOps(node_password, tls=tls)
+    nodes = NodeOps(node_password, tls=tls, user=node_user)
     try:
         v = await store.view()
         entry = v.shards.get(shard)
@@ -326,7 +331,7 @@ def cmd_failover(argv: list[str]) -> int:
             print(f"shard {a.shard}: {skip}; nothing to do")
             return 0
     print(asyncio.run(manual_failover(conn, a.cluster, a.shard, a.force, a.node_password,
-                                      a.to, a.timeout, node_tls(a))))
+                                      a.to, a.timeout, node_tls(a), a.node_user)))
     return 0
 
 
@@ -375,7 +380,7 @@ def cmd_controller(argv: list[str]) -> int:
     from control.controller import run
 
     return run(conn, a.cluster, a.id, a.node_password, a.move_timeout, a.metrics_port,
-               a.metrics_bind, tls)
+               a.metrics_bind, tls, a.node_user)
 
 
 COMMANDS = {

@@ -294,8 +294,9 @@ class Controller:
 def run(conn: EtcdConfig | str, cluster: str, cid: str | None = None,
         node_password: str = "", move_timeout: float = reshard.MOVE_TIMEOUT,
         metrics_port: int = 0, metrics_bind: str = "127.0.0.1",
-        tls: ssl.SSLContext | None = None) -> int:
-    """Run a controller until SIGINT/SIGTERM; `tls`: nodes are reached over TLS."""
+        tls: ssl.SSLContext | None = None, node_user: str = "") -> int:
+    """Run a controller until SIGINT/SIGTERM; `tls`: nodes are reached over TLS; it logs in
+    to them as `node_user` (the default user when "") with `node_password`."""
     import signal
 
     import uvloop
@@ -303,7 +304,8 @@ def run(conn: EtcdConfig | str, cluster: str, cid: str | None = None,
     from control.store import Store
 
     async def main() -> int:
-        c = Controller(Store(conn, cluster), cid, NodeOps(node_password, tls=tls), move_timeout)
+        c = Controller(Store(conn, cluster), cid, NodeOps(node_password, tls=tls, user=node_user),
+                       move_timeout)
         metrics = None
         if metrics_port:
             from control.metrics import ControllerCollector

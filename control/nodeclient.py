@@ -30,20 +30,21 @@ class NodeError(Exception):
 
 
 async def call(host: str, port: int, *argv: bytes | str | int, timeout: float = 1.0,
-               password: str = "", ssl: SSLContext | None = None) -> object:
-    """Send one command (after AUTH when `password` is set) and return the decoded reply;
-    raises NodeError on an error reply, OSError / TimeoutError when the node cannot be
-    reached."""
+               password: str = "", ssl: SSLContext | None = None, user: str = "") -> object:
+    """Send one command (after AUTH when `password` is set: as ACL user `user` when that is
+    set too) and return the decoded reply; raises NodeError on an error reply, OSError /
+    TimeoutError when the node cannot be reached."""
     return (await call_all(host, port, [argv], timeout=timeout, password=password,
-                           ssl=ssl))[-1]
+                           ssl=ssl, user=user))[-1]
 
 
 async def call_all(host: str, port: int, commands: list[tuple | list], timeout: float = 1.0,
-                   password: str = "", ssl: SSLContext | None = None) -> list[object]:
+                   password: str = "", ssl: SSLContext | None = None,
+                   user: str = "") -> list[object]:
     """Send `commands` in one write on one connection (after AUTH when `password` is set), so
     that they run back to back; their decoded replies, or NodeError for the first error.
     `ssl`: over TLS, to the node's tls-port (--tls-cluster)."""
-    cmds = ([[b"AUTH", password.encode()]] if password else []) + [
+    cmds = auth_commands(password, user) + [
         [a if isinstance(a, bytes) else str(a).encode() for a in argv] for argv in commands]
 
     async def run() -> list[object]:
@@ -75,6 +76,13 @@ async def call_all(host: str, port: int, commands: list[tuple | list], timeout: 
     return replies[len(replies) - len(commands):]
 
 
+def auth_commands(password: str, user: str = "") -> list[list[bytes]]:
+    """AUTH [user] password, or nothing without a password (the node's default user)."""
+    if not password:
+        return []
+    return [[b"AUTH", user.encode(), password.encode()] if user else [b"AUTH", password.encode()]]
+
+
 def parse_info(raw: bytes) -> dict[str, str]:
     out = {}
     for line in raw.decode(errors="replace").splitlines():
@@ -86,8 +94,9 @@ def parse_info(raw: bytes) -> dict[str, str]:
 
 async def info(host: str, port: int, section: str = "replication",
                timeout: float = 1.0, password: str = "",
-               ssl: SSLContext | None = None) -> dict[str, str]:
-    reply = await call(host, port, "INFO", section, timeout=timeout, password=password, ssl=ssl)
+               ssl: SSLContext | None = None, user: str = "") -> dict[str, str]:
+    reply = await call(host, port, "INFO", section, timeout=timeout, password=password, ssl=ssl,
+                       user=user)
     return parse_info(reply if isinstance(reply, bytes) else b"")
 
 
@@ -117,14 +126,16 @@ async def refused(host: str, port: int, timeout: float = 0.3) -> bool:
 
 
 class NodeOps:
-    """What the controller asks of and tells to nodes; `password` is sent as AUTH, and with
-    `tls` (--tls-cluster) nodes are reached over TLS at their tls-port."""
+    """What the controller asks of and tells to nodes; `password` is sent as AUTH (as ACL user
+    `user` when set, --node-user), and with `tls` (--tls-cluster) nodes are reached over TLS
+    at their tls-port."""
 
     def __init__(self, password: str = "", timeout: float = 0.5,
-                 tls: SSLContext | None = None) -> None:
+                 tls: SSLContext | None = None, user: str = "") -> None:
         self.password = password
         self.timeout = timeout
         self.tls = tls
+        self.user = user
 
     def addr(self, rec: NodeRecord) -> tuple[str, int]:
         """Where a node is reached: its tls-port with TLS (when it has one), else its port.
@@ -132,36 +143,38 @@ class NodeOps:
         which is what it needs with tls-replication."""
         return rec.host, client_port(rec.port, rec.tls_port, self.tls is not None)
 
+    async def _call_all(self, host: str, port: int, commands: list[tuple | list]) -> list[object]:
+        return await call_all(host, port, commands, timeout=self.timeout,
+                              password=self.password, ssl=self.tls, user=self.user)
+
+    async def _call(self, host: str, port: int, *argv: bytes | str | int) -> object:
+        return (await self._call_all(host, port, [argv]))[-1]
+
     async def offset(self, host: str, port: int) -> int:
         """How much of the shard's stream the node holds (raises when it cannot tell)."""
-        return repl_offset(await info(host, port, "replication", timeout=self.timeout,
-                                      password=self.password, ssl=self.tls))
+        reply = await self._call(host, port, "INFO", "replication")
+        return repl_offset(parse_info(reply if isinstance(reply, bytes) else b""))
 
     async def promote(self, host: str, port: int) -> None:
-        await call(host, port, "REPLICAOF", "NO", "ONE", timeout=self.timeout,
-                   password=self.password, ssl=self.tls)
+        await self._call(host, port, "REPLICAOF", "NO", "ONE")
 
     async def replicate(self, host: str, port: int, to_host: str, to_port: int) -> None:
-        await call(host, port, "REPLICAOF", to_host, to_port, timeout=self.timeout,
-                   password=self.password, ssl=self.tls)
+        await self._call(host, port, "REPLICAOF", to_host, to_port)
 
     async def refused(self, host: str, port: int) -> bool:
         return await refused(host, port)
 
     async def pause_writes(self, host: str, port: int, ms: int) -> None:
         """CLIENT PAUSE ms WRITE (a switchover, control/switchover.py)."""
-        await call(host, port, "CLIENT", "PAUSE", ms, "WRITE", timeout=self.timeout,
-                   password=self.password, ssl=self.tls)
+        await self._call(host, port, "CLIENT", "PAUSE", ms, "WRITE")
 
     async def unpause(self, host: str, port: int) -> None:
-        await call(host, port, "CLIENT", "UNPAUSE", timeout=self.timeout, password=self.password,
-                   ssl=self.tls)
+        await self._call(host, port, "CLIENT", "UNPAUSE")
 
     async def serves_as(self, host: str, port: int) -> str:
         """"master" when the node is primary by ROLE and by its etcd view (it takes writes),
         "slave" when its view names another primary (it answers writes -MOVED), else ""."""
-        role, text = await call_all(host, port, [["ROLE"], ["CLUSTER", "NODES"]],
-                                    timeout=self.timeout, password=self.password, ssl=self.tls)
+        role, text = await self._call_all(host, port, [["ROLE"], ["CLUSTER", "NODES"]])
         lines = (text if isinstance(text, bytes) else b"").decode().splitlines()
         flags = next((f for f in (line.split(" ")[2] for line in lines if line.count(" ") > 2)
                       if "myself" in f), "")

@@ -40,7 +40,7 @@ def _wait_args(p) -> None:  # noqa: ANN001 - argparse.ArgumentParser
                    help="with --wait: give up after this long (default: never)")
 
 
-async def _node_totals(v: View, password: str) -> tuple[int, int]:
+async def _node_totals(v: View, password: str, user: str = "") -> tuple[int, int]:
     """(keys, bytes) the primaries have sent in slot moves, from INFO cluster."""
     from control.nodeclient import NodeOps, info
 
@@ -50,7 +50,8 @@ async def _node_totals(v: View, password: str) -> tuple[int, int]:
     async def one(nid: str) -> tuple[int, int]:
         n = v.nodes[nid].value
         try:
-            f = await info(n.host, n.port, "cluster", timeout=ops.timeout, password=password)
+            f = await info(n.host, n.port, "cluster", timeout=ops.timeout, password=password,
+                           user=user)
         except Exception:  # noqa: BLE001 - progress only
             return 0, 0
         return int(f.get("slot_move_keys_sent", 0)), int(f.get("slot_move_bytes_sent", 0))
@@ -63,7 +64,7 @@ async def _node_totals(v: View, password: str) -> tuple[int, int]:
 
 
 async def wait_moves(store: BaseStore, moves: list[Move], timeout: float = 0,
-                     password: str = "", out=sys.stderr) -> None:  # noqa: ANN001
+                     password: str = "", out=sys.stderr, user: str = "") -> None:  # noqa: ANN001
     """Progress until every move is done (its slot owned by its target, no record left)."""
     total = len(moves)
     t0 = time.monotonic()
@@ -82,7 +83,7 @@ async def wait_moves(store: BaseStore, moves: list[Move], timeout: float = 0,
                     done += 1
                 else:
                     failed.append(m)
-        keys, nbytes = await _node_totals(v, password)
+        keys, nbytes = await _node_totals(v, password, user)
         if base is None:
             base = (keys, nbytes)
         el = time.monotonic() - t0
@@ -135,7 +136,8 @@ async def _run(a, plan, weights=None) -> int:  # noqa: ANN001
         print(f"queued {len(fresh)} slot moves" + (f", {len(adopted)} already queued"
                                                   if adopted else ""))
         if a.wait and moves:
-            await wait_moves(store, moves, a.timeout, getattr(a, "node_password", ""))
+            await wait_moves(store, moves, a.timeout, getattr(a, "node_password", ""),
+                             user=getattr(a, "node_user", ""))
             print(f"done: {len(moves)} slots moved")
         return 0
     except ReshardError as e:
@@ -206,7 +208,8 @@ def cmd_move_slots(argv: list[str]) -> int:
     return asyncio.run(_run(a, plan))
 
 
-async def slot_weights(v: View, password: str = "", batch: int = 500) -> dict[int, int]:
+async def slot_weights(v: View, password: str = "", batch: int = 500,
+                       user: str = "") -> dict[int, int]:
     """Key bytes per slot (MEMORY USAGE of every key), from each live primary's own slots:
     SCAN, then the sizes asked in pipelined batches."""
     owner = owners(v.slots.value) if v.slots else [None] * SLOTS
@@ -214,24 +217,25 @@ async def slot_weights(v: View, password: str = "", batch: int = 500) -> dict[in
     for sid in live_shards(v):
         n = v.nodes[v.shards[sid].value.primary].value  # type: ignore[index]
         try:
-            await _shard_weights(n.host, n.port, sid, owner, weight, password, batch)
+            await _shard_weights(n.host, n.port, sid, owner, weight, password, batch, user)
         except (OSError, TimeoutError, NodeError) as e:
             raise CliError(f"cannot size the keys of shard {sid} on {n.id}: {e!r}") from None
     return weight
 
 
 async def _shard_weights(host: str, port: int, sid: str, owner: list[str | None],
-                         weight: dict[int, int], password: str, batch: int) -> None:
+                         weight: dict[int, int], password: str, batch: int,
+                         user: str = "") -> None:
     cursor = b"0"
     while True:
         got = (await call_all(host, port, [["SCAN", cursor, "COUNT", batch]], timeout=10,
-                              password=password))[0]
+                              password=password, user=user))[0]
         if not isinstance(got, list):
             raise NodeError(f"SCAN failed: {got}")
         cursor, keys = got
         keys = [k for k in keys if owner[key_slot(k)] == sid]
         sizes = await call_all(host, port, [["MEMORY", "USAGE", k] for k in keys], timeout=30,
-                               password=password) if keys else []
+                               password=password, user=user) if keys else []
         for k, size in zip(keys, sizes, strict=True):
             if isinstance(size, int):
                 slot = key_slot(k)
@@ -255,7 +259,8 @@ def cmd_rebalance(argv: list[str]) -> int:
     a = rebalance_parser().parse_args(argv)
 
     async def weights(v: View) -> dict[int, int] | None:
-        return await slot_weights(v, a.node_password) if a.by == "memory" else None
+        return await slot_weights(v, a.node_password, user=a.node_user) if a.by == "memory" \
+            else None
 
     def plan(v: View, w: dict[int, int] | None) -> list[Move]:
         owner = owners(v.slots.value) if v.slots else [None] * SLOTS

@@ -105,8 +105,9 @@ def render() -> str:
         "table) and the command-line parsers of the other commands; do not edit by hand. "
         "`xshard <command> --help` prints the same options.",
         "",
-        f"Environment variables, read where the option is not given: {env}, and "
-        "`XSHARD_NODE_PASSWORD` (`--node-password`). Commands that talk to a cluster find "
+        f"Environment variables, read where the option is not given: {env}, "
+        "`XSHARD_NODE_USER` (`--node-user`) and `XSHARD_NODE_PASSWORD` (`--node-password`). "
+        "Commands that talk to a cluster find "
         "etcd from `--etcd`, else `XSHARD_ETCD`, else the local cluster's (`./.xshard`, "
         "written by `xshard up`).",
         "",

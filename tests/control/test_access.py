@@ -64,6 +64,30 @@ def test_controller_and_status_authenticate_to_nodes(xcluster) -> None:  # noqa:
     assert "promoted s0n1" in c.controllers[-1].log_text()
 
 
+def test_controller_and_status_log_in_as_their_own_acl_user(xcluster, tmp_path) -> None:  # noqa: ANN001
+    """--node-user: the control plane logs in to the nodes as its own ACL user, whose password
+    is not the default user's (AUTH user pass; without the user the same password fails)."""
+    acl = tmp_path / "users.acl"
+    acl.write_text("user default on >s3cret ~* &* +@all\nuser ctl on >cpw ~* &* +@all\n")
+    c = xcluster(shards=1, replicas=1, controller=False,
+                 node_args=("--aclfile", str(acl), "--masterauth", "s3cret"))
+    r = c.nodes["s0n1"].client(password="s3cret")
+    wait_until(lambda: r.info("replication").get("master_link_status") == "up", 20,
+               what="the replica in sync")
+    base = ("--etcd", c.url, "--cluster", c.name)
+    out = run_cli("status", *base, "--node-password", "cpw")
+    assert out.returncode == 0 and "use --node-password" in out.stdout, out.stdout
+    assert r.execute_command("ACL", "LOG", "RESET") == b"OK"  # that refused login, logged
+    out = run_cli("status", *base, "--node-user", "ctl", "--node-password", "cpw")
+    assert out.returncode == 0 and "?" not in out.stdout.split("OFFSET")[1], out.stdout
+    _controller(c, "--node-user", "ctl", "--node-password", "cpw")
+    c.wait_for(lambda v: v.leader is not None, 10, "a leader")
+    c.nodes["s0n0"].proc.kill()
+    c.wait_for(lambda v: v.shards["0"].value.primary == "s0n1", 15, "failover as user ctl")
+    assert "promoted s0n1" in c.controllers[-1].log_text()
+    assert r.execute_command("ACL", "LOG") == []  # no login of the control plane was refused
+
+
 # --- endpoint lists ----------------------------------------------------------------------------
 
 def test_a_dead_endpoint_in_the_list_is_skipped(xcluster, etcd_url: str) -> None:  # noqa: ANN001
