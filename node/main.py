@@ -235,13 +235,8 @@ def _configure_tls(server: Server) -> bool:
     cfg = server.config
     if not (cfg.tls_port or cfg.tls_replication or cfg.tls_cluster):
         return True
-    settings = tls.TlsSettings.of(cfg)
     try:
-        if cfg.tls_port:
-            server.tls_context = tls.server_context(
-                settings, needs_ca=cfg.tls_replication or cfg.tls_cluster)
-        if cfg.tls_replication or cfg.tls_cluster:
-            server.tls_client_context = tls.client_context(settings)
+        tls.configure(server)
     except tls.TlsError as e:
         log.error("%s", e)
         log.error("Failed to configure TLS. Check logs for more info.")

@@ -57,9 +57,11 @@ class TlsSettings:
         return bool(self.ca_cert_file or self.ca_cert_dir)
 
 
-def server_context(t: TlsSettings, *, needs_ca: bool = False) -> ssl.SSLContext:
+def server_context(t: TlsSettings, *, needs_ca: bool = False,
+                   into: ssl.SSLContext | None = None) -> ssl.SSLContext:
     """The listener's context. `needs_ca`: something else (tls-replication) verifies peers,
-    so a CA is required even when clients are not asked for certificates."""
+    so a CA is required even when clients are not asked for certificates. `into`: load the
+    settings into this (live) context instead of a new one (see reload)."""
     if not t.cert_file:
         raise TlsError("No tls-cert-file configured!")
     if not t.key_file:
@@ -67,7 +69,7 @@ def server_context(t: TlsSettings, *, needs_ca: bool = False) -> ssl.SSLContext:
     if (needs_ca or t.auth_clients != "no") and not t.has_ca:
         raise TlsError("Either tls-ca-cert-file or tls-ca-cert-dir must be specified when "
                        "tls-cluster, tls-replication or tls-auth-clients are enabled!")
-    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx = into or ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     _common(ctx, t)
     _load_chain(ctx, t.cert_file, t.key_file, t.key_file_pass)
     ctx.verify_mode = _VERIFY[t.auth_clients]
@@ -88,6 +90,21 @@ def client_context(t: TlsSettings) -> ssl.SSLContext:
         _load_chain(ctx, cert, key, pw)
     ctx.verify_mode = ssl.CERT_REQUIRED
     return ctx
+
+
+def configure(server: Any) -> None:
+    """A node's contexts from its settings (node.server.Server): at start, and again on
+    CONFIG SET of a tls-* setting (reload). Raises TlsError."""
+    cfg = server.config
+    t = TlsSettings.of(cfg)
+    needs_ca = cfg.tls_replication or cfg.tls_cluster
+    if cfg.tls_port:
+        fresh = server_context(t, needs_ca=needs_ca)  # fails before anything changed
+        if server.tls_context is None:
+            server.tls_context = fresh
+        else:  # the listener keeps its context object: new handshakes see the new files
+            server_context(t, needs_ca=needs_ca, into=server.tls_context)
+    server.tls_client_context = client_context(t) if needs_ca else None
 
 
 def _common(ctx: ssl.SSLContext, t: TlsSettings) -> None:

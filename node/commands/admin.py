@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import time
 
 from node import errors, info
@@ -10,6 +11,8 @@ from node.client import Client
 from node.commands import command, help_or_unknown_subcommand
 from node.config import BY_NAME, ConfigError
 from node.resp import OK, Map, ReplyError, Status, Verbatim, encode, integer
+
+log = logging.getLogger("xshard.node")
 
 _INFO_REPLY = Verbatim
 
@@ -61,6 +64,8 @@ def config(c: Client, argv: list[bytes]) -> bytes:
                 if not s.mutable:
                     raise ConfigError(errors.CONFIG_IMMUTABLE)
                 cfg.apply(s.name, value)
+            if any(s.name.startswith("tls-") for s, _, _ in todo):
+                _reload_tls(c)
         except ConfigError as e:
             for name, v in old.items():  # CONFIG SET of several values is all or nothing
                 setattr(cfg, BY_NAME[name].attr, v)
@@ -85,6 +90,17 @@ def config(c: Client, argv: list[bytes]) -> bytes:
             f.write("\n".join(lines) + "\n")
         return OK
     return help_or_unknown_subcommand(c, argv, b"CONFIG", CONFIG_HELP)
+
+
+def _reload_tls(c: Client) -> None:
+    """CONFIG SET of a tls-* setting: new contexts, or the old ones kept and an error."""
+    from node import tls
+
+    try:
+        tls.configure(c.server)
+    except tls.TlsError as e:
+        log.warning("Failed to update TLS configuration: %s", e)
+        raise ConfigError(errors.CONFIG_TLS_UPDATE) from None
 
 
 @command(b"time")

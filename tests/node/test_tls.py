@@ -51,7 +51,7 @@ def test_tls_clients_with_a_certificate_use_the_node(tls_node, tls_certs: Certs)
     assert cfg["tls-cert-file"] == str(tls_certs.good.server_cert)
     assert c.info("server")["tcp_port"] == tls_node.port  # the plain port comes first
     with pytest.raises(redis.ResponseError, match="immutable"):
-        c.config_set("tls-auth-clients", "no")
+        c.config_set("tls-port", "0")
     c.close()
 
 
@@ -110,6 +110,30 @@ def test_tls_auth_clients_optional_and_no(xnode, tls_certs: Certs, mode: str) ->
         assert tls_certs.client(tport).ping()
         with pytest.raises(redis.ConnectionError):
             tls_certs.client(tport, client_tls=tls_certs.other).ping()
+
+
+def test_config_set_reloads_certificates_for_new_handshakes(xnode, tls_certs: Certs) -> None:  # noqa: ANN001,E501
+    """Certificate rotation without a restart, as CONFIG SET tls-cert-file does in Redis; a
+    bad file is refused with Redis's reply and changes nothing."""
+    tport = free_port()
+    xnode("--tls-port", str(tport), *tls_certs.server_args("yes"))
+    c = tls_certs.client(tport)
+    other = tls_certs.other
+    assert c.config_set("tls-cert-file", str(other.server_cert),
+                        "tls-key-file", str(other.server_key))
+    with pytest.raises(redis.ConnectionError, match="certificate verify failed"):
+        tls_certs.client(tport).ping()  # trusts only the first CA
+    assert tls_certs.client(tport, ca=other.ca).ping()
+    assert c.ping()  # connections made before keep going
+    with pytest.raises(redis.ResponseError) as e:
+        c.config_set("tls-cert-file", "/nonexistent/cert.pem")
+    assert str(e.value) == ("CONFIG SET failed (possibly related to argument 'tls-cert-file') "
+                            "- Unable to update TLS configuration. Check server logs.")
+    assert c.config_get("tls-cert-file")["tls-cert-file"] == str(other.server_cert)
+    assert tls_certs.client(tport, ca=other.ca).ping()
+    # tls-auth-clients too: optional lets a client without a certificate in.
+    assert c.config_set("tls-auth-clients", "optional")
+    assert tls_certs.client(tport, ca=other.ca, cert=False).ping()
 
 
 def test_port_0_with_a_tls_port_serves_tls_only(tmp_path: Path, tls_certs: Certs) -> None:
