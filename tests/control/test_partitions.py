@@ -86,6 +86,7 @@ def test_primary_cut_from_its_replica_keeps_serving_and_is_not_replaced(
     assert n["accepted_during"] > 0 and n["refused_during"] == 0, n
     assert n["wait0_during"] > 0 and n["acked_during"] == 0, n  # WAIT 1 answered 0
     assert n["epoch_unchanged"] and n["primary_unchanged"], n
+    assert str(n["noreplicas"]).startswith("NOREPLICAS"), n  # with min-replicas-to-write 1
 
 
 def test_router_cut_from_one_shard_serves_the_others_and_errors_for_it(

@@ -160,6 +160,7 @@ def replica_cut(c: NetCluster, hold: float = 4.0, timeout: float = 20.0) -> Roun
                    timeout, what="WAIT 1 answering 0")
         t_zero = time.monotonic()
         wait_until(lambda: time.monotonic() - t_zero >= hold, hold + 5, what="the hold")
+        noreplicas = _min_replicas_refusal(c.nodes[old].addr)
     finally:
         t_heal = time.monotonic()
         c.net.heal(c.hosts[old])
@@ -177,8 +178,27 @@ def replica_cut(c: NetCluster, hold: float = 4.0, timeout: float = 20.0) -> Roun
                    refused_during=sum(1 for x in during if x.id is None),
                    wait0_during=sum(1 for x in during if x.acks == 0),
                    acked_during=sum(1 for x in during if x.acks >= 1),
-                   catch_up_s=t_back - t_heal)
+                   catch_up_s=t_back - t_heal, noreplicas=noreplicas)
     return r
+
+
+def _min_replicas_refusal(addr: tuple[str, int]) -> str:
+    """What a write gets from a primary whose replica is cut off (acks older than 1 s) under
+    min-replicas-to-write 1; the setting is reset afterwards."""
+    r = redis.Redis(*addr, socket_timeout=5)
+    try:
+        r.config_set("min-replicas-max-lag", 1)
+        r.config_set("min-replicas-to-write", 1)
+        try:
+            r.xadd("noreplicas-probe", {"a": 1})
+            return "accepted"
+        except redis.ResponseError as e:
+            return str(e)
+        finally:
+            r.config_set("min-replicas-to-write", 0)
+            r.config_set("min-replicas-max-lag", 10)
+    finally:
+        r.close()
 
 
 def router_cut(c: NetCluster, timeout: float = 30.0) -> Round:
@@ -308,9 +328,22 @@ def flapping_link(c: NetCluster, loss: int = 5, delay: float = 0.1, flaps: int =
     try:
         c.net.redirect(rh, c.hosts[old], p.port, proxy.port)
         pc = redis.Redis(*p.addr, socket_timeout=5)
-        pc.execute_command("CLIENT", "KILL", "TYPE", "replica")  # reconnect, through the proxy
+        killed = []
+        for attempt in range(5):  # the replica reconnects, now through the proxy
+            killed.append(pc.execute_command("CLIENT", "KILL", "TYPE", "replica"))
+            try:
+                wait_until(lambda: proxy.connections > 0, timeout / 5,
+                           what="replication via the proxy")
+                break
+            except TimeoutError:
+                if attempt == 4:
+                    rc = redis.Redis(*c.nodes[replica].addr, socket_timeout=5)
+                    raise AssertionError(f"the replica never came through the proxy "
+                                         f"(accepted {proxy.accepted}, killed {killed}, "
+                                         f"clients {pc.client_list()}): "
+                                         f"{rc.info('replication')}") from None
         pc.close()
-        wait_until(lambda: proxy.connections > 0, timeout, what="replication via the proxy")
+        kills = attempt + 1
         c.net.loss(rh, c.net.gateway, loss)
         for t in (w, cons):
             t.start()
@@ -339,5 +372,5 @@ def flapping_link(c: NetCluster, loss: int = 5, delay: float = 0.1, flaps: int =
     r.notes.update(agree=agree, catch_up_s=catch_up,
                    epoch_unchanged=c.view().shards["0"].value.epoch == epoch,
                    wait0=sum(1 for x in w.writes if x.acks == 0),
-                   proxied_connections=proxy.accepted)
+                   proxied_connections=proxy.accepted, replica_link_kills=kills)
     return r
