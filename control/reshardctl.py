@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import ssl
 import sys
 import time
 
-from control.clusterctl import CliError, conn_from, open_store, parser
-from control.nodeclient import NodeError, call_all
+from control.clusterctl import CliError, add_tls, conn_from, node_tls, open_store, parser
+from control.nodeclient import NodeError, NodeOps, call_all
 from control.records import View, owners
 from control.reshard import (
     Move,
@@ -32,26 +33,29 @@ from node.slots import SLOTS, key_slot
 
 
 def _wait_args(p) -> None:  # noqa: ANN001 - argparse.ArgumentParser
+    """--wait, --resume, --timeout, and the TLS options towards the nodes."""
     p.add_argument("--wait", action="store_true", help="wait until every move has completed "
                    "(exit 0 only then), showing progress")
     p.add_argument("--resume", action="store_true", help="adopt moves of these slots that "
                    "are already queued to the same shard (to wait for an interrupted run)")
     p.add_argument("--timeout", type=float, default=0, metavar="SECONDS",
                    help="with --wait: give up after this long (default: never)")
+    add_tls(p)  # --tls-cluster: the nodes' progress (and --by memory's sizes) over TLS
 
 
-async def _node_totals(v: View, password: str, user: str = "") -> tuple[int, int]:
+async def _node_totals(v: View, password: str, user: str = "",
+                       tls: ssl.SSLContext | None = None) -> tuple[int, int]:
     """(keys, bytes) the primaries have sent in slot moves, from INFO cluster."""
     from control.nodeclient import NodeOps, info
 
-    ops = NodeOps(password)
+    ops = NodeOps(password, tls=tls, user=user)
     keys = nbytes = 0
 
     async def one(nid: str) -> tuple[int, int]:
         n = v.nodes[nid].value
         try:
-            f = await info(n.host, n.port, "cluster", timeout=ops.timeout, password=password,
-                           user=user)
+            f = await info(*ops.addr(n), "cluster", timeout=ops.timeout, password=password,
+                           user=user, ssl=tls)
         except Exception:  # noqa: BLE001 - progress only
             return 0, 0
         return int(f.get("slot_move_keys_sent", 0)), int(f.get("slot_move_bytes_sent", 0))
@@ -64,7 +68,8 @@ async def _node_totals(v: View, password: str, user: str = "") -> tuple[int, int
 
 
 async def wait_moves(store: BaseStore, moves: list[Move], timeout: float = 0,
-                     password: str = "", out=sys.stderr, user: str = "") -> None:  # noqa: ANN001
+                     password: str = "", out=sys.stderr, user: str = "",  # noqa: ANN001
+                     tls: ssl.SSLContext | None = None) -> None:
     """Progress until every move is done (its slot owned by its target, no record left)."""
     total = len(moves)
     t0 = time.monotonic()
@@ -83,7 +88,7 @@ async def wait_moves(store: BaseStore, moves: list[Move], timeout: float = 0,
                     done += 1
                 else:
                     failed.append(m)
-        keys, nbytes = await _node_totals(v, password, user)
+        keys, nbytes = await _node_totals(v, password, user, tls)
         if base is None:
             base = (keys, nbytes)
         el = time.monotonic() - t0
@@ -137,7 +142,7 @@ async def _run(a, plan, weights=None) -> int:  # noqa: ANN001
                                                   if adopted else ""))
         if a.wait and moves:
             await wait_moves(store, moves, a.timeout, getattr(a, "node_password", ""),
-                             user=getattr(a, "node_user", ""))
+                             user=getattr(a, "node_user", ""), tls=node_tls(a))
             print(f"done: {len(moves)} slots moved")
         return 0
     except ReshardError as e:
@@ -209,7 +214,7 @@ def cmd_move_slots(argv: list[str]) -> int:
 
 
 async def slot_weights(v: View, password: str = "", batch: int = 500,
-                       user: str = "") -> dict[int, int]:
+                       user: str = "", tls: ssl.SSLContext | None = None) -> dict[int, int]:
     """Key bytes per slot (MEMORY USAGE of every key), from each live primary's own slots:
     SCAN, then the sizes asked in pipelined batches."""
     owner = owners(v.slots.value) if v.slots else [None] * SLOTS
@@ -217,7 +222,8 @@ async def slot_weights(v: View, password: str = "", batch: int = 500,
     for sid in live_shards(v):
         n = v.nodes[v.shards[sid].value.primary].value  # type: ignore[index]
         try:
-            await _shard_weights(n.host, n.port, sid, owner, weight, password, batch, user)
+            await _shard_weights(*NodeOps(tls=tls).addr(n), sid, owner, weight, password,
+                                 batch, user, tls)
         except (OSError, TimeoutError, NodeError) as e:
             raise CliError(f"cannot size the keys of shard {sid} on {n.id}: {e!r}") from None
     return weight
@@ -225,17 +231,17 @@ async def slot_weights(v: View, password: str = "", batch: int = 500,
 
 async def _shard_weights(host: str, port: int, sid: str, owner: list[str | None],
                          weight: dict[int, int], password: str, batch: int,
-                         user: str = "") -> None:
+                         user: str = "", tls: ssl.SSLContext | None = None) -> None:
     cursor = b"0"
     while True:
         got = (await call_all(host, port, [["SCAN", cursor, "COUNT", batch]], timeout=10,
-                              password=password, user=user))[0]
+                              password=password, user=user, ssl=tls))[0]
         if not isinstance(got, list):
             raise NodeError(f"SCAN failed: {got}")
         cursor, keys = got
         keys = [k for k in keys if owner[key_slot(k)] == sid]
         sizes = await call_all(host, port, [["MEMORY", "USAGE", k] for k in keys], timeout=30,
-                               password=password, user=user) if keys else []
+                               password=password, user=user, ssl=tls) if keys else []
         for k, size in zip(keys, sizes, strict=True):
             if isinstance(size, int):
                 slot = key_slot(k)
@@ -259,7 +265,8 @@ def cmd_rebalance(argv: list[str]) -> int:
     a = rebalance_parser().parse_args(argv)
 
     async def weights(v: View) -> dict[int, int] | None:
-        return await slot_weights(v, a.node_password, user=a.node_user) if a.by == "memory" \
+        return await slot_weights(v, a.node_password, user=a.node_user,
+                                  tls=node_tls(a)) if a.by == "memory" \
             else None
 
     def plan(v: View, w: dict[int, int] | None) -> list[Move]:

@@ -200,6 +200,26 @@ def test_xshard_status_reads_offsets_over_tls(tc: TlsCluster) -> None:
     assert r.returncode == 0 and " ? " in r.stdout, r.stdout + r.stderr
 
 
+def test_slots_move_between_tls_only_nodes(tc: TlsCluster) -> None:
+    """move-slots --wait with --tls-cluster: the source node copies the slot to the target's
+    TLS port (tls-cluster on the nodes), the command follows the progress over TLS; and
+    rebalance --by memory sizes the keys over TLS."""
+    t = tc.certs.good
+    cli_tls = ("--tls-cluster", "yes", "--tls-cert-file", str(t.client_cert), "--tls-key-file",
+               str(t.client_key), "--tls-ca-cert-file", str(t.ca))
+    key = next(k for k in (f"m{i}" for i in range(100000)) if key_slot(k.encode()) == 1)
+    r = tc.client(tc.router_port)
+    ids = [r.xadd(key, {"i": i}) for i in range(20)]
+    res = run_cli("move-slots", *tc.etcd(), "--to", "1", "--slots", "0-1", "--wait",
+                  *cli_tls, timeout=120)
+    assert res.returncode == 0, res.stdout + res.stderr
+    target = tc.client(tc.nodes[tc.primary("1")].port)  # type: ignore[index]
+    assert [e for e, _ in target.xrange(key)] == ids
+    assert [e for e, _ in r.xrange(key)] == ids
+    res = run_cli("rebalance", *tc.etcd(), "--by", "memory", "--dry-run", *cli_tls)
+    assert res.returncode == 0 and "dry run" in res.stdout, res.stdout + res.stderr
+
+
 def test_a_primary_killed_is_replaced_over_tls_and_acked_writes_survive(tc: TlsCluster) -> None:
     keys = _keys_per_shard(tc)
     k = f"{{{keys['0']}}}fo"
