@@ -115,7 +115,7 @@ def run(argv: list[str]) -> int:
     )
     # A path from the command line means the caller's directory, not --dir.
     for attr in ("aclfile", "tls_cert_file", "tls_key_file", "tls_client_cert_file",
-                 "tls_client_key_file", "tls_ca_cert_file", "tls_ca_cert_dir"):
+                 "tls_client_key_file", "tls_ca_cert_file", "tls_ca_cert_dir", "tls_dh_params_file"):
         if getattr(config, attr):
             setattr(config, attr, os.path.abspath(getattr(config, attr)))
     try:

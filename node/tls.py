@@ -42,6 +42,9 @@ class TlsSettings:
     auth_clients: str = "yes"
     protocols: str = ""
     ciphers: str = ""
+    prefer_server_ciphers: bool = False
+    dh_params_file: str = ""
+    session_caching: bool = True
 
     @classmethod
     def of(cls, config: Any) -> TlsSettings:
@@ -50,7 +53,8 @@ class TlsSettings:
                    config.tls_client_cert_file, config.tls_client_key_file,
                    config.tls_client_key_file_pass, config.tls_ca_cert_file,
                    config.tls_ca_cert_dir, config.tls_auth_clients, config.tls_protocols,
-                   config.tls_ciphers)
+                   config.tls_ciphers, config.tls_prefer_server_ciphers,
+                   config.tls_dh_params_file, config.tls_session_caching)
 
     @property
     def has_ca(self) -> bool:
@@ -73,6 +77,15 @@ def server_context(t: TlsSettings, *, needs_ca: bool = False,
     _common(ctx, t)
     _load_chain(ctx, t.cert_file, t.key_file, t.key_file_pass)
     ctx.verify_mode = _VERIFY[t.auth_clients]
+    for flag, on in ((ssl.OP_CIPHER_SERVER_PREFERENCE, t.prefer_server_ciphers),
+                     (ssl.OP_NO_TICKET, not t.session_caching)):
+        ctx.options = ctx.options | flag if on else ctx.options & ~flag
+    if t.dh_params_file:
+        try:
+            ctx.load_dh_params(t.dh_params_file)
+        except (OSError, ssl.SSLError) as e:
+            raise TlsError(f"Failed to load DH params file: {t.dh_params_file}: "
+                           f"{_reason(e)}") from None
     return ctx
 
 

@@ -55,6 +55,16 @@ def test_tls_clients_with_a_certificate_use_the_node(tls_node, tls_certs: Certs)
     c.close()
 
 
+def test_config_get_lists_the_tls_settings_redis_has(tls_node, oracle) -> None:  # noqa: ANN001
+    ours = set(tls_node.client().config_get("tls-*"))
+    theirs = set(oracle.client().config_get("tls-*"))
+    if not theirs:
+        pytest.skip("the oracle is built without TLS")
+    assert ours == theirs
+    assert tls_node.client().config_get("tls-session-cache-size") == \
+        oracle.client().config_get("tls-session-cache-size")
+
+
 def test_tls_auth_clients_yes_refuses_a_client_without_a_certificate(tls_node, tls_certs: Certs) -> None:  # noqa: ANN001,E501
     c = tls_certs.client(tls_node.tls_port, cert=False)
     with pytest.raises(redis.ConnectionError):
