@@ -10,8 +10,9 @@ through `>`, and every node of the shard ends with the same stream.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -62,6 +63,19 @@ def assert_round(r: partcases.Round) -> None:
     assert r.notes.get("agree", True), f"{r.case}: the nodes' streams differ"
 
 
+def own_cluster_round(net: netns.Net, tmp_path: Path,
+                      case: Callable[[NetCluster], partcases.Round],
+                      **shape: Any) -> partcases.Round:
+    """One round of `case` on a cluster of its own (stopped after), its invariants checked."""
+    c = start_net_cluster(tmp_path / "c", net, **shape)
+    try:
+        r = case(c)
+    finally:
+        c.stop()
+    assert_round(r)
+    return r
+
+
 @pytest.mark.parametrize("refused", [False, True], ids=["dropped", "refused"])
 def test_primary_cut_from_etcd_fences_before_promotion(shard1: NetCluster,
                                                        refused: bool) -> None:
@@ -93,13 +107,8 @@ def test_router_cut_from_one_shard_serves_the_others_and_errors_for_it(
         net: netns.Net, tmp_path: Path) -> None:
     """Before routers set TCP_USER_TIMEOUT on their node connections, a command for the cut
     shard waited until the cut healed (a partition never resets a connection)."""
-    c = start_net_cluster(tmp_path / "c", net, shards=2, replicas=1, routers=1,
+    r = own_cluster_round(net, tmp_path, partcases.router_cut, shards=2, routers=1,
                           router_args=("--cluster-down-timeout-ms", "2000"))
-    try:
-        r = partcases.router_cut(c)
-    finally:
-        c.stop()
-    assert_round(r)
     n = r.notes
     assert n["shard0_ok_during"] > 0 and n["shard0_err_during"] == 0, n
     assert n["shard1_error"] == "The cluster is down", n
@@ -107,12 +116,7 @@ def test_router_cut_from_one_shard_serves_the_others_and_errors_for_it(
 
 def test_controller_cut_from_etcd_is_replaced_and_fails_over_once(net: netns.Net,
                                                                    tmp_path: Path) -> None:
-    c = start_net_cluster(tmp_path / "c", net, shards=1, replicas=2, controllers=2)
-    try:
-        r = partcases.controller_cut(c)
-    finally:
-        c.stop()
-    assert_round(r)
+    r = own_cluster_round(net, tmp_path, partcases.controller_cut, replicas=2, controllers=2)
     n = r.notes
     assert n["new_leader"] != n["old_leader"], n
     assert n["no_failover_before_kill"] and n["failovers"] == 1, n

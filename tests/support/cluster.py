@@ -30,7 +30,7 @@ from node.slots import key_slot, keys_in_slots
 from tests.conftest import REPO, NodeHandle, _node_env, spawn_node
 from tests.support.procs import LOCALHOST, ServerProcess, wait_until
 
-__all__ = ["Cluster", "keys_in_slots", "run_cli", "start_cluster"]
+__all__ = ["Cluster", "keys_in_slots", "populate", "run_cli", "start_cluster"]
 
 _names = itertools.count()
 
@@ -223,20 +223,28 @@ def start_cluster(base: Path, shards: int = 1, replicas: int = 0, *,
                   etcd_url: str | None = None, controller: bool = False, routers: int = 0,
                   node_args: tuple[str, ...] = (), router_args: tuple[str, ...] = ()) -> Cluster:
     """Start a cluster and return it once it serves; on any failure, stop what started."""
-    c = Cluster(base, shards, replicas, etcd_url, node_args=node_args)
+    return populate(Cluster(base, shards, replicas, etcd_url, node_args=node_args),
+                    int(controller), routers, router_args)
+
+
+def populate(c: Cluster, controllers: int = 0, routers: int = 0,
+             router_args: tuple[str, ...] = ()) -> Cluster:
+    """Create `c` in etcd (when it has one), start its nodes (the `n0` first: they become the
+    primaries), controllers and routers, and return it once it serves; on any failure, stop
+    what started."""
     try:
-        if etcd_url is not None:
-            r = run_cli("create", "--etcd", etcd_url, "--cluster", c.name, "--shards",
-                        str(shards), "--replicas", str(replicas))
+        if c.url is not None:
+            r = run_cli("create", "--etcd", c.url, "--cluster", c.name, "--shards",
+                        str(c.shards), "--replicas", str(c.replicas))
             assert r.returncode == 0, r.stderr
-        for i in range(1 + replicas):
-            for s in range(shards):
+        for i in range(1 + c.replicas):
+            for s in range(c.shards):
                 c.start_node(str(s), f"s{s}n{i}")
-            if i == 0 and etcd_url is not None:
+            if i == 0 and c.url is not None:
                 c.wait_ready()  # the n0 nodes become the primaries
-        if controller:
+        for _ in range(controllers):
             c.start_controller()
-        if etcd_url is not None:
+        if c.url is not None:
             c.wait_ready()
         for _ in range(routers):
             c.start_router(*router_args)

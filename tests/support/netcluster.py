@@ -17,7 +17,7 @@ from pathlib import Path
 from control.etcd import EtcdError, EtcdProcess, healthy
 from control.ports import free_port
 from tests.conftest import REPO, NodeHandle, _node_env
-from tests.support.cluster import Cluster, run_cli
+from tests.support.cluster import Cluster, populate
 from tests.support.netns import Host, Net
 from tests.support.procs import ServerProcess
 
@@ -130,22 +130,5 @@ def start_net_cluster(base: Path, net: Net, shards: int = 1, replicas: int = 1, 
                       router_args: tuple[str, ...] = ()) -> NetCluster:
     """Start etcd, the nodes, controllers and routers, each in its namespace; return once
     every shard has its primary. On any failure, stop what started."""
-    c = NetCluster(base, net, shards, replicas, node_args)
-    try:
-        r = run_cli("create", "--etcd", str(c.url), "--cluster", c.name, "--shards",
-                    str(shards), "--replicas", str(replicas))
-        assert r.returncode == 0, r.stderr
-        for i in range(1 + replicas):
-            for s in range(shards):
-                c.start_node(str(s), f"s{s}n{i}")
-            if i == 0:
-                c.wait_ready()
-        for _ in range(controllers):
-            c.start_controller()
-        c.wait_ready()
-        for _ in range(routers):
-            c.start_router(*router_args)
-    except BaseException:
-        c.stop()
-        raise
-    return c
+    return populate(NetCluster(base, net, shards, replicas, node_args), controllers, routers,
+                    router_args)
