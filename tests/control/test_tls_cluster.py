@@ -10,6 +10,7 @@ forwards XADD/XREAD over TLS; RedisCluster follows CLUSTER SLOTS and -MOVED to T
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 import sys
@@ -25,10 +26,11 @@ from control.store import read_view
 from node.slots import key_slot
 from tests.conftest import REPO, _node_env
 from tests.support.cluster import run_cli
+from tests.support.ioredis import ioredis_dir
 from tests.support.procs import ServerProcess, wait_until
 from tests.support.tls import Certs, tls_certs, tls_ping
 
-__all__ = ["tls_certs"]
+__all__ = ["ioredis_dir", "tls_certs"]
 
 pytestmark = [pytest.mark.etcd, pytest.mark.slow]
 
@@ -171,6 +173,39 @@ def test_redis_cluster_over_tls_through_the_router_and_the_nodes(tc: TlsCluster)
     nodes = [n for sh in shards for n in sh[b"nodes"]]
     assert {n[b"tls-port"] for n in nodes} == {p.port for p in tc.nodes.values()}
     assert all(b"port" not in n for n in nodes)
+
+
+IOREDIS_TLS = r"""
+const fs = require("fs");
+const Redis = require("ioredis");
+const [port, ca, cert, key, k0, k1] = process.argv.slice(2);
+const tls = {ca: fs.readFileSync(ca), cert: fs.readFileSync(cert), key: fs.readFileSync(key)};
+const cluster = new Redis.Cluster([{host: "127.0.0.1", port: Number(port)}],
+                                  {redisOptions: {tls, maxRetriesPerRequest: 3}});
+(async () => {
+  const ids = [];
+  for (const k of [k0, k1]) ids.push(await cluster.xadd(`{${k}}io`, "*", "f", "v"));
+  const lens = [];
+  for (const k of [k0, k1]) lens.push(await cluster.xlen(`{${k}}io`));
+  console.log(JSON.stringify({ids, lens}));
+  cluster.disconnect();
+})().catch((e) => { console.error(String(e)); process.exit(1); });
+"""
+
+
+def test_ioredis_cluster_over_tls_through_the_router_and_the_nodes(
+        tc: TlsCluster, ioredis_dir: Path) -> None:
+    script = ioredis_dir / "tls_cluster.js"
+    script.write_text(IOREDIS_TLS)
+    t = tc.certs.good
+    keys = _keys_per_shard(tc)
+    for port in (tc.router_port, tc.nodes[tc.primary("0")].port):  # type: ignore[index]
+        res = subprocess.run(["node", str(script), str(port), str(t.ca), str(t.client_cert),
+                              str(t.client_key), keys["0"], keys["1"]], cwd=ioredis_dir,
+                             capture_output=True, text=True, timeout=60)
+        assert res.returncode == 0, res.stderr[-1000:]
+        out = json.loads(res.stdout.strip().splitlines()[-1])
+        assert len(out["ids"]) == 2 and all(n >= 1 for n in out["lens"]), out
 
 
 @pytest.mark.skipif(REDIS_CLI is None, reason="redis-cli not installed")

@@ -16,7 +16,10 @@ import redis
 
 from tests.router.conftest import ROUTER_ARGS
 from tests.support.cluster import Cluster
+from tests.support.ioredis import ioredis_dir
 from tests.support.procs import wait_until
+
+__all__ = ["ioredis_dir"]
 
 
 def test_commands_land_on_the_owning_shard(cluster: Cluster, r: redis.Redis) -> None:
@@ -312,21 +315,6 @@ const cluster = new Redis.Cluster([{host: "127.0.0.1", port: Number(process.argv
   cluster.disconnect();
 })().catch((e) => { console.error(String(e)); process.exit(1); });
 """
-
-
-@pytest.fixture(scope="module")
-def ioredis_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    import shutil
-    import subprocess
-
-    if not shutil.which("node") or not shutil.which("npm"):
-        pytest.skip("node/npm not installed (.ci/run installs them)")
-    d = tmp_path_factory.mktemp("ioredis")
-    r = subprocess.run(["npm", "install", "--silent", "--prefix", str(d), "ioredis"],
-                       capture_output=True, text=True, timeout=300)
-    if r.returncode != 0:
-        pytest.skip(f"npm could not install ioredis: {r.stderr[-300:]}")
-    return d
 
 
 def test_ioredis_cluster_client_through_a_router(cluster: Cluster, r: redis.Redis,
