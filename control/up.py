@@ -459,7 +459,7 @@ class LocalCluster:
                 t = make_tls(d, days=365)
             except ImportError:
                 raise CliError("--tls makes its certificates with the `cryptography` package: "
-                               "pip install cryptography") from None
+                               "pip install 'xshard[tls]' (or cryptography)") from None
         files = ("--tls-cert-file", str(t.server_cert), "--tls-key-file", str(t.server_key),
                  "--tls-ca-cert-file", str(t.ca))
         return {"node": (*files, "--tls-replication", "yes", "--tls-cluster", "yes"),
