@@ -124,6 +124,9 @@ def etcd_cut(c: NetCluster, timeout: float = 20.0, refuse_controllers: bool = Fa
     fence_t = refused[0].got if refused else None
     final, agree = _finish(c, [w_old, w_new], [cons])
     v = check(final, [w_old, w_new], [cons], old_addr, watcher.promoted_after)
+    if fence_t is not None:  # once fenced, the old primary must not take a write again
+        v.fenced_accepted += [x.id for x in w_old.accepted()  # type: ignore[misc]
+                              if x.sent > fence_t and x.id not in v.fenced_accepted]
     r = Round("primary cut from etcd", v,
               fence_s=None if fence_t is None else fence_t - t_cut,
               promote_s=watcher.promoted_by - t_cut if watcher.promoted_by else None)

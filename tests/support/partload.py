@@ -14,7 +14,8 @@
 `check(...)` returns the violations:
 - lost: a write WAIT acknowledged that the final stream lacks;
 - fenced_accepted: a write the old primary acknowledged with a reply received after
-  `promoted_after` (it may have been accepted after the new primary took over);
+  `promoted_after` (it may have been accepted after the new primary took over); the
+  etcd-cut case (partcases.py) adds any it acknowledged after it first refused one;
 - double: an entry delivered twice through `>` when the first delivery was committed, or
   re-read from the PEL with a delivery count below 2.
 """
