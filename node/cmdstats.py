@@ -112,6 +112,17 @@ class CommandStats:
         self.total_commands += 1
         return st
 
+    def timed_many(self, name: bytes, n: int, usec: int) -> None:
+        """Count n calls of the plain command `name` that ran together in `usec` (a batch of
+        applied effects, node/effects.py): each at their mean time."""
+        if n <= 0:
+            return
+        st = self.entry(name)
+        st[CALLS] += n
+        st[USEC] += usec
+        st[HIST + slot(usec // n)] += n
+        self.total_commands += n
+
     def reset(self) -> None:
         """CONFIG RESETSTAT."""
         self.calls.clear()

@@ -13,14 +13,19 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from time import perf_counter_ns, time_ns
 from typing import TYPE_CHECKING
 
 from node.resp import encode_command
+from node.stream import Stream
+from node.streamid import SEQ_MAX
 
 if TYPE_CHECKING:
     from node.context import ServerContext
 
 log = logging.getLogger("xshard.node")
+
+_FEED_PIECE = 1 << 16  # bytes handed to the RESP reader at a time (EffectApplier.feed)
 
 
 class EffectLog:
@@ -113,6 +118,13 @@ class EffectApplier:
     write guards and whose replies are dropped. Their own effects are not re-derived: with
     `republish`, the received bytes themselves are published to the effect log, so a replica's
     AOF, backlog and offset are byte-identical to its primary's.
+
+    Batched XADDs: an effect log is mostly runs of `XADD key [MAXLEN n] ms-seq field value ...`
+    on one key (fully specified: explicit IDs, exact trims). Such a run is collected and
+    appended with one `Stream.append_many` call instead of one dispatch per effect, which is
+    most of what replaying an XADD costs; the stream ends up exactly as with the commands one
+    by one. Every other effect, and an XADD that the batch cannot take (a new key, options, an
+    entry the stream refuses), goes through the dispatch, after the run before it.
     """
 
     def __init__(self, server: ServerContext, republish: bool) -> None:
@@ -130,6 +142,13 @@ class EffectApplier:
         self.consumed = 0  # bytes of complete commands applied
         self.errors = 0
         self.pending: list[bytes] = []  # an open transaction's commands, not yet published
+        # the run of batched XADDs not applied yet: key, MAXLEN (-1: none), IDs, field lists,
+        # the effects themselves (to report one the stream refuses)
+        self.run_key: bytes | None = None
+        self.run_maxlen = -1
+        self.run_sids: list[int] = []
+        self.run_fields: list[list[bytes]] = []
+        self.run_argvs: list[list[bytes]] = []
 
     def reset_partial(self) -> None:
         """Forget what the stream had not completed: a partial command and an open
@@ -145,17 +164,20 @@ class EffectApplier:
     def feed(self, data: bytes, track: bool = True) -> int:
         """Apply every complete command in `data` (plus what was buffered); returns how many.
 
-        Raises EffectStreamError naming the offset of the first malformed command. `track`
-        False skips offset accounting (AOF loading, where scan() already checked the bytes)."""
+        Raises EffectStreamError naming the offset of the first malformed command (what came
+        before it is applied). `track` False skips offset accounting (AOF loading, where the
+        caller checks the file on its own)."""
         reader = self.reader
-        reader.feed(data)
         server = self.server
-        execute = server.execute
         client = self.client
         republish = self.republish
         effects = server.effects
+        # Batching stays off while someone must see every command on its own (MONITOR).
+        batch = not server.monitors
         applied = 0
         out: list[bytes] = []
+        end = len(data)
+        pos = 0
         effects.replaying += 1
         try:
             while True:
@@ -164,7 +186,14 @@ class EffectApplier:
                 except Exception as e:  # hiredis.ProtocolError
                     raise EffectStreamError(self.consumed, f"protocol error ({e})") from None
                 if argv is False:
-                    break
+                    if pos >= end:
+                        break
+                    # In pieces: hiredis moves the unread rest of its buffer after every 1 KiB
+                    # it consumes, which costs as much as the parsing with a 1 MiB buffer.
+                    n = min(_FEED_PIECE, end - pos)
+                    reader.feed(data, pos, n)
+                    pos += n
+                    continue
                 if type(argv) is not list or not argv:
                     raise EffectStreamError(self.consumed, "not a command")
                 try:
@@ -180,7 +209,13 @@ class EffectApplier:
                     size = 0
                 self.consumed += size
                 applied += 1
-                reply = execute(client, argv)
+                if batch and not client.in_multi and self._batched(argv):
+                    if republish:
+                        out.append(enc)
+                    continue
+                if self.run_sids:
+                    self.flush_run()
+                reply = server.execute(client, argv)
                 if republish:
                     # A transaction is published (and counted in the offset) only once its
                     # EXEC has arrived, as Redis advances a replica's offset: a link cut
@@ -194,11 +229,91 @@ class EffectApplier:
                     else:
                         out.append(enc)
                 if reply is not None and reply[:1] == b"-":
-                    self.errors += 1
-                    log.warning("Effect %r at offset %d failed: %r", argv[:3],
-                                self.consumed - size, reply[:200])
+                    self._failed(argv, self.consumed - size, reply)
         finally:
-            effects.replaying -= 1
-            if out:
-                effects.publish_raw(b"".join(out))
+            try:
+                if self.run_sids:
+                    self.flush_run()
+            finally:
+                effects.replaying -= 1
+                if out:
+                    effects.publish_raw(b"".join(out))
         return applied
+
+    def _failed(self, argv: list[bytes], offset: int, reply: bytes) -> None:
+        self.errors += 1
+        log.warning("Effect %r at offset %d failed: %r", argv[:3], offset, reply[:200])
+
+    def _batched(self, argv: list[bytes]) -> bool:
+        """Take `argv` into the run when it is `XADD key [MAXLEN n] ms-seq field value ...`
+        on the run's key (or starts a new run after applying the old one)."""
+        name = argv[0]
+        if name != b"XADD" and name != b"xadd":
+            return False
+        argc = len(argv)
+        i = 2
+        maxlen = -1
+        if argc > 6 and argv[2] == b"MAXLEN":
+            mb = argv[3]
+            if not (mb.isdigit() and len(mb) < 19):
+                return False
+            maxlen = int(mb)
+            i = 4
+        if argc - i < 3 or not (argc - i) & 1:
+            return False
+        idarg = argv[i]
+        msb, _, seqb = idarg.partition(b"-")
+        if not (msb.isdigit() and seqb.isdigit() and len(idarg) < 48):
+            return False
+        ms = int(msb)
+        seq = int(seqb)
+        if ms > SEQ_MAX or seq > SEQ_MAX or not (ms or seq):
+            return False
+        key = argv[1]
+        if key != self.run_key or maxlen != self.run_maxlen:
+            if self.run_sids:
+                self.flush_run()
+            if type(self.server.db.get(key)) is not Stream:
+                return False  # a new key (or another type): the dispatch creates or refuses
+            self.run_key = key
+            self.run_maxlen = maxlen
+        self.run_sids.append(ms << 64 | seq)
+        self.run_fields.append(argv[i + 1:])
+        self.run_argvs.append(argv)
+        return True
+
+    def flush_run(self) -> None:
+        """Apply the collected run of XADDs: what one `call()` per effect would have done (the
+        entries, WATCH and blocked readers' wake-up, the dirty count, command stats)."""
+        sids, fields, argvs = self.run_sids, self.run_fields, self.run_argvs
+        key, maxlen = self.run_key, self.run_maxlen
+        self.run_sids, self.run_fields, self.run_argvs = [], [], []
+        self.run_key = None
+        server = self.server
+        db = server.db
+        cfg = server.config
+        t0 = perf_counter_ns()
+        server.cmd_time_ms = time_ns() // 1000000
+        done = 0
+        added = 0
+        total = len(sids)
+        assert key is not None
+        while done < total:
+            s = db.get(key)
+            k = 0 if type(s) is not Stream else s.append_many(
+                sids[done:] if done else sids, fields[done:] if done else fields,
+                cfg.stream_node_max_entries, cfg.stream_node_max_bytes, maxlen)
+            if k:
+                db.changed(key, True)
+                server.dirty += k
+                done += k
+                added += k
+            if done < total:  # the stream refused this one (or is gone): the dispatch says why
+                argv = argvs[done]
+                reply = server.execute(self.client, argv)
+                if reply is not None and reply[:1] == b"-":
+                    self._failed(argv, self.consumed, reply)
+                done += 1
+        server.stats.timed_many(b"xadd", added, (perf_counter_ns() - t0) // 1000)
+        if server.blocking.ready:
+            server.blocking.serve_ready()

@@ -131,7 +131,7 @@ class Persistence:
                  snap.entries)
         return len(snap.data)
 
-    def _load_aof(self) -> int:
+    def _load_aof(self, prescan: bool = False) -> int:
         m = self.manifest
         if m.base:
             self._load_snapshot(os.path.join(self.aof_dir, m.base))
@@ -144,7 +144,7 @@ class Persistence:
                 if i == len(m.incrs) - 1:
                     continue  # created by the manifest switch, crashed before the first write
                 raise LoadError(f"The AOF file {path} listed in the manifest doesn't exist")
-            offset += self._replay(path, last=i == len(m.incrs) - 1)
+            offset += self._replay(path, last=i == len(m.incrs) - 1, prescan=prescan)
         self.server.effects.offset = offset
         self.end_ids = self.loaded_ids
         return len(self.server.db.data)
@@ -163,9 +163,50 @@ class Persistence:
             return
         self.loaded_ids = mark.ids
 
-    def _replay(self, path: str, last: bool) -> int:
-        """Apply one incremental file; returns the bytes applied (after any tail truncation)."""
-        good, size, problem = scan(path)
+    def _replay(self, path: str, last: bool, prescan: bool = False) -> int:
+        """Apply one incremental file; returns the bytes applied (after any tail truncation).
+
+        One pass: the effects are applied as the file is read, and the slow, exact check
+        (`scan`) runs only when that pass met something (a malformed or unknown command, an
+        effect that failed, an incomplete tail or transaction) to tell a torn tail, which is
+        cut, from damage, which stops the load. At start-up a damaged file stops the node
+        anyway; `prescan` (DEBUG LOADAOF, on a running node) checks first, so that nothing of
+        a damaged file is applied."""
+        if prescan:
+            self._check_replay(path, last, scan(path))
+        applier = EffectApplier(self.server, republish=False)
+        read = 0
+        broken = False
+        with open(path, "rb") as f:
+            while True:
+                data = f.read(_READ_CHUNK)
+                if not data:
+                    break
+                read += len(data)
+                try:
+                    applier.feed(data, track=False)
+                except EffectStreamError:
+                    broken = True
+                    break
+        if applier.client.in_multi:  # a transaction whose EXEC is not in the file
+            applier.client.discard_multi()
+            broken = True
+        if broken or applier.errors or applier.reader.has_data():
+            good = self._check_replay(path, last, scan(path))
+            if broken:  # scan() accepted what the pass could not read: the file changed
+                raise LoadError(f"Bad file format reading the append only file {path}")
+        else:
+            good = read
+        if applier.errors:
+            log.warning("%d commands in %s returned errors while loading", applier.errors, path)
+        self.aof_size += good
+        return good
+
+    @staticmethod
+    def _check_replay(path: str, last: bool, scanned: tuple[int, int, str | None]) -> int:
+        """The bytes of `path` to keep, given what scan() found: a torn tail of the last file
+        is cut (with a warning), any other problem stops the load."""
+        good, size, problem = scanned
         if problem is not None and (problem != "torn" or not last):
             raise LoadError(f"Bad file format reading the append only file {path}: "
                             f"{problem} at offset {good}. Use 'xshard check-aof --fix "
@@ -177,24 +218,6 @@ class Persistence:
             with open(path, "r+b") as f:
                 f.truncate(good)
                 os.fsync(f.fileno())
-        applier = EffectApplier(self.server, republish=False)
-        with open(path, "rb") as f:
-            left = good
-            while left:
-                data = f.read(min(_READ_CHUNK, left))
-                if not data:
-                    break
-                left -= len(data)
-                try:
-                    applier.feed(data, track=False)
-                except EffectStreamError as e:  # scan() accepted it, so this is a race
-                    raise LoadError(f"Bad file format reading the append only file {path}: "
-                                    f"{e.reason} at offset {e.offset}") from None
-        if applier.client.in_multi:  # cannot happen after scan's MULTI rewind, but be exact
-            applier.client.discard_multi()
-        if applier.errors:
-            log.warning("%d commands in %s returned errors while loading", applier.errors, path)
-        self.aof_size += good
         return good
 
     def start(self) -> None:
@@ -637,7 +660,7 @@ class Persistence:
             self.server.db.flush()
             self.server.effects.offset = 0
             self.aof_size = 0
-            self._load_aof()
+            self._load_aof(prescan=True)
         else:
             self.save()
             self._load_snapshot(self.config.dbfilename)

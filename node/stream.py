@@ -34,6 +34,7 @@ insertion ordered; owned by node.groups).
 - `next_auto_id(now_ms)` / `next_seq_id(ms)`: IDs for `*` and `ms-*`.
 - `append(sid, fields, max_entries, max_bytes)`: `fields` is the flat list
   `[f1, v1, f2, v2, ...]`; it is kept by reference, so pass a list nobody mutates later.
+  `append_many(sids, field_lists, ...)` appends a run of them in one call (effects replay).
 - `range(start, end, count=None, rev=False)`: iterator of `(sid, fields)` of live entries with
   `start <= sid <= end`; `range_chunks` yields the same per node as `(sids, field_lists)`.
   The yielded lists may be shared with the stream: never mutate them, and do not modify the
@@ -604,6 +605,33 @@ class Stream:
         self.last_id = sid
         if n == 1:
             self.first_id = sid
+
+    def append_many(self, sids: list[int], field_lists: list[list[bytes]], max_entries: int,
+                    max_bytes: int, maxlen: int = -1) -> int:
+        """Append entries with known IDs in order, exactly as that many `append` calls would
+        (each followed by an exact MAXLEN trim when `maxlen` >= 0, as the XADD effect
+        `XADD key MAXLEN n id ...` does, so node splits and tombstones are the same).
+
+        Returns how many were appended: it stops before the first entry that `append`
+        refuses (IDTooSmall, ElementsTooLarge), and the caller reports that one. This is the
+        batched apply of AOF loading and replication (node/effects.py EffectApplier)."""
+        n = len(sids)
+        i = 0
+        append = self.append
+        try:
+            if maxlen < 0:
+                while i < n:
+                    append(sids[i], field_lists[i], max_entries, max_bytes)
+                    i += 1
+            else:
+                while i < n:
+                    append(sids[i], field_lists[i], max_entries, max_bytes)
+                    i += 1
+                    if self.length > maxlen:
+                        self.trim("maxlen", maxlen, False, 0)
+        except (IDTooSmall, ElementsTooLarge):
+            pass
+        return i
 
     @staticmethod
     def _must_split(lp_bytes: int, n: int, tot: int, max_entries: int, max_bytes: int) -> bool:
