@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import asyncio
-import gc
 import logging
 import os
 import signal
 import sys
 from typing import TYPE_CHECKING
 
-from node import __version__
+from node import __version__, gctuning
 from node.config import BY_NAME, Config, ConfigError, parse_config_file
 
 # Snapshots fork (node.snapshot.ChildSaver). gRPC (etcd's client) installs fork handlers that
@@ -150,7 +149,8 @@ async def _serve(config: Config, config_file: str) -> int:
             return 1
     persistence = server.persistence = Persistence(server)
     try:
-        persistence.load()
+        with gctuning.paused():
+            persistence.load()
     except (LoadError, OSError) as e:
         log.error("%s", e)
         log.error("Fatal error loading the DB, check server logs. Exiting.")
@@ -195,11 +195,9 @@ async def _serve(config: Config, config_file: str) -> int:
                   e.strerror)
         server.close()
         return 1
-    # Long-lived objects made during start-up (and later during loading) need not be scanned by
-    # every full collection; a larger young generation also means fewer collections per XADD.
-    gc.collect()
-    gc.freeze()
-    gc.set_threshold(20000, 50, 100)
+    # What start-up and loading made is long-lived: out of later scans (node/gctuning.py).
+    gctuning.settle()
+    gctuning.configure()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):

@@ -21,7 +21,7 @@ import os
 import time
 from typing import TYPE_CHECKING
 
-from node import snapshot
+from node import gctuning, snapshot
 from node.effects import EffectApplier, EffectStreamError
 from node.protocol import set_nodelay
 from node.replication.primary import unlink
@@ -369,22 +369,26 @@ class ReplicaSide:
     def load_full_sync(self, path: str, replid: str, offset: int) -> None:
         """The primary's snapshot arrived: replace the data set and take its history."""
         t0 = time.perf_counter()
-        try:
-            snap = snapshot.read(path)
-        except (snapshot.SnapshotError, OSError) as e:
-            raise LinkError(f"Failed trying to load the MASTER synchronization DB from disk: {e}") from None
-        repl = self.repl
-        repl.flush()
-        repl.primary.disconnect_all("replication ID changed")
-        server = self.server
-        snapshot.install(server, snap)
+        with gctuning.paused():  # a bulk load (node/gctuning.py)
+            try:
+                snap = snapshot.read(path)
+            except (snapshot.SnapshotError, OSError) as e:
+                raise LinkError("Failed trying to load the MASTER synchronization DB from "
+                                f"disk: {e}") from None
+            repl = self.repl
+            repl.flush()
+            repl.primary.disconnect_all("replication ID changed")
+            server = self.server
+            snapshot.install(server, snap)
+            del snap
+        gctuning.settle()
         server.effects.offset = offset
         repl.ensure_backlog().reset(offset)
         repl.took_history(replid)
         self.applier = EffectApplier(server, republish=True)
         server.dirty += 1
         log.info("MASTER <-> REPLICA sync: Finished with success (%d keys, %.3f s)",
-                 len(snap.data), time.perf_counter() - t0)
+                 len(server.db.data), time.perf_counter() - t0)
         p = server.persistence
         if p is not None:
             p.dataset_replaced(path)
