@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 
 from control.certs import Tls, make_tls
 
@@ -37,6 +39,8 @@ class Certs:
         t = client_tls or self.good
         extra: dict[str, object] = {"ssl_certfile": str(t.client_cert),
                                     "ssl_keyfile": str(t.client_key)} if cert else {}
+        # No retries: a refused handshake is what several tests expect, at once.
+        kw.setdefault("retry", Retry(NoBackoff(), 0))
         return redis.Redis(host="127.0.0.1", port=port, ssl=True,
                            ssl_ca_certs=str(ca or self.good.ca), socket_timeout=10,
                            **extra, **kw)  # type: ignore[arg-type]
