@@ -1,8 +1,8 @@
 """Delivery latency of a consumer group, with the load offered from separate processes.
 
     python benchmarks/e2e_bench.py [--rate 10000] [--seconds 10] [--consumers 10]
-                                   [--producers 2] [--targets redis,node,router] [--quick]
-                                   [--output PATH]
+                                   [--producers 2] [--targets redis,node,router,router3]
+                                   [--quick] [--output PATH]
 
 router_bench.py runs its producer and consumers in one asyncio process, which offers at most
 3-5k entries/s on this machine. Here every producer and every consumer is a process of its
@@ -19,6 +19,8 @@ Targets, each started fresh and measured in the same run:
 - `node`: one `xshard node` direct (appendonly no);
 - `router`: an `xshard router` in front of a primary with one replica, both nodes with
   `appendonly yes` and `appendfsync everysec` (the replica follows the primary);
+- `router3`: issue 10's shape, a router in front of 3 shards, each a primary with one replica
+  with those settings (the slots split evenly; the stream lives on one of them);
 - `redis-repl`: redis-server primary + replica with the same AOF settings, direct.
 
 The result is the histogram (p50, p99, p99.9, the share under 1/2/5 ms) side by side, and the
@@ -45,7 +47,7 @@ import hiredis  # noqa: E402
 from benchmarks.harness import HOST  # noqa: E402
 from benchmarks.router_bench import Procs  # noqa: E402
 
-TARGETS = ["redis", "node", "router", "redis-repl"]
+TARGETS = ["redis", "node", "router", "router3", "redis-repl"]
 KEY = b"e2e"
 PAYLOAD = [b"f1", b"value00001", b"f2", b"value00002", b"f3", b"value00003"]
 
@@ -168,6 +170,12 @@ def start_target(procs: Procs, kind: str) -> int:
         p = procs.node("primary", *aof)
         r = procs.node("replica", "--replicaof", f"{HOST} {p}", *aof)
         return procs.router(p, r)
+    if kind == "router3":
+        shards = []
+        for i in range(3):
+            p = procs.node(f"primary{i}", *aof)
+            shards.append((p, procs.node(f"replica{i}", "--replicaof", f"{HOST} {p}", *aof)))
+        return procs.router_for(shards)
     raise ValueError(kind)
 
 

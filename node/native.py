@@ -28,7 +28,8 @@ from types import ModuleType
 
 __all__ = ["COMPILED", "PURE_ENV", "compiled", "install", "is_stale", "pure_forced"]
 
-# The modules setup.py compiles (dotted names; the `.py` and optional `.pxd` are beside).
+# The modules setup.py compiles (dotted names; the `.py` and optional `.pxd` are beside). The
+# router's are here too: it imports `node` first, so this finder covers them.
 COMPILED = [
     "node.client",
     "node.commands.streams",
@@ -36,8 +37,15 @@ COMPILED = [
     "node.keyspace",
     "node.listpack",
     "node.protocol",
+    "node.resp",
     "node.server",
     "node.stream",
+    # The router's relay: parse (node.protocol), route, forward, relay the reply.
+    "router.client",
+    "router.forward",
+    "router.outbox",
+    "router.proxy",
+    "router.upstream",
 ]
 
 PURE_ENV = "XSHARD_PURE_PYTHON"

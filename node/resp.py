@@ -184,11 +184,20 @@ def _encode_into(v: Any, proto: int, out: list[bytes]) -> None:
         raise TypeError(f"cannot encode {t.__name__} as RESP")
 
 
+_ARRAY_HEADS = [b"*%d\r\n" % n for n in range(64)]  # headers by count and by length: the
+_BULK_HEADS = [b"$%d\r\n" % n for n in range(1024)]  # `%` formatting is most of the cost
+
+
 def encode_command(argv: list[bytes] | tuple[bytes, ...]) -> bytes:
     """A request (array of bulk strings): the wire form of effects and of upstream commands."""
-    parts = [b"*%d\r\n" % len(argv)]
+    n = len(argv)
+    parts = [_ARRAY_HEADS[n] if n < 64 else b"*%d\r\n" % n]
+    heads = _BULK_HEADS
     for a in argv:
-        parts.append(b"$%d\r\n%s\r\n" % (len(a), a))
+        k = len(a)
+        parts.append(heads[k] if k < 1024 else b"$%d\r\n" % k)
+        parts.append(a)
+        parts.append(b"\r\n")
     return b"".join(parts)
 
 

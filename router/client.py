@@ -90,7 +90,7 @@ class ClientConn(RespConnection):
             self._out = []
             if self.transport is not None and not self._closing:
                 data = out[0] if len(out) == 1 else b"".join(out)
-                self.server.stats.net_output_bytes += len(data)
+                self.router.stats.net_output_bytes += len(data)
                 self.transport.write(data)
         if self._close_after and not self.cells:
             self.close()

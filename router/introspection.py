@@ -20,7 +20,7 @@ import time
 from functools import partial
 from typing import TYPE_CHECKING
 
-from node import REDIS_VERSION, errors
+from node import REDIS_VERSION, errors, native
 from node import __version__ as xshard_version
 from node.cluster import redis_id
 from node.info import cpu_fields, errorstats_fields, format_sections, rss_bytes, wanted_sections
@@ -95,6 +95,7 @@ Shards = list[dict[str, str] | None]
 def _server(router: Router, shards: Shards) -> Fields:
     up = int(time.time() - router.start_time)
     return [("redis_version", REDIS_VERSION), ("xshard_version", xshard_version),
+            ("xshard_compiled", int(native.compiled())),
             ("redis_mode", "standalone"), ("xshard_role", "router"),
             ("process_id", os.getpid()), ("run_id", redis_id(router.router_id)),
             ("tcp_port", router.config.port or router.config.tls_port), ("server_time_usec", int(time.time() * 1e6)),

@@ -44,8 +44,11 @@ ReplyCallback = Callable[[bytes | None], None]
 UNACKED_TIMEOUT = 3.0  # seconds (a lease TTL); see the module docstring
 
 
-class Upstream(asyncio.Protocol):
-    """One pipelined connection to one node."""
+class Upstream:
+    """One pipelined connection to one node.
+
+    An asyncio protocol by its methods, not by inheritance: compiled (router/upstream.pxd) it
+    is an extension type, which cannot derive from asyncio.Protocol."""
 
     def __init__(self, host: str, port: int, setup: list[list[bytes]], outbox: Outbox,
                  on_close: Callable[[Upstream], None] | None = None) -> None:
@@ -80,7 +83,7 @@ class Upstream(asyncio.Protocol):
         async def go() -> None:
             try:
                 await asyncio.wait_for(loop.create_connection(
-                    lambda: self, self.host, self.port, ssl=ssl,
+                    self.as_protocol, self.host, self.port, ssl=ssl,
                     server_hostname=self.host if ssl else None), timeout)
             except (TimeoutError, OSError) as e:
                 log.debug("cannot connect to %s:%d: %s", self.host, self.port, e)
@@ -89,6 +92,19 @@ class Upstream(asyncio.Protocol):
         loop.create_task(go())
 
     # --- asyncio callbacks --------------------------------------------------------------------
+    def as_protocol(self) -> asyncio.Protocol:
+        """This connection, typed as what loop.create_connection's factory returns."""
+        return self  # type: ignore[return-value]
+
+    def eof_received(self) -> bool | None:
+        return None  # close (asyncio.Protocol's default)
+
+    def pause_writing(self) -> None:
+        pass  # requests are small and replies bounded by the clients' flow control
+
+    def resume_writing(self) -> None:
+        pass
+
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         if self.closed:
             transport.close()

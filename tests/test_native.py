@@ -47,7 +47,7 @@ def _built_and_fresh() -> bool:
 
 
 def _loaded_from(pure: bool) -> list[str]:
-    code = ("import node.server, node.commands, sys\n"
+    code = ("import node.server, node.commands, router.proxy, sys\n"
             "from node import native\nnode.commands.load_all()\n"
             "print(int(native.compiled()))\n"
             "print('\\n'.join(sys.modules[m].__file__ for m in native.COMPILED))\n")

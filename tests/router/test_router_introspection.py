@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import re
 
+from node import native
 from tests.support.cluster import Cluster
 from tests.support.rawresp import RawClient
+from tests.test_native import _built_and_fresh
 
 
 def test_monitor_on_a_router_shows_its_requests(cluster: Cluster) -> None:
@@ -80,6 +82,8 @@ def test_info_through_a_router_honours_sections_and_adds_the_shards(cluster: Clu
         assert titles == ["Server", "Clients", "Memory", "Stats", "Replication", "CPU",
                           "Errorstats", "Cluster", "Keyspace"]
         assert f["xshard_role"] == "router" and f["role"] == "master"
+        # the router's relay is compiled with the node's hot path (node/native.py)
+        assert f["xshard_compiled"] == str(int(_built_and_fresh() and not native.pure_forced()))
         assert f["cluster_shards"] == "3" and f["cluster_shards_unreachable"] == "0"
         assert f["cluster_keys"] == str(len(keys) + 1) == str(c.call("DBSIZE")[1])
         assert f["cluster_expires"] == "1"

@@ -1,0 +1,12 @@
+# Cython declarations for router/client.py (pure-Python mode; node/native.py, setup.py).
+
+from node.client cimport Client
+from node.protocol cimport RespConnection
+
+cdef class RouterClient(Client):
+    cdef public object written, txn_slot, watch_conn, watch_slot
+
+cdef class ClientConn(RespConnection):
+    cdef public object router, cells
+    cdef public list _out
+    cdef public bint _close_after, _queued
