@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from node import REDIS_VERSION, errors
 from node.client import Client
 from node.commands import command
 from node.resp import OK, PONG, Map, ReplyError, Status, Verbatim, bulk, encode, integer, null
 from node.writepause import ALL, WRITE
+
+if TYPE_CHECKING:
+    from node.server import Server
 
 
 @command(b"ping")
@@ -329,25 +334,49 @@ def _client_kill(c: Client, argv: list[bytes]) -> bytes:
         else:
             raise ReplyError(errors.SYNTAX)
     now = time.time()
+
+    def match(x: Client) -> bool:
+        return not ((cid is not None and x.id != cid)
+                    or (addr is not None and x.addr.encode() != addr)
+                    or (laddr is not None and x.laddr.encode() != laddr)
+                    or (user is not None and x.user != user)
+                    or (maxage and now - x.ctime < maxage))
+
+    if ctype in (b"replica", b"slave", b"master"):
+        return integer(_kill_links(server, ctype, match,
+                                   cid is None and addr is None and laddr is None))
     killed = 0
     for x in list(server.clients.values()):
-        if cid is not None and x.id != cid:
-            continue
-        if addr is not None and x.addr.encode() != addr:
-            continue
-        if laddr is not None and x.laddr.encode() != laddr:
-            continue
         if ctype is not None and ctype != b"normal":
             continue
-        if user is not None and x.user != user:
-            continue
-        if maxage and now - x.ctime < maxage:
-            continue
-        if skipme and x is c:
+        if not match(x) or (skipme and x is c):
             continue
         _kill(c, x)
         killed += 1
     return integer(killed)
+
+
+def _kill_links(server: Server, ctype: bytes, match: Callable[[Client], bool],
+                unfiltered: bool) -> int:
+    """CLIENT KILL TYPE replica|master: replication links are not in `server.clients` (after
+    PSYNC a replica's connection belongs to node/replication/primary.py). A killed replica
+    reconnects and resyncs, partially when it can, as in Redis; so does a replica whose
+    master link is killed (that link matches only when no ID/ADDR/LADDR filter is given)."""
+    r = server.replication
+    if r is None:
+        return 0
+    if ctype == b"master":
+        link = r.replica.link
+        if link is None or link.transport is None or not unfiltered:
+            return 0
+        link.transport.close()
+        return 1
+    killed = 0
+    for lk in list(r.primary.replicas):
+        if not lk.closed and match(lk.client):
+            lk.close("killed by CLIENT KILL")
+            killed += 1
+    return killed
 
 
 def _kill(me: Client, target: Client) -> None:

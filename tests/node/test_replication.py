@@ -182,6 +182,28 @@ def test_partial_resync_after_cut_link(rset: Callable[..., ReplicaSet]) -> None:
     states_equal([p, *rs.replicas])
 
 
+def test_client_kill_type_replica_and_master_drop_the_link(
+        rset: Callable[..., ReplicaSet]) -> None:
+    """CLIENT KILL TYPE replica (on the primary) and TYPE master (on the replica) close the
+    replication link, which comes back with a partial resync, as in Redis. They used to kill
+    nothing and answer 0: a link is not in the node's client table after PSYNC."""
+    rs = rset(1)
+    p, r = rs.primary, rs.replicas[0]
+    p.c.xadd("s", {"i": 0})
+    rs.synced()
+    full0, partial0 = sync_counts(p.c)
+    assert p.c.execute_command("CLIENT", "KILL", "TYPE", "replica", "ID", "999999") == 0
+    for node, ctype in ((p, "replica"), (r, "master"), (p, "slave")):
+        seen = r.proxy.accepted
+        assert node.c.execute_command("CLIENT", "KILL", "TYPE", ctype) == 1, ctype
+        wait_until(lambda seen=seen: r.proxy.accepted > seen and r.link_up(), 10,
+                   what=f"the link back after CLIENT KILL TYPE {ctype}")
+        p.c.xadd("s", {"i": ctype})
+        rs.synced()
+    assert sync_counts(p.c) == (full0, partial0 + 3)
+    states_equal([p, r])
+
+
 def test_backlog_overflow_falls_back_to_full_resync(rset: Callable[..., ReplicaSet]) -> None:
     rs = rset(1, primary_args=("--repl-backlog-size", "16384"))
     p, r = rs.primary, rs.replicas[0]
