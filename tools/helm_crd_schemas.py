@@ -1,13 +1,15 @@
 #!/usr/bin/env python3
-"""Write the JSON schemas of the Prometheus Operator resources the chart renders
-(ServiceMonitor, PodMonitor, PrometheusRule: monitoring.coreos.com/v1) to tests/helm/crds/,
-for validating the rendered objects strictly as kubernetes-validate does the built-in kinds.
+"""Write the JSON schemas of the custom resources the chart renders (the Prometheus
+Operator's ServiceMonitor, PodMonitor, PrometheusRule: monitoring.coreos.com/v1; cert-manager's
+Certificate: cert-manager.io/v1) to tests/helm/crds/, for validating the rendered objects
+strictly as kubernetes-validate does the built-in kinds.
 
-The source is the `cloudcoil-models-prometheus-operator` package (PyPI): pydantic models
-generated from the operator's CRDs. Run once, with the package installed outside the
-project's environment:
+The sources are the `cloudcoil-models-prometheus-operator` and `cloudcoil-models-cert-manager`
+packages (PyPI): pydantic models generated from the CRDs. Run once, with the packages
+installed outside the project's environment:
 
-    pip install --target /tmp/cc cloudcoil-models-prometheus-operator
+    pip install --target /tmp/cc cloudcoil-models-prometheus-operator \
+        cloudcoil-models-cert-manager
     PYTHONPATH=/tmp/cc python tools/helm_crd_schemas.py
 
 The models' JSON schema is turned back into the CRDs' shape: camelCase names (the few fields
@@ -23,7 +25,10 @@ from pathlib import Path
 from typing import Any
 
 OUT = Path(__file__).resolve().parent.parent / "tests" / "helm" / "crds"
-KINDS = ("ServiceMonitor", "PodMonitor", "PrometheusRule")
+# (module, kinds, file suffix)
+SOURCES = (("cloudcoil.models.prometheus_operator.v1",
+            ("ServiceMonitor", "PodMonitor", "PrometheusRule"), "monitoring-v1"),
+           ("cloudcoil.models.cert_manager.v1", ("Certificate",), "cert-manager-v1"))
 
 
 def camel(name: str) -> str:
@@ -56,14 +61,16 @@ def clean(s: Any) -> Any:
 
 
 def main() -> None:
-    from cloudcoil.models.prometheus_operator import v1  # type: ignore[import-not-found]
+    import importlib
 
     OUT.mkdir(parents=True, exist_ok=True)
-    for kind in KINDS:
-        schema = clean(getattr(v1, kind).model_json_schema(by_alias=True))
-        schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
-        (OUT / f"{kind.lower()}-monitoring-v1.json").write_text(
-            json.dumps(schema, indent=1, sort_keys=True) + "\n")
+    for module, kinds, suffix in SOURCES:
+        models = importlib.import_module(module)
+        for kind in kinds:
+            schema = clean(getattr(models, kind).model_json_schema(by_alias=True))
+            schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+            (OUT / f"{kind.lower()}-{suffix}.json").write_text(
+                json.dumps(schema, indent=1, sort_keys=True) + "\n")
 
 
 if __name__ == "__main__":

@@ -41,6 +41,15 @@ VARIANTS: dict[str, dict[str, Any]] = {
                             "prometheusRule": {"enabled": True}}},
     "podmonitor": {"metrics": {"podMonitor": {"enabled": True},
                                "dashboard": {"enabled": False}}},
+    # TLS beside the plain ports, from a Secret of the user's, with AUTH too.
+    "tls": {"tls": {"enabled": True, "existingSecret": "xshard-tls", "plainPort": True},
+            "auth": {"enabled": True, "password": "s3cret"}},
+    # TLS only, the certificate from cert-manager, the network policies on.
+    "tls-only": {"tls": {"enabled": True, "authClients": "optional", "certManager": {
+        "enabled": True, "issuerRef": {"name": "ca-issuer", "kind": "ClusterIssuer"},
+        "extraDnsNames": ["xshard.example.com"]}},
+        "networkPolicy": {"enabled": True, "nodeFrom": [
+            {"podSelector": {"matchLabels": {"app": "spark"}}}]}},
 }
 
 

@@ -59,9 +59,12 @@ def test_variant_renders_and_lints_strictly(variant: str) -> None:
 
 def validate(d: dict[str, Any], kube: str) -> None:
     """Strict validation: Kubernetes' own kinds by kubernetes-validate, the Prometheus
-    Operator's by the schemas vendored under tests/helm/crds (tools/helm_crd_schemas.py)."""
-    if d["apiVersion"] == "monitoring.coreos.com/v1":
-        schema = json.loads((CRDS / f"{d['kind'].lower()}-monitoring-v1.json").read_text())
+    Operator's and cert-manager's by the schemas vendored under tests/helm/crds
+    (tools/helm_crd_schemas.py)."""
+    crd = {"monitoring.coreos.com/v1": "monitoring-v1",
+           "cert-manager.io/v1": "cert-manager-v1"}.get(d["apiVersion"])
+    if crd:
+        schema = json.loads((CRDS / f"{d['kind'].lower()}-{crd}.json").read_text())
         jsonschema.Draft202012Validator(schema).validate(d)
     else:
         kv.validate(d, kube, strict=True)

@@ -139,9 +139,71 @@ app.kubernetes.io/component: {{ .component }}
 {{- end }}
 {{- end -}}
 
+{{/* TLS: the Secret every xshard pod mounts read-only at /etc/xshard/tls. */}}
+{{- define "xshard.tlsSecretName" -}}
+{{- if .Values.tls.certManager.enabled -}}
+{{- printf "%s-tls" (include "xshard.fullname" .) -}}
+{{- else -}}
+{{- required "tls.existingSecret (a kubernetes.io/tls Secret with tls.crt, tls.key and ca.crt) or tls.certManager.enabled is required with tls.enabled" .Values.tls.existingSecret -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The certificate, key and CA options (space-separated: also used in the preStop shell line). */}}
+{{- define "xshard.tlsFiles" -}}
+--tls-cert-file /etc/xshard/tls/tls.crt --tls-key-file /etc/xshard/tls/tls.key --tls-ca-cert-file /etc/xshard/tls/ca.crt
+{{- end -}}
+
+{{/* How the controller, the routers and `xshard failover` reach the nodes: over TLS, with the
+     pod's certificate as the client one. */}}
+{{- define "xshard.tlsClusterFlags" -}}
+{{- if .Values.tls.enabled -}}
+--tls-cluster yes {{ include "xshard.tlsFiles" . }}
+{{- end -}}
+{{- end -}}
+
+{{/* The listener options of nodes and routers: (dict "ctx" $ "port" N "tlsPort" M). */}}
+{{- define "xshard.listenArgs" -}}
+{{- $v := .ctx.Values.tls -}}
+- --port
+- {{ ternary .port 0 (or (not $v.enabled) $v.plainPort) | quote }}
+{{- if $v.enabled }}
+- --tls-port
+- {{ .tlsPort | quote }}
+- --tls-auth-clients
+- {{ include "xshard.tlsAuthClients" .ctx | quote }}
+{{- range splitList " " (include "xshard.tlsClusterFlags" .ctx) }}
+- {{ . | quote }}
+{{- end }}
+{{- end }}
+{{- end -}}
+
+{{/* yes|no|optional; a YAML boolean (authClients: yes unquoted) counts as yes/no. */}}
+{{- define "xshard.tlsAuthClients" -}}
+{{- $a := toString .Values.tls.authClients -}}
+{{- if eq $a "true" }}yes{{ else if eq $a "false" }}no{{ else }}{{ $a }}{{ end -}}
+{{- end -}}
+
+{{/* The container ports of nodes and routers, named for what they serve. */}}
+{{- define "xshard.respPorts" -}}
+{{- $v := .ctx.Values.tls -}}
+{{- if or (not $v.enabled) $v.plainPort }}
+- name: resp
+  containerPort: {{ .port }}
+{{- end }}
+{{- if $v.enabled }}
+- name: resp-tls
+  containerPort: {{ .tlsPort }}
+{{- end }}
+{{- end -}}
+
 {{- define "xshard.volumeMounts" -}}
 - name: tmp
   mountPath: /tmp
+{{- if .Values.tls.enabled }}
+- name: tls
+  mountPath: /etc/xshard/tls
+  readOnly: true
+{{- end }}
 {{- if .Values.etcd.external.tls.enabled }}
 - name: etcd-tls
   mountPath: /etc/xshard/etcd-tls
@@ -153,6 +215,12 @@ app.kubernetes.io/component: {{ .component }}
 - name: tmp
   emptyDir:
     sizeLimit: 64Mi
+{{- if .Values.tls.enabled }}
+- name: tls
+  secret:
+    secretName: {{ include "xshard.tlsSecretName" . | quote }}
+    defaultMode: 0440
+{{- end }}
 {{- if .Values.etcd.external.tls.enabled }}
 - name: etcd-tls
   secret:
