@@ -106,7 +106,7 @@ def test_cert_manager_certificate_names_the_router_and_every_node() -> None:
         "rel-xshard-router", "rel-xshard-router.ns", f"rel-xshard-router.{dom}",
         "xshard.example.com", *(f"*.rel-xshard-shard-{i}.{dom}" for i in range(3))}
     # Every node announces a name the certificate covers.
-    for where, argv, _env in _command_lines("tls-only"):
+    for _where, argv, _env in _command_lines("tls-only"):
         if argv[0] == "node":
             host = argv[argv.index("--announce-host") + 1]
             assert any(n.startswith("*.") and host.endswith(n[1:]) for n in spec["dnsNames"])
