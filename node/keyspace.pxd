@@ -5,3 +5,7 @@ cdef class Keyspace:
     cdef public object server, _expire_cursor
     cdef public Py_ssize_t expired_keys
     cdef public bint expiry_paused
+
+    # Every stream command starts with get_stream; every write ends with changed.
+    cpdef get_stream(self, key)
+    cpdef changed(self, key, bint ready=*)

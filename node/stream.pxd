@@ -1,6 +1,8 @@
 # Cython declarations for node/stream.py (pure-Python mode; node/native.py, setup.py).
 # IDs are 128-bit Python ints (ms << 64 | seq), so they stay `object`; counters are C ints.
 
+import cython
+
 cdef class Block:
     cdef public object first, ms0
     cdef public Py_ssize_t n, live, ndel, lp_rest, elen
@@ -23,3 +25,10 @@ cdef class Stream:
     cdef public list _firsts, _nodes
     cdef public Tail _tail
     cdef object __weakref__
+
+    cpdef next_auto_id(self, now_ms)
+
+    # XADD's hot path: the open tail's counters and lists as C fields and typed locals.
+    @cython.locals(t=Tail, tot=Py_ssize_t, live=Py_ssize_t, ndel=Py_ssize_t, sids=list,
+                   size=Py_ssize_t, k=Py_ssize_t, nf=Py_ssize_t, n=Py_ssize_t, vals=list)
+    cpdef append(self, sid, list fields, Py_ssize_t max_entries, Py_ssize_t max_bytes)

@@ -3,6 +3,9 @@
 
 import cython
 
+from node.keyspace cimport Keyspace
+from node.stream cimport Stream
+
 cpdef bytes encode_entries(list sids, list ents)
 
 @cython.locals(m=Py_ssize_t, cap=Py_ssize_t, i=Py_ssize_t, j=Py_ssize_t, w=Py_ssize_t,
@@ -15,3 +18,8 @@ cdef int _ndigits(unsigned long long v) noexcept
 
 @cython.locals(end=Py_ssize_t, i=Py_ssize_t)
 cdef Py_ssize_t _put_dec(char *buf, Py_ssize_t p, unsigned long long v) noexcept
+
+# XADD's fast path: the stream and the key space as extension types (C field reads, cpdef calls).
+@cython.locals(argc=Py_ssize_t, i=Py_ssize_t, approx=bint, db=Keyspace, s=Stream, opt=bytes,
+               idarg=bytes, ids=bytes)
+cpdef bytes xadd(c, list argv)

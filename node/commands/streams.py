@@ -346,7 +346,6 @@ def _trim(s: Stream, a: TrimArgs) -> tuple[int, list[bytes]]:
 
 
 # --- commands ------------------------------------------------------------------------------
-@command(b"xadd")
 def xadd(c: Client, argv: list[bytes]) -> bytes:
     """XADD key [NOMKSTREAM] [KEEPREF|DELREF|ACKED] [IDMPAUTO pid | IDMP pid iid]
     [(MAXLEN|MINID) [=|~] threshold [LIMIT count]] (*|id) field value ..."""
@@ -358,7 +357,7 @@ def xadd(c: Client, argv: list[bytes]) -> bytes:
     maxlen = -1
     approx = False
     opt = argv[2]
-    if opt[:1] in b"mM" and opt and opt.lower() == b"maxlen" and argc > 6:
+    if len(opt) == 6 and argc > 6 and opt.lower() == b"maxlen":
         if argv[3] == b"~":
             approx = True
             i = 4
@@ -415,6 +414,11 @@ def xadd(c: Client, argv: list[bytes]) -> bytes:
     srv.dirty += 1
     srv.propagate(eff)
     return _BULK_HDR[len(ids)] + ids + b"\r\n"
+
+
+# Registered here, not by decorator: compiled, xadd is a cpdef function (streams.pxd), and
+# Cython drops decorators of those.
+command(b"xadd")(xadd)
 
 
 def _approx_limit(node_max_entries: int) -> int:
