@@ -5,3 +5,9 @@ cdef class EffectLog:
     cdef public list listeners
     cdef public bint in_multi
     cdef public Py_ssize_t replaying
+
+import cython
+
+# The offset of every effect nobody listens to (XADD with appendonly no): typed, a C loop.
+@cython.locals(n=Py_ssize_t, la=Py_ssize_t, a=bytes)
+cpdef Py_ssize_t _command_len(list argv) except -1

@@ -11,3 +11,5 @@ cdef class RespConnection:
     cdef public Py_ssize_t _span_len, _done, _stalls, _pending
     cdef public object _big
     cdef dict __dict__
+
+cpdef bint _all_bulk(list argv)

@@ -3,6 +3,8 @@
 # attributes other parts attach working. Connection stays a Python subclass of
 # node.protocol.RespConnection (its methods override the base's).
 
+import cython
+
 from node.client cimport Client
 
 cdef class Server:
@@ -17,3 +19,11 @@ cdef class Server:
     cdef public dict _dispatch
     cdef dict __dict__
     cdef object __weakref__
+
+    # The command path: a real Client (C field reads), direct calls between these methods.
+    @cython.locals(n=Py_ssize_t, write=object)
+    cpdef execute(self, Client c, argv)
+    cpdef refusal(self, Client c, argv, name, bint write)
+    cpdef call(self, Client c, argv, name, handler)
+    cpdef propagate(self, argv)
+    cpdef now_ms(self)

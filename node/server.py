@@ -55,6 +55,11 @@ def client_info(c: Client) -> bytes:
     return client_info_line(c)
 
 
+def _queues_a_write(c: Client) -> bool:
+    """A write among the commands of the client's transaction (EXEC counts as a write then)."""
+    return any(command_table.is_write_argv(a, a[0].lower()) for a in c.multi_queue)
+
+
 class ReplyGate(Protocol):
     def hold(self, conn: Connection, data: bytes) -> bool:
         """Take `data` to send later (after an fsync); False means send it now."""
@@ -116,14 +121,18 @@ class Server:
         self.oom = False  # used memory is over maxmemory (node/memlimit.py keeps it)
         self.memory_limit = MemoryLimit(self)
         self.metrics: NodeCollector | None = None  # with --metrics-port (node/metrics.py)
-        # Only commands with both a handler and a command-table entry are served. The arity of
-        # a plain command rides along so that execute() checks it without a call; containers
-        # (None) always go through command_table.check_arity.
-        self._dispatch: dict[bytes, tuple[Handler, int | None]] = {}
+        # Only commands with both a handler and a command-table entry are served. The arity
+        # and the write flag of a plain command ride along so that execute() checks them
+        # without a call; containers (arity None) always go through command_table.check_arity,
+        # and they and EXEC (write None) are judged per request.
+        self._dispatch: dict[bytes, tuple[Handler, int | None, bool | None]] = {}
         for name, handler in load_all().items():
             spec = command_table.lookup(name)
             if spec is not None:
-                self._dispatch[name] = (handler, None if spec.subcommands else spec.arity)
+                plain = not spec.subcommands
+                self._dispatch[name] = (
+                    handler, spec.arity if plain else None,
+                    command_table.is_write(name) if plain and name != b"exec" else None)
 
     # --- the command path ---------------------------------------------------------------------
     def now_ms(self) -> int:
@@ -150,7 +159,7 @@ class Server:
         entry = self._dispatch.get(name)
         if entry is None:
             return self.reject(c, None, errors.unknown_command(argv[0], argv[1:]))
-        handler, arity = entry
+        handler, arity, write = entry
         n = len(argv)
         if arity is None or (n != arity if arity > 0 else n < -arity):
             err = command_table.check_arity(argv, name)
@@ -177,9 +186,9 @@ class Server:
                     return self._refuse(name, err, argv)
             # EXEC counts as a write when it would run one: a transaction queued before a
             # fence (or a disk error) must not commit after it.
-            write = command_table.is_write_argv(argv, name) or (
-                name == b"exec" and c.in_multi and any(
-                    command_table.is_write_argv(a, a[0].lower()) for a in c.multi_queue))
+            if write is None:
+                write = command_table.is_write_argv(argv, name) or (
+                    name == b"exec" and c.in_multi and _queues_a_write(c))
             if write or self.oom:
                 err = self.refusal(c, argv, name, write)
                 if err is not None:
@@ -219,11 +228,14 @@ class Server:
     def refusal(self, c: Client, argv: list[bytes], name: bytes, write: bool) -> bytes | None:
         """Why a command may not run now, or None: the cluster fence (writes), OOM (over
         maxmemory, node/memlimit.py), then for writes MISCONF, NOREPLICAS, READONLY."""
-        err = self.check_fence() if write else None
+        err = self.check_fence() if write and self.agent is not None else None
         if err is None and self.oom:
             err = self.memory_limit.check(c, argv, name)
         if err is None and write:
-            err = self.check_misconf() or self.check_noreplicas() or self.check_readonly()
+            if self.persistence is not None:
+                err = self.check_misconf()
+            if err is None and self.replication is not None:
+                err = self.check_noreplicas() or self.check_readonly()
         return err
 
     def check_fence(self) -> bytes | None:
@@ -237,8 +249,8 @@ class Server:
     def check_noreplicas(self) -> bytes | None:
         """NOREPLICAS on a primary with fewer good replicas than min-replicas-to-write."""
         r, cfg = self.replication, self.config
-        if (r is not None and not r.is_replica and cfg.min_replicas_to_write
-                and cfg.min_replicas_max_lag and r.good_replicas() < cfg.min_replicas_to_write):
+        if (r is not None and cfg.min_replicas_to_write and cfg.min_replicas_max_lag
+                and not r.is_replica and r.good_replicas() < cfg.min_replicas_to_write):
             return errors.NOREPLICAS
         return None
 
