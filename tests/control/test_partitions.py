@@ -40,11 +40,12 @@ def net() -> Iterator[netns.Net]:
 
 @pytest.fixture(scope="module")
 def shard1(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NetCluster]:
-    """One shard of a primary and a replica, one controller, shared by the cases that leave
-    it whole (every round heals and settles before it returns)."""
+    """One shard of a primary and a replica, one controller, one router, shared by the cases
+    that leave it whole (every round heals and settles before it returns)."""
     n = _net()
     try:
-        c = start_net_cluster(tmp_path_factory.mktemp("shard1"), n, shards=1, replicas=1)
+        c = start_net_cluster(tmp_path_factory.mktemp("shard1"), n, shards=1, replicas=1,
+                              routers=1)
         try:
             yield c
         finally:
@@ -87,6 +88,7 @@ def test_primary_cut_from_etcd_fences_before_promotion(shard1: NetCluster,
     assert r.fence_s is not None, "the cut-off primary never refused a write"
     assert r.notes["fenced_before_promotion"], (r.fence_s, r.promote_s)
     assert "cluster is down" in str(r.notes["refusal"]).lower()
+    assert r.notes["router_errors"] == 0, r.notes  # the router waited out the failover
     # It rejoined as a replica of the new primary (settled by the round).
     old = next(n for n in shard1.nodes if n != shard1.primary_id("0"))
     assert shard1.nodes[old].client().info("replication")["role"] == "slave"

@@ -106,7 +106,10 @@ def etcd_cut(c: NetCluster, timeout: float = 20.0, refuse_controllers: bool = Fa
     w_old = Writer(lambda: old_addr, STREAM)  # a client that keeps using the old primary
     w_new = Writer(lambda: _addr(c), STREAM)  # one that follows etcd, as a router does
     cons = Consumer(lambda: _addr(c), STREAM, GROUP)
-    for t in (w_old, w_new, cons):
+    writers = [w_old, w_new]
+    if c.routers:  # and one through a router (which waits out the failover)
+        writers.append(Writer(lambda: c.router.addr, STREAM, timeout=30.0))
+    for t in (*writers, cons):
         t.start()
     wait_until(lambda: len(w_old.acked()) >= 10, timeout, what="acknowledged writes")
     watcher = Watcher(str(c.url), c.name, "0", old)
@@ -122,14 +125,18 @@ def etcd_cut(c: NetCluster, timeout: float = 20.0, refuse_controllers: bool = Fa
         c.net.heal(c.hosts[old])
     refused = [w for w in w_old.writes if w.id is None and w.sent >= t_cut]
     fence_t = refused[0].got if refused else None
-    final, agree = _finish(c, [w_old, w_new], [cons])
-    v = check(final, [w_old, w_new], [cons], old_addr, watcher.promoted_after)
+    final, agree = _finish(c, writers, [cons])
+    v = check(final, writers, [cons], old_addr, watcher.promoted_after)
     if fence_t is not None:  # once fenced, the old primary must not take a write again
         v.fenced_accepted += [x.id for x in w_old.accepted()  # type: ignore[misc]
                               if x.sent > fence_t and x.id not in v.fenced_accepted]
     r = Round("primary cut from etcd", v,
               fence_s=None if fence_t is None else fence_t - t_cut,
               promote_s=watcher.promoted_by - t_cut if watcher.promoted_by else None)
+    if c.routers:
+        via = [x for x in writers[2].writes if x.sent >= t_cut]
+        r.notes.update(router_errors=sum(1 for x in via if x.id is None),
+                       router_longest_s=max((x.got - x.sent for x in via), default=0.0))
     r.notes.update(agree=agree, fenced_before_promotion=fence_t is not None
                    and fence_t < watcher.promoted_after,
                    refusal=refused[0].error if refused else "")
