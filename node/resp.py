@@ -57,10 +57,7 @@ class ReplyError(Exception):
     def __init__(self, message: bytes | str) -> None:
         if isinstance(message, str):
             message = message.encode()
-        if b"\r" in message or b"\n" in message:
-            # An error is one line: user input quoted in it (a group name, an ID) must not end
-            # it early, so CR and LF become spaces as in Redis's addReplyErrorFormat.
-            message = message.replace(b"\r", b" ").replace(b"\n", b" ")
+        message = one_line(message)
         super().__init__(message)
         self.message = message
 
@@ -101,8 +98,16 @@ def status(s: bytes) -> bytes:
     return b"+%s\r\n" % s
 
 
+def one_line(message: bytes) -> bytes:
+    """An error is one line: user input quoted in it (a group name, an ID) must not end it
+    early, so CR and LF become spaces as in Redis's addReplyErrorFormat."""
+    if b"\r" in message or b"\n" in message:
+        return message.replace(b"\r", b" ").replace(b"\n", b" ")
+    return message
+
+
 def error(message: bytes) -> bytes:
-    return b"-%s\r\n" % message
+    return b"-%s\r\n" % one_line(message)
 
 
 def array_header(n: int) -> bytes:

@@ -99,6 +99,16 @@ class ClientConn(RespConnection):
         """Replies made here (protocol errors) queue behind the requests still in flight."""
         self.fill(self.new_cell(), data)
 
+    def eof_received(self) -> bool | None:
+        """The client shut its side after its requests (`nc -N`, a script's pipe): as from a
+        node, it still gets every reply, then the close. A client blocked in XREAD BLOCK or
+        WAIT is dropped at once, as a node drops it."""
+        c = self.client
+        if c is None or c.blocked is not None:
+            return None  # asyncio closes the transport
+        self.finish()
+        return True  # the write side stays open for the replies in flight
+
     def finish(self) -> None:
         """Close once every request in flight is answered."""
         self._close_after = True
