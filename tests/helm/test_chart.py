@@ -145,11 +145,13 @@ def _parse_in_env(argv: list[str]) -> Any:
     return parser.parse_args(rest)
 
 
-def _command_lines(variant: str) -> list[tuple[str, list[str], dict[str, str]]]:
-    """(where, argv after `xshard`, env) of every xshard container, probe and hook, with the
-    container's $(VAR)s expanded as the kubelet would (each variable's value is <NAME>)."""
+def _command_lines(variant: str | dict[str, Any]) -> list[tuple[str, list[str], dict[str, str]]]:
+    """(where, argv after `xshard`, env) of every xshard container, probe and hook of a
+    variant (or of values), with the container's $(VAR)s expanded as the kubelet would (each
+    variable's value is <NAME>)."""
     out = []
-    for d, _spec, c in containers(manifests(VARIANTS[variant])):
+    values = VARIANTS[variant] if isinstance(variant, str) else variant
+    for d, _spec, c in containers(manifests(values)):
         if not is_xshard(c):
             continue
         where = f"{d['kind']}/{d['metadata']['name']}/{c['name']}"

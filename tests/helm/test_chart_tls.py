@@ -156,3 +156,18 @@ def test_tls_needs_a_certificate_source() -> None:
         render({"tls": {"enabled": True}})
     with pytest.raises(helm.HelmRenderError, match="tls.certManager.issuerRef.name"):
         render({"tls": {"enabled": True, "certManager": {"enabled": True}}})
+
+
+def test_tls_and_external_etcd_tls_mount_side_by_side() -> None:
+    """The etcd client options (etcd.external.tls) keep their own Secret and mount."""
+    values = VARIANTS["external-etcd"] | {"tls": VARIANTS["tls"]["tls"]}
+    lines = _command_lines(values)
+    for _d, spec, c in containers(manifests(values)):
+        mounts = {m["name"]: m["mountPath"] for m in c["volumeMounts"]}
+        assert mounts["tls"] == MOUNT and mounts["etcd-tls"] == "/etc/xshard/etcd-tls"
+        assert {v["name"] for v in spec["volumes"]} >= {"tls", "etcd-tls"}
+    for where, argv, env in lines:
+        if "preStop" in where:  # the hook finds etcd's options in the pod's environment
+            continue
+        a = _parse(argv, {**env, "XSHARD_ETCD_PASSWORD": "pw"})
+        assert a.etcd_cacert == "/etc/xshard/etcd-tls/ca.crt", where
