@@ -19,7 +19,9 @@ every connection has TCP_USER_TIMEOUT (UNACKED_TIMEOUT): once what we sent has g
 unacknowledged by the node's kernel that long, the kernel drops the connection, and the
 requests in flight are retried as after any lost connection, until the cluster-down timeout
 (router/forward.py). A node that is merely slow still has its kernel acknowledge, so only an
-unreachable node (or one whose receive buffer stayed full that long) is dropped.
+unreachable node (or one whose receive buffer stayed full that long) is dropped. An idle
+connection sends keep-alive probes after a second of silence, which the same timeout covers:
+a blocked read whose node became unreachable is re-issued where etcd now names the primary.
 """
 
 from __future__ import annotations
@@ -42,6 +44,20 @@ log = logging.getLogger("xshard.router")
 ReplyCallback = Callable[[bytes | None], None]
 
 UNACKED_TIMEOUT = 3.0  # seconds (a lease TTL); see the module docstring
+
+
+def detect_partitions(transport: asyncio.BaseTransport) -> None:
+    """TCP_USER_TIMEOUT, and keep-alive probes after 1 s of silence so that an idle
+    connection (a blocked XREADGROUP's) is also dropped once its node stops answering."""
+    sock = transport.get_extra_info("socket")
+    if sock is None or not hasattr(socket, "TCP_USER_TIMEOUT"):
+        return
+    with contextlib.suppress(OSError):
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT, int(UNACKED_TIMEOUT * 1000))
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE, 1)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPINTVL, 1)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPCNT, int(UNACKED_TIMEOUT))
 
 
 class Upstream:
@@ -111,11 +127,7 @@ class Upstream:
             return
         self.transport = transport  # type: ignore[assignment]
         set_nodelay(transport)
-        sock = transport.get_extra_info("socket")
-        if sock is not None and hasattr(socket, "TCP_USER_TIMEOUT"):
-            with contextlib.suppress(OSError):
-                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT,
-                                int(UNACKED_TIMEOUT * 1000))
+        detect_partitions(transport)
         if self._out and not self._queued:
             self._queued = True
             self._outbox.add(self)

@@ -10,6 +10,7 @@ A round leaves the cluster healed and ready for the next one.
 
 from __future__ import annotations
 
+import threading
 import time
 from dataclasses import dataclass, field
 
@@ -370,4 +371,56 @@ def flapping_link(c: NetCluster, loss: int = 5, delay: float = 0.1, flaps: int =
                    epoch_unchanged=c.view().shards["0"].value.epoch == epoch,
                    wait0=sum(1 for x in w.writes if x.acks == 0),
                    proxied_connections=proxy.accepted, replica_link_kills=kills)
+    return r
+
+
+def isolated_primary_blocked_read(c: NetCluster, timeout: float = 30.0) -> Round:
+    """A consumer blocks (XREADGROUP BLOCK 0) through a router; then the primary is cut off
+    from everything but the test: the replica is promoted, and the next entry, written through
+    the router to the new primary, must reach the blocked consumer (the router re-issues the
+    read once its connection to the old primary is found dead). Needs a router."""
+    prepare(c)
+    settle(c)
+    old = c.primary_id("0")
+    assert old is not None
+    router = c.router.addr
+    got: list[tuple[object, float]] = []
+
+    def read() -> None:
+        r = redis.Redis(*router, socket_timeout=timeout * 2)
+        try:
+            got.append((r.xreadgroup(GROUP, "blocked", {STREAM: ">"}, count=1, block=0),
+                        time.monotonic()))
+        except redis.RedisError as e:
+            got.append((e, time.monotonic()))
+        finally:
+            r.close()
+
+    rc = redis.Redis(*router, socket_timeout=timeout)
+    rc.xadd(STREAM, {"before": 1})
+    drain = redis.Redis(*router, socket_timeout=timeout)  # nothing pending for the reader
+    drain.xreadgroup(GROUP, "drain", {STREAM: ">"})
+    drain.close()
+    th = threading.Thread(target=read, daemon=True)
+    th.start()
+    pc = redis.Redis(*c.nodes[old].addr, socket_timeout=5)
+    wait_until(lambda: any("b" in cl.get("flags", "") for cl in pc.client_list()), timeout,
+               what="the read blocked on the primary")
+    pc.close()
+    others = [h for n, h in c.hosts.items() if n != old]
+    t_cut = time.monotonic()
+    c.net.cut(c.hosts[old], *others)
+    try:
+        v = c.wait_for(lambda v: v.shards["0"].value.primary != old, timeout, "a promotion")
+        eid = rc.xadd(STREAM, {"after": 1})
+        th.join(timeout)
+    finally:
+        c.net.heal(c.hosts[old])
+        rc.close()
+    final, agree = _finish(c, [], [])
+    r = Round("primary isolated, read blocked through a router", Verdict())
+    reply, at = got[0] if got else (None, 0.0)
+    r.notes.update(agree=agree, new_primary=v.shards["0"].value.primary, written=eid,
+                   delivered=reply, delivered_s=at - t_cut if got else None,
+                   in_final=eid in final)
     return r
