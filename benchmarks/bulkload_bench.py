@@ -135,15 +135,19 @@ def run(args: argparse.Namespace) -> tuple[list[ResultRow], Ctx]:
     if "bulk" in args.only:
         secs = ResultRow(f"{n:,} XADDs, -c 10 -P 100", "seconds", "lower")
         rate = ResultRow(f"{n:,} XADDs, -c 10 -P 100", "XADD/s (target >= 0.5x)", "higher")
+        # On a busy machine the wall clock measures the queue for the CPU; the server's own
+        # CPU time does not.
+        cpu_row = ResultRow(f"{n:,} XADDs, -c 10 -P 100", "server CPU seconds", "lower")
         for kind, label in (("redis", REDIS), ("node", NODE)):
             print(f"   bulk on {label} ...", file=sys.stderr, flush=True)
             s, cpu, oth, gcs = m_bulk(kind, label, n, ctx)
             secs.values[label], secs.cpu[label], secs.others[label] = s, cpu, oth
             rate.values[label], rate.cpu[label], rate.others[label] = n / s, cpu, oth
+            cpu_row.values[label] = s * cpu / 100
             if gcs is not None:
                 ctx.notes.append(_gc_note(f"{label} (node/gctuning.py)", n, gcs))
             print(f"   -> {s:.2f} s (CPU {cpu:.0f}%, others {oth:.0f}%)", file=sys.stderr)
-        rows += [secs, rate]
+        rows += [secs, rate, cpu_row]
     if "gc" in args.only:
         print("   bulk on the node with CPython's default GC thresholds ...", file=sys.stderr)
         s, cpu, oth, gcs = m_bulk("node", NODE, n, ctx, thresholds="700,10,10")
@@ -153,13 +157,16 @@ def run(args: argparse.Namespace) -> tuple[list[ResultRow], Ctx]:
     if "replay" in args.only:
         secs = ResultRow(f"start-up from an AOF of {n:,} XADDs", "seconds", "lower")
         rate = ResultRow(f"start-up from an AOF of {n:,} XADDs", "effects/s", "higher")
+        cpu_row = ResultRow(f"start-up from an AOF of {n:,} XADDs", "server CPU seconds",
+                            "lower")
         for kind, label in (("redis", REDIS), ("node", NODE)):
             print(f"   replay on {label} ...", file=sys.stderr, flush=True)
             s, cpu, oth = m_startup(kind, label, "aof", n, ctx)
             secs.values[label], secs.cpu[label], secs.others[label] = s, cpu, oth
             rate.values[label], rate.cpu[label], rate.others[label] = n / s, cpu, oth
+            cpu_row.values[label] = s * cpu / 100
             print(f"   -> {s:.2f} s (CPU {cpu:.0f}%, others {oth:.0f}%)", file=sys.stderr)
-        rows += [secs, rate]
+        rows += [secs, rate, cpu_row]
     return rows, ctx
 
 

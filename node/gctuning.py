@@ -5,13 +5,12 @@ node holds lists of bytes, a PEL holds ints and small objects. The collector is 
 for the rare cycle (a closed connection's callbacks, an exception's traceback), but each
 collection scans every tracked object of its generations, and those are mostly live data:
 - a bulk load (the AOF or snapshot at start-up, a replica's full sync) creates objects that
-  all survive, so it runs with the collector off (a quarter of an AOF replay's time was
-  collections that freed nothing);
+  all survive, so it runs with the collector off (its collections would find nothing to free);
 - after a bulk load, `settle` collects once and freezes what is left (`gc.freeze`): later full
   collections no longer rescan the data set;
 - a young generation of YOUNG allocations instead of CPython's 700 makes collections rare on
-  the request path. benchmarks/gc_bench.py measures the collections per 1M XADDs and their
-  pauses for these settings against CPython's defaults.
+  the request path. benchmarks/bulkload_bench.py measures the collections per 1M XADDs and
+  their pauses for these settings against CPython's defaults.
 """
 
 from __future__ import annotations
