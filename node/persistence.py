@@ -184,14 +184,16 @@ class Persistence:
                     break
                 read += len(data)
                 try:
-                    applier.feed(data, track=False)
+                    applier.feed(data)
                 except EffectStreamError:
                     broken = True
                     break
         if applier.client.in_multi:  # a transaction whose EXEC is not in the file
             applier.client.discard_multi()
             broken = True
-        if broken or applier.errors or applier.reader.has_data():
+        # `consumed` counts the bytes of complete commands only (the reader may hold the
+        # first elements of a cut one without any unread byte left).
+        if broken or applier.errors or applier.consumed != read:
             good = self._check_replay(path, last, scan(path))
             if broken:  # scan() accepted what the pass could not read: the file changed
                 raise LoadError(f"Bad file format reading the append only file {path}")

@@ -302,7 +302,8 @@ def _fill_aof(h: NodeHandle, n: int) -> list[bytes]:
     return ids
 
 
-@pytest.mark.parametrize("tear", ["partial-record-appended", "last-record-cut"])
+@pytest.mark.parametrize("tear", ["partial-record-appended", "whole-elements-appended",
+                                  "last-record-cut"])
 def test_torn_tail_is_truncated_with_a_warning(spawn: Spawn, tear: str) -> None:
     h = spawn(*AOF_ALWAYS)
     ids = _fill_aof(h, 40)
@@ -315,6 +316,9 @@ def test_torn_tail_is_truncated_with_a_warning(spawn: Spawn, tear: str) -> None:
     if tear == "partial-record-appended":
         with open(incr, "ab") as f:
             f.write(b"*5\r\n$4\r\nXADD\r\n$1\r\nt\r\n$15\r\n17")
+    elif tear == "whole-elements-appended":  # cut between two arguments: no byte left unread
+        with open(incr, "ab") as f:
+            f.write(b"*5\r\n$4\r\nXADD\r\n$1\r\nt\r\n")
     else:
         incr.write_bytes(good[:-7])  # inside the last XADD
     torn = incr.read_bytes()
@@ -329,7 +333,7 @@ def test_torn_tail_is_truncated_with_a_warning(spawn: Spawn, tear: str) -> None:
     with raw(h) as c:
         after = dump_state(c)
         got = [e[1][0][1] for e in raw_ok(c, "XRANGE", "t", "-", "+")[1]]
-        if tear == "partial-record-appended":
+        if tear != "last-record-cut":
             assert_same(before, after)
         else:  # the cut XADD is gone, everything before it is intact
             assert got == ids
@@ -343,7 +347,7 @@ def test_torn_tail_is_truncated_with_a_warning(spawn: Spawn, tear: str) -> None:
 
     rc, out = check_aof(h.kind, fixed, fix=True)
     assert rc == 0, out
-    clean = good if tear == "partial-record-appended" else good[:record_offsets(good)[-1]]
+    clean = good if tear != "last-record-cut" else good[:record_offsets(good)[-1]]
     assert fixed.read_bytes() == clean
     rc, out = check_aof(h.kind, fixed)
     assert rc == 0, out
