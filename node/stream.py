@@ -617,15 +617,14 @@ class Stream:
         batched apply of AOF loading and replication (node/effects.py EffectApplier)."""
         n = len(sids)
         i = 0
-        append = self.append
         try:
             if maxlen < 0:
                 while i < n:
-                    append(sids[i], field_lists[i], max_entries, max_bytes)
+                    self.append(sids[i], field_lists[i], max_entries, max_bytes)
                     i += 1
             else:
                 while i < n:
-                    append(sids[i], field_lists[i], max_entries, max_bytes)
+                    self.append(sids[i], field_lists[i], max_entries, max_bytes)
                     i += 1
                     if self.length > maxlen:
                         self.trim("maxlen", maxlen, False, 0)
