@@ -31,7 +31,6 @@ latency. Results go to benchmarks/E2E_RESULTS.md (or --output) with the machine'
 from __future__ import annotations
 
 import argparse
-import datetime as _dt
 import multiprocessing as mp
 import os
 import socket
@@ -45,7 +44,7 @@ if __package__ in (None, ""):
 import hiredis  # noqa: E402
 
 from benchmarks.harness import HOST  # noqa: E402
-from benchmarks.router_bench import Procs  # noqa: E402
+from benchmarks.router_bench import Procs, append_result  # noqa: E402
 
 TARGETS = ["redis", "node", "router", "router3", "redis-repl"]
 KEY = b"e2e"
@@ -223,9 +222,7 @@ def main(argv: list[str] | None = None) -> int:
     print(head)
     print(text)
     if a.output:
-        with open(a.output, "a") as f:
-            f.write(f"\n## {_dt.datetime.now(_dt.UTC):%Y-%m-%d %H:%M} UTC: "
-                    f"`{' '.join(sys.argv)}`\n\n{head}\n\n{text}\n")
+        append_result(a.output, f"{head}\n\n{text}")
     return 0
 
 

@@ -241,6 +241,13 @@ def relay(n: int) -> str:
     return "\n".join(lines)
 
 
+def append_result(path: str, text: str) -> None:
+    """A run's markdown, under a heading with the time and the command line that made it."""
+    with open(path, "a") as f:
+        f.write(f"\n## {_dt.datetime.now(_dt.UTC):%Y-%m-%d %H:%M} UTC: "
+                f"`{' '.join(sys.argv)}`\n\n{text}\n")
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true", help="small runs (smoke test)")
@@ -255,9 +262,7 @@ def main(argv: list[str] | None = None) -> int:
         text = relay(n)
         print(text)
         if a.output:
-            with open(a.output, "a") as f:
-                f.write(f"\n## {_dt.datetime.now(_dt.UTC):%Y-%m-%d %H:%M} UTC: "
-                        f"`{' '.join(sys.argv)}`\n\n{text}\n")
+            append_result(a.output, text)
         return 0
     rate = 1000 if a.quick else a.rate
     seconds = 1.0 if a.quick else a.seconds
