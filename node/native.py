@@ -32,8 +32,11 @@ __all__ = ["COMPILED", "PURE_ENV", "compiled", "install", "is_stale", "pure_forc
 # router's are here too: it imports `node` first, so this finder covers them.
 COMPILED = [
     "node.client",
+    "node.commands.groups",
+    "node.commands.reads",
     "node.commands.streams",
     "node.effects",
+    "node.groups",
     "node.keyspace",
     "node.listpack",
     "node.protocol",

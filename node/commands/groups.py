@@ -106,8 +106,9 @@ def xclaim_run_len(key: bytes, groupname: bytes, consumer: bytes, now_ms: int,
              + _arg_len(len(b"%d" % now_ms)) + _arg_len(10) + _arg_len(1)  # ms RETRYCOUNT 1
              + _arg_len(5) + _arg_len(6) + _arg_len(6))  # FORCE JUSTID LASTID
     total = fixed * len(sids)
-    for sid in sids:
-        total += 2 * _arg_len(len(b"%d-%d" % (sid >> 64, sid & SEQ_MAX)))
+    for sid in sids:  # the ID twice (entry and LASTID); an ID has 3 to 41 characters
+        n = len(b"%d-%d" % (sid >> 64, sid & SEQ_MAX))
+        total += 2 * n + (12 if n < 10 else 14)
     return total
 
 
