@@ -29,11 +29,15 @@ in-memory store (control/memstore.py) and scripted nodes, every decision here is
 Faster detection of a crash: a primary whose port refuses connections for DEAD_PROBES
 consecutive probes is a dead process (a frozen or partitioned one times out instead), so the
 leader revokes its lease rather than waiting out the TTL. The key disappears and the ordinary
-failover follows, but only FENCE_WAIT after the revoke returned: a refused connection is what
-a dead process looks like, and also what a live one behind a firewall's REJECT looks like. Such
-a primary, cut off from etcd too, still takes writes until its last accepted keep-alive is
-FENCE_AFTER old (control/agent.py); that keep-alive was sent before etcd applied the revoke, so
-FENCE_WAIT after the revoke it is fenced, whatever it is.
+failover follows. A refused connection is what a dead process looks like, and also what a
+live one behind a firewall's REJECT looks like. Such a primary, cut off from etcd too, still
+takes writes until its last accepted keep-alive is FENCE_AFTER old (control/agent.py); that
+keep-alive was sent before etcd applied the revoke, so FENCE_WAIT after the revoke it is
+fenced, whatever it is. The controller waits FENCE_WAIT unless every replica of the shard says
+its link to the primary is down: a crash closes the primary's sockets, so its replicas see it
+gone too, while a partition that only the controller and etcd are behind leaves their links
+up. A primary behind a REJECT from etcd, the controller *and* all its replicas is promoted
+past without the wait; it can take writes nobody can WAIT-acknowledge for at most FENCE_AFTER.
 """
 
 from __future__ import annotations
@@ -177,7 +181,8 @@ class Controller:
         # For the metrics (control/metrics.py): failovers done, by (shard, reason), shards
         # whose primary we revoked for refusing connections, the last view and when read.
         self.failovers: dict[tuple[str, str], int] = {}
-        self.revoked: dict[str, float] = {}  # shard -> when its primary's revoke returned
+        # shard -> when the failover may start after its primary's lease was revoked
+        self.revoked: dict[str, float] = {}
         self.view: View | None = None
         self.view_at = -1e9
 
@@ -251,7 +256,7 @@ class Controller:
                 self.blocked.pop(sid, None)
                 await self._probe(view, sid, rec.primary)
                 continue
-            wait = self.revoked.get(sid, 0.0) + FENCE_WAIT - time.monotonic()
+            wait = self.revoked.get(sid, 0.0) - time.monotonic()
             if wait > 0:
                 self._block(sid, f"shard {sid}: waiting {wait:.1f}s more for the fence of "
                                  f"{rec.primary}, whose lease was revoked")
@@ -281,14 +286,29 @@ class Controller:
         if await self.nodes.refused(*self.nodes.addr(n.value)):
             k = self.refusals[nid] = self.refusals.get(nid, 0) + 1
             if k >= DEAD_PROBES:
-                log.warning("controller: primary %s of shard %s refused %d connections in a row: "
-                            "the process is gone; revoking its lease %x", nid, sid, k, n.lease)
+                seen = await self._seen_by_replicas(view, sid)
+                log.warning("controller: primary %s of shard %s refused %d connections in a row; "
+                            "revoking its lease %x; %s", nid, sid, k, n.lease,
+                            "a replica still sees it: failing over after its fence" if seen else
+                            "its replicas lost it too: the process is gone")
                 with contextlib.suppress(Exception):
                     await self.store.revoke(n.lease)
-                self.revoked[sid] = time.monotonic()
+                self.revoked[sid] = time.monotonic() + (FENCE_WAIT if seen else 0.0)
                 self.refusals.pop(nid, None)
         else:
             self.refusals.pop(nid, None)
+
+    async def _seen_by_replicas(self, view: View, sid: str) -> bool:
+        """False only when every replica of shard `sid` answers that its link to the primary
+        is down (see the module docstring): then the primary is gone, not cut off."""
+        replicas = [view.nodes[r].value for r in view.shards[sid].value.replicas
+                    if r in view.nodes]
+        if not replicas:
+            return True
+        for rec in replicas:
+            if await self.nodes.primary_link_up(*self.nodes.addr(rec)) is not False:
+                return True
+        return False
 
 
 def run(conn: EtcdConfig | str, cluster: str, cid: str | None = None,

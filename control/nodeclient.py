@@ -164,6 +164,17 @@ class NodeOps:
     async def refused(self, host: str, port: int) -> bool:
         return await refused(host, port)
 
+    async def primary_link_up(self, host: str, port: int) -> bool | None:
+        """The replica's `master_link_status` (True: up, False: down), None when it cannot be
+        asked. A crashed primary's sockets are closed by its kernel, so its replicas see the
+        link go down at once; a live primary behind a partition keeps it up."""
+        try:
+            reply = await self._call(host, port, "INFO", "replication")
+        except Exception:
+            return None
+        status = parse_info(reply if isinstance(reply, bytes) else b"").get("master_link_status")
+        return None if status is None else status == "up"
+
     async def pause_writes(self, host: str, port: int, ms: int) -> None:
         """CLIENT PAUSE ms WRITE (a switchover, control/switchover.py)."""
         await self._call(host, port, "CLIENT", "PAUSE", ms, "WRITE")

@@ -20,6 +20,7 @@ from control.controller import DEAD_PROBES, FENCE_WAIT, TICK, Controller, Failov
 from control.memstore import MemoryEtcd, MemoryStore
 from control.nodeclient import NodeError, NodeOps
 from control.records import NodeRecord, ShardRecord
+from control.store import BaseStore
 from tests.support.memetcd import in_memory, run, until
 
 
@@ -31,6 +32,8 @@ class ScriptedNodes(NodeOps):
         # port -> offset, or the error to raise
         self.offsets: dict[int, int | Exception] = dict(offsets or {})
         self.dead: set[int] = set()  # ports that refuse connections
+        # replica port -> its master_link_status (True up, False down); absent: cannot ask
+        self.links: dict[int, bool] = {}
         self.told: list[tuple] = []
 
     async def offset(self, host: str, port: int) -> int:
@@ -47,6 +50,9 @@ class ScriptedNodes(NodeOps):
 
     async def refused(self, host: str, port: int) -> bool:
         return port in self.dead
+
+    async def primary_link_up(self, host: str, port: int) -> bool | None:
+        return self.links.get(port)
 
 
 PORTS = {"p": 7000, "r1": 7001, "r2": 7002}
@@ -204,33 +210,75 @@ async def test_a_missed_watch_event_costs_one_tick_not_the_failover(etcd: Memory
     await stop(task)
 
 
-@in_memory
-async def test_a_primary_that_refuses_connections_loses_its_lease_early(etcd: MemoryEtcd,
-                                                                        store: MemoryStore) -> None:
-    await make_shard(store, {"p": True, "r1": True, "r2": True})
-    nodes = ScriptedNodes({7001: 3, 7002: 4})
-    _c, task = await elect(etcd, store, "A", nodes)
-    nodes.dead.add(7000)  # the process is gone; its lease would live on for the TTL
-    await until(lambda: _primary_is(store, "r2"), f"{DEAD_PROBES} refusals, then failover")
-    assert "p" not in (await store.view()).nodes
-    await stop(task)
+def _record_revokes(store: BaseStore) -> list[float]:
+    """When each revoke returned (time.monotonic())."""
+    done: list[float] = []
+    real = store.revoke
+
+    async def revoke(lease: int) -> None:
+        await real(lease)
+        done.append(time.monotonic())
+
+    store.revoke = revoke  # type: ignore[method-assign]
+    return done
 
 
-@in_memory
-async def test_a_revoked_primary_is_replaced_only_after_its_fence(etcd: MemoryEtcd,
-                                                                  store: MemoryStore) -> None:
-    """Refusals may come from a firewall in front of a live primary that etcd cannot hear
-    either: it takes writes until its fence (FENCE_AFTER after its last accepted keep-alive,
-    sent before the revoke), so the promotion waits FENCE_WAIT after the revoke."""
+class _Deadlines(dict):
+    """Controller.revoked that remembers every deadline set (the entry goes at the failover)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.set_to: list[float] = []
+
+    def __setitem__(self, key: str, value: float) -> None:
+        self.set_to.append(value)
+        super().__setitem__(key, value)
+
+
+async def _refusing_primary(store: MemoryStore, etcd: MemoryEtcd,
+                            links: dict[int, bool]) -> tuple[list[float], list[float], float]:
+    """Shard 0's primary starts refusing connections while its replicas report `links`;
+    returns when each revoke returned, the failover deadlines set, and when r2 was primary."""
     await make_shard(store, {"p": True, "r1": True, "r2": True})
     nodes = ScriptedNodes({7001: 3, 7002: 4})
     c, task = await elect(etcd, store, "A", nodes)
-    nodes.dead.add(7000)
-    await until(lambda: bool(c.revoked), "the revoke")
-    revoked_at = c.revoked["0"]
-    await until(lambda: _primary_is(store, "r2"), "the failover")
-    assert time.monotonic() - revoked_at >= FENCE_WAIT > FENCE_AFTER
+    revokes = _record_revokes(c.store)
+    c.revoked = deadlines = _Deadlines()
+    nodes.links = dict(links)
+    nodes.dead.add(7000)  # its lease would live on for the TTL
+    await until(lambda: _primary_is(store, "r2"), f"{DEAD_PROBES} refusals, then failover")
+    promoted = time.monotonic()
+    assert "p" not in (await store.view()).nodes
+    assert c.failovers == {("0", "process_gone"): 1}
     await stop(task)
+    return revokes, deadlines.set_to, promoted
+
+
+@in_memory
+async def test_a_crashed_primary_loses_its_lease_early(etcd: MemoryEtcd,
+                                                       store: MemoryStore) -> None:
+    """A crash: the port refuses and both replicas saw their link go down (its kernel closed
+    its sockets), so the failover follows the revoke without waiting for a fence."""
+    revokes, deadlines, _ = await _refusing_primary(store, etcd, {7001: False, 7002: False})
+    assert len(deadlines) == 1  # (the second revoke is the controller resigning at stop)
+    assert deadlines[0] - revokes[0] < FENCE_WAIT  # no wait: set to "now", just after the revoke
+
+
+@pytest.mark.parametrize("links", [{7001: True, 7002: False}, {7002: False}, {}],
+                         ids=["a-replica-link-up", "a-replica-unanswering", "no-answers"])
+def test_a_revoked_primary_is_replaced_only_after_its_fence(links: dict[int, bool]) -> None:
+    """Refusals may come from a firewall in front of a live primary that etcd cannot hear
+    either: it takes writes until its fence (FENCE_AFTER after its last accepted keep-alive,
+    sent before the revoke). Unless every replica says its link to the primary is down, the
+    promotion waits FENCE_WAIT after the revoke."""
+    async def go() -> None:
+        etcd = MemoryEtcd()
+        revokes, deadlines, promoted = await _refusing_primary(MemoryStore(etcd, "c"), etcd,
+                                                               links)
+        assert len(deadlines) == 1  # (the second revoke is the controller resigning at stop)
+        assert deadlines[0] >= revokes[0] + FENCE_WAIT > revokes[0] + FENCE_AFTER
+        assert promoted >= deadlines[0]
+    run(go)
 
 
 @in_memory
