@@ -122,12 +122,30 @@ async def _serve(args: argparse.Namespace) -> int:
             print(f"xshard router: cannot read topology: {e}", file=sys.stderr)
             return 1
         router.set_topology(topo["nodes"], topo["shards"], topo["slots"], 1)
+    # Metrics first: once the client port answers, /metrics does too (a scraper or a test
+    # that saw the router ready must not find the metrics port closed).
+    metrics = None
+    if args.metrics_port:
+        from node import metricsserver
+        from router.metrics import RouterCollector
+
+        rc = RouterCollector(router, etcd=not args.topology)
+        try:
+            metrics = await metricsserver.start(metricsserver.new_registry(rc), rc.ready,
+                                                args.bind, args.metrics_port)
+        except OSError as e:
+            print(f"xshard router: cannot listen for metrics on {args.bind}:"
+                  f"{args.metrics_port}: {e.strerror}", file=sys.stderr)
+            router.close()
+            return 1
     try:
         port = await router.start(args.port, args.bind, args.tls_port, server_ctx)
     except OSError as e:
         print(f"xshard router: cannot listen on {args.bind}:{args.port}/{args.tls_port}: "
               f"{e.strerror}", file=sys.stderr)
         router.close()
+        if metrics is not None:
+            await metrics.stop()
         return 1
     config.port = port
     config.tls_port = args.tls_port
@@ -141,22 +159,8 @@ async def _serve(args: argparse.Namespace) -> int:
             print(f"xshard router: cannot use etcd at {args.etcd_config.url}: {e}",
                   file=sys.stderr)
             router.close()
-            return 1
-    metrics = None
-    if args.metrics_port:
-        from node import metricsserver
-        from router.metrics import RouterCollector
-
-        rc = RouterCollector(router, etcd=source is not None)
-        try:
-            metrics = await metricsserver.start(metricsserver.new_registry(rc), rc.ready,
-                                                args.bind, args.metrics_port)
-        except OSError as e:
-            print(f"xshard router: cannot listen for metrics on {args.bind}:"
-                  f"{args.metrics_port}: {e.strerror}", file=sys.stderr)
-            if source is not None:
-                await source.stop()
-            router.close()
+            if metrics is not None:
+                await metrics.stop()
             return 1
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
