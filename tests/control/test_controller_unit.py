@@ -181,7 +181,10 @@ async def test_a_deposed_leader_cannot_fail_over(etcd: MemoryEtcd, store: Memory
     ta.cancel()  # A stops running its loop but keeps its belief (a, a_rev) ...
     with pytest.raises(asyncio.CancelledError):
         await ta
-    b, tb = await elect(etcd, store, "B", nodes)
+    # B's replicas cannot answer until A has tried: B's loop runs concurrently and would
+    # otherwise fail over before A's tick (its own tick is not under the test's control).
+    b_nodes = ScriptedNodes({7001: OSError("held"), 7002: OSError("held")})
+    b, tb = await elect(etcd, store, "B", b_nodes)
     assert b.leader_rev != a_rev
     # The primary dies now; A (stale) ticks first.
     await store.revoke((await store.view()).nodes["p"].lease)
@@ -191,6 +194,7 @@ async def test_a_deposed_leader_cannot_fail_over(etcd: MemoryEtcd, store: Memory
     assert etcd.txns == before + 1  # A tried ...
     assert (await store.view()).shards["0"].value.primary == "p"  # ... and was refused
     assert "etcd changed" in a.blocked["0"]
+    b_nodes.offsets = {7001: 10, 7002: 20}
     await until(lambda: _primary_is(store, "r2"), "B's failover")
     await stop(tb)
 
