@@ -30,9 +30,9 @@ def set_(c: Client, argv: list[bytes]) -> bytes:
         elif o in (b"ex", b"px", b"exat", b"pxat") and when is None and not keepttl \
                 and i + 1 < len(argv):
             v = errors.parse_int_or_error(argv[i + 1])
-            if v <= 0:
-                raise ReplyError(errors.INVALID_EXPIRE % b"set")
             when = {b"ex": now + v * 1000, b"px": now + v, b"exat": v * 1000, b"pxat": v}[o]
+            if v <= 0 or when > errors.LLONG_MAX:  # Redis: the time must fit in 64 bits
+                raise ReplyError(errors.INVALID_EXPIRE % b"set")
             i += 1
         else:
             raise ReplyError(errors.SYNTAX)

@@ -155,3 +155,23 @@ def test_glob_pattern_does_not_backtrack(node, oracle) -> None:
                 [long_key, b"fz:aaaaaaax"])
         finally:
             c.delete(long_key, b"fz:aaaaaaax")
+
+
+def test_set_expire_time_beyond_64_bits_is_refused(node, oracle) -> None:
+    """`SET k v EXAT 9223372036854775807` stored an expire time past 64 bits, and a later PTTL
+    answered an integer no client can read (found by the compiled 1M-input run). Redis
+    refuses such times; the largest that fits is kept."""
+    cases = [["EXAT", "9223372036854775807"], ["EX", "9223372036854775807"],
+             ["EX", "9223372036854775"], ["PX", "9223372036854775807"],
+             ["EXAT", "9223372036854776"], ["PXAT", "9223372036854775807"]]
+    got = []
+    for h in (node, oracle):
+        with RawClient(h.host, h.port) as rc:
+            out = []
+            for opt, v in cases:
+                out.append(rc.call("SET", "fz:exp", "x", opt, v))
+                out.append(rc.call("PTTL", "fz:exp")[0])  # a well-framed integer
+            rc.call("DEL", "fz:exp")
+            got.append(out)
+    assert got[0] == got[1]
+    assert got[0][0][0] == "-" and got[0][-2] == ("+", b"OK")
