@@ -30,6 +30,18 @@ from tests.conftest import NodeHandle
 from tests.support.rawresp import RawClient
 
 
+@pytest.fixture(autouse=True)
+def _empty(node: NodeHandle, oracle: NodeHandle) -> None:
+    """These tests write key `s` with explicit IDs: start from empty servers, whatever the
+    modules before them left (their fixtures flush after a test, not every module does)."""
+    for h in (node, oracle):
+        c = RawClient(h.host, h.port)
+        try:
+            c.call("FLUSHALL")
+        finally:
+            c.close()
+
+
 def pending_ids(r: redis.Redis, key: str, group: str) -> list[bytes]:
     return [e["message_id"] for e in r.xpending_range(key, group, "-", "+", 1_000_000)]
 
