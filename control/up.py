@@ -42,6 +42,15 @@ PRIMARY_WAIT = 30.0  # seconds to wait for the primaries etcd names before the c
 TLS_OFFSET = 10000  # with --tls, every node and router also serves TLS on its port + this
 
 
+def _free_port_but(taken: set[int]) -> int:
+    """A free port outside `taken`, which it joins (so no two processes get the same one)."""
+    while True:
+        port = free_port()
+        if port not in taken:
+            taken.add(port)
+            return port
+
+
 @dataclass
 class Shape:
     shards: int = 3
@@ -329,10 +338,11 @@ class LocalCluster:
         # Every process gets a free metrics port; Prometheus finds them in targets.json.
         targets: list[promconfig.Target] = []
         tls = self._tls_args()
+        taken = self._own_ports()
         for nid, shard, port in s.node_ids():
             d = self.base / nid
             d.mkdir(exist_ok=True)
-            mport = free_port()
+            mport = _free_port_but(taken)
             targets.append(promconfig.Target("node", nid, mport, str(shard)))
             self.nodes.append(Child(nid, xshard_argv(
                 "node", "--port", str(port), "--dir", str(d), "--appendonly", "yes",
@@ -356,13 +366,13 @@ class LocalCluster:
                                        PRIMARY_WAIT, "the nodes"):
             say("not every node is back yet; starting the controller (it fails over a shard "
                 "whose primary stays away)")
-        mport = free_port()
+        mport = _free_port_but(taken)
         targets.append(promconfig.Target("controller", "controller", mport))
         self.others.append(Child("controller", xshard_argv(
             "controller", "--etcd", self.url, "--cluster", s.cluster, "--metrics-port",
             str(mport), *tls.get("controller", ())), self.base / "controller.log"))
         for i in range(s.routers):
-            mport = free_port()
+            mport = _free_port_but(taken)
             targets.append(promconfig.Target("router", f"router{i}", mport))
             self.others.append(Child(f"router{i}", xshard_argv(
                 "router", "--port", str(s.router_port + i), "--etcd", self.url, "--cluster",
@@ -374,7 +384,7 @@ class LocalCluster:
         if rules is None:
             say(f"{self.prom_config} loads no alert rules: {promconfig.RULES} is missing")
         if self.prometheus is not None:
-            self.prometheus_port = free_port()
+            self.prometheus_port = _free_port_but(taken)
             pdir = self.base / "prometheus"
             self.others.append(Child("prometheus", [
                 self.prometheus, f"--config.file={self.prom_config}",
@@ -465,6 +475,16 @@ class LocalCluster:
         return {"node": (*files, "--tls-replication", "yes", "--tls-cluster", "yes"),
                 "router": (*files, "--tls-cluster", "yes"),
                 "controller": (*files, "--tls-cluster", "yes")}
+
+    def _own_ports(self) -> set[int]:
+        """The node and router ports (and their TLS ports) this cluster is about to bind: a
+        metrics port must not be one of them, although they all look free until then."""
+        s = self.shape
+        ports = {port for _nid, _shard, port in s.node_ids()}
+        ports.update(range(s.router_port, s.router_port + s.routers))
+        if s.tls:
+            ports.update({p + TLS_OFFSET for p in ports})
+        return ports
 
     def _tls_port(self, port: int) -> tuple[str, ...]:
         return ("--tls-port", str(port + TLS_OFFSET)) if self.shape.tls else ()
