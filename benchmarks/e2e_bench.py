@@ -23,6 +23,11 @@ Targets, each started fresh and measured in the same run:
   with those settings (the slots split evenly; the stream lives on one of them);
 - `redis-repl`: redis-server primary + replica with the same AOF settings, direct.
 
+To see where router3's latency comes from, one part at a time (not in the default run):
+`node-aof` (the node with that AOF), `node-rep` (with a replica, no AOF), `node-repl` (both),
+`router-bare` (a router in front of one node, no AOF, no replica) and `router3-bare` (a router
+in front of 3 such nodes).
+
 The result is the histogram (p50, p99, p99.9, the share under 1/2/5 ms) side by side, and the
 offered and achieved rates: a target that could not keep up shows it there, not as a lower
 latency. Results go to benchmarks/E2E_RESULTS.md (or --output) with the machine's load.
@@ -47,6 +52,7 @@ from benchmarks.harness import HOST  # noqa: E402
 from benchmarks.router_bench import Procs, append_result  # noqa: E402
 
 TARGETS = ["redis", "node", "router", "router3", "redis-repl"]
+PARTS = ["node-aof", "node-rep", "node-repl", "router-bare", "router3-bare"]
 KEY = b"e2e"
 PAYLOAD = [b"f1", b"value00001", b"f2", b"value00002", b"f3", b"value00003"]
 
@@ -169,6 +175,20 @@ def start_target(procs: Procs, kind: str) -> int:
         p = procs.node("primary", *aof)
         r = procs.node("replica", "--replicaof", f"{HOST} {p}", *aof)
         return procs.router(p, r)
+    if kind == "node-repl":
+        p = procs.node("primary", *aof)
+        procs.node("replica", "--replicaof", f"{HOST} {p}", *aof)
+        return p
+    if kind == "node-aof":
+        return procs.node("primary", *aof)
+    if kind == "node-rep":
+        p = procs.node("primary")
+        procs.node("replica", "--replicaof", f"{HOST} {p}")
+        return p
+    if kind == "router-bare":
+        return procs.router(procs.node("primary"))
+    if kind == "router3-bare":
+        return procs.router_for([(procs.node(f"primary{i}"), None) for i in range(3)])
     if kind == "router3":
         shards = []
         for i in range(3):
@@ -199,7 +219,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seconds", type=float, default=10.0)
     ap.add_argument("--consumers", type=int, default=10)
     ap.add_argument("--producers", type=int, default=2)
-    ap.add_argument("--targets", default=",".join(TARGETS))
+    ap.add_argument("--targets", default=",".join(TARGETS),
+                    help=f"comma-separated, of {','.join(TARGETS + PARTS)}")
     ap.add_argument("--quick", action="store_true", help="1 s at 1000/s, 2 consumers")
     ap.add_argument("--output", default="", help="append the result here (markdown)")
     a = ap.parse_args(argv)
