@@ -13,12 +13,18 @@ import os
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
+from functools import partial
+from typing import Any, BinaryIO
 
 from node import command_table
 from node.effects import _command_len
 
 _READ_CHUNK = 1 << 20
+
+
+def read_chunks(f: BinaryIO) -> Iterator[bytes]:
+    """An effect file's bytes in pieces of _READ_CHUNK (loading and scanning read it alike)."""
+    return iter(partial(f.read, _READ_CHUNK), b"")
 
 
 class LoadError(Exception):
@@ -130,10 +136,7 @@ def scan(path: str) -> tuple[int, int, str | None]:
     size = 0
     multi_at = -1
     with open(path, "rb") as f:
-        while True:
-            data = f.read(_READ_CHUNK)
-            if not data:
-                break
+        for data in read_chunks(f):
             size += len(data)
             reader.feed(data)
             while True:

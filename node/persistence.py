@@ -36,6 +36,7 @@ from node.aof import (
     ReplIds,
     check_aof,  # noqa: F401 - `xshard check-aof` (control/cli.py) imports it from here
     manifest_path,
+    read_chunks,
     scan,
 )
 from node.effects import EffectApplier, EffectStreamError
@@ -46,7 +47,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("xshard.node")
 
-_READ_CHUNK = 1 << 20
 
 
 # -- the persistence engine --------------------------------------------------------------------
@@ -178,10 +178,7 @@ class Persistence:
         read = 0
         broken = False
         with open(path, "rb") as f:
-            while True:
-                data = f.read(_READ_CHUNK)
-                if not data:
-                    break
+            for data in read_chunks(f):
                 read += len(data)
                 try:
                     applier.feed(data)
