@@ -17,7 +17,7 @@ from collections.abc import Callable
 from time import perf_counter_ns, time_ns
 from typing import TYPE_CHECKING, Protocol
 
-from node import command_table, errors
+from node import command_table, errors, tls
 from node.acl import Acl
 from node.blocking import Blocked, BlockingManager
 from node.client import Client
@@ -396,20 +396,9 @@ class Server:
         """Listen on port, and on tls-port with TLS; as in Redis, `port 0` with a tls-port
         means TLS only (without one, port 0 picks a free port)."""
         cfg = self.config
-        hosts = cfg.bind.split() or ["127.0.0.1"]
-        if cfg.port or not cfg.tls_port:
-            self.tcp_server = await self.loop.create_server(
-                lambda: Connection(self).as_protocol(), hosts, cfg.port, reuse_address=True,
-                backlog=cfg.tcp_backlog,
-            )
-            if cfg.port == 0:
-                cfg.port = self.tcp_server.sockets[0].getsockname()[1]
-        if cfg.tls_port:
-            # The same connection class: after the handshake a TLS client is any client.
-            self.tls_server = await self.loop.create_server(
-                lambda: Connection(self).as_protocol(), hosts, cfg.tls_port, reuse_address=True,
-                backlog=cfg.tcp_backlog, ssl=self.tls_context,
-            )
+        self.tcp_server, self.tls_server, cfg.port = await tls.listen(
+            self.loop, lambda: Connection(self).as_protocol(), cfg.bind.split() or ["127.0.0.1"],
+            cfg.port, cfg.tls_port, self.tls_context, cfg.tcp_backlog)
         self.loop.call_later(1 / cfg.hz, self._cron)
 
     def _cron(self) -> None:

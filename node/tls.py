@@ -15,7 +15,9 @@ A bad setting raises TlsError with the line Redis logs, and the process refuses 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import ssl
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -158,6 +160,25 @@ def _reason(e: Exception) -> str:
     if isinstance(e, ssl.SSLError):
         return e.reason or str(e)
     return getattr(e, "strerror", None) or str(e)
+
+
+async def listen(loop: asyncio.AbstractEventLoop, protocol: Callable[[], Any],
+                 hosts: str | Sequence[str], port: int, tls_port: int,
+                 ctx: ssl.SSLContext | None, backlog: int = 511
+                 ) -> tuple[asyncio.AbstractServer | None, asyncio.AbstractServer | None, int]:
+    """Redis's listeners, for nodes and routers alike: `port` plain and `tls_port` with TLS
+    (the same protocol: after the handshake a TLS client is any client). As in Redis, `port 0`
+    with a tls-port means TLS only; without one, port 0 picks a free port. Returns the plain
+    and TLS servers and the plain port bound (0: none)."""
+    plain = secure = None
+    if port or not tls_port:
+        plain = await loop.create_server(protocol, hosts, port, reuse_address=True,
+                                         backlog=backlog)
+        port = plain.sockets[0].getsockname()[1]
+    if tls_port:
+        secure = await loop.create_server(protocol, hosts, tls_port, reuse_address=True,
+                                          backlog=backlog, ssl=ctx)
+    return plain, secure, port
 
 
 def on_tls(c: Any) -> bool:

@@ -27,7 +27,7 @@ import ssl
 import time
 from typing import TYPE_CHECKING
 
-from node import command_table, errors
+from node import command_table, errors, tls
 from node.acl import Acl
 from node.client import Client
 from node.cluster import SlotMap
@@ -177,14 +177,8 @@ class Router:
     async def start(self, port: int, bind: str = "127.0.0.1", tls_port: int = 0,
                     tls_context: ssl.SSLContext | None = None) -> int:
         """Listen; returns the plain port (0 with `port 0` and a TLS port: TLS only)."""
-        if port or not tls_port:
-            self.tcp_server = await self.loop.create_server(
-                lambda: ClientConn(self).as_protocol(), bind, port, reuse_address=True)
-            port = self.tcp_server.sockets[0].getsockname()[1]
-        if tls_port:
-            self.tls_server = await self.loop.create_server(
-                lambda: ClientConn(self).as_protocol(), bind, tls_port, reuse_address=True,
-                ssl=tls_context)
+        self.tcp_server, self.tls_server, port = await tls.listen(
+            self.loop, lambda: ClientConn(self).as_protocol(), bind, port, tls_port, tls_context)
         return port
 
     def close(self) -> None:
