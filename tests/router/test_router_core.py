@@ -268,6 +268,7 @@ def test_router_restarted_mid_load(xcluster: Callable[..., Cluster]) -> None:
     and every acknowledged write is on the shards."""
     c = xcluster(shards=3, replicas=0, etcd=False, routers=1, router_args=ROUTER_ARGS)
     acked: list[tuple[str, bytes]] = []
+    errors: list[str] = []
     failures = 0
     stop = threading.Event()
 
@@ -279,18 +280,25 @@ def test_router_restarted_mid_load(xcluster: Callable[..., Cluster]) -> None:
             key = f"rr{i % 9}"
             try:
                 acked.append((key, r.xadd(key, {"i": i})))
-            except (redis.ConnectionError, redis.TimeoutError):
-                failures += 1  # the router is down: not acknowledged; try again
+            except redis.RedisError as e:
+                # The router is down or still connecting to its shards: not acknowledged,
+                # try again. Any error class, so the writer never dies silently.
+                failures += 1
+                errors.append(repr(e))
                 time.sleep(0.05)
             i += 1
 
     t = threading.Thread(target=writer)
     t.start()
     try:
-        wait_until(lambda: len(acked) > 10, 15, what="writes through the router")
+        wait_until(lambda: len(acked) > 10, 30, what="writes through the router")
         c.router.restart()  # same port
         before = len(acked)
-        wait_until(lambda: len(acked) > before + 10, 15, what="writes to resume")
+        try:
+            wait_until(lambda: len(acked) > before + 10, 30, what="writes to resume")
+        except TimeoutError as e:
+            raise AssertionError(f"{e}; writer alive={t.is_alive()}, "
+                                 f"last errors: {errors[-3:]}") from None
     finally:
         stop.set()
         t.join(15)
