@@ -199,3 +199,54 @@ def test_compiled_entry_encoder_matches_the_interpreted_one() -> None:
     odd = [[b"f", bytearray(b"v")], (b"f", b"v")]
     assert streams.encode_entries([1 << 64, 2 << 64], odd) == (
         streams.entry_reply(1 << 64, [b"f", b"v"]) + streams.entry_reply(2 << 64, [b"f", b"v"]))
+
+
+def test_group_id_codecs_match_the_general_parser() -> None:
+    """XACK's IDs are parsed by a C loop compiled and by a regex interpreted; both must agree
+    with the general strict parser (same IDs, same error), and the offset counted for the
+    XCLAIMs of a `>` read nobody listens to must be the length of the effects it skips."""
+    import random
+
+    from node.commands import groups
+    from node.resp import ReplyError, encode_command
+    from node.streamid import format_id, parse_strict_id_or_error
+
+    def general(args: list[bytes]) -> list[int] | bytes:
+        try:
+            return [parse_strict_id_or_error(a) for a in args]
+        except ReplyError as e:
+            return e.args[0]
+
+    def fast(args: list[bytes]) -> list[int] | bytes:
+        try:
+            return groups.parse_strict_ids_or_error(args)
+        except ReplyError as e:
+            return e.args[0]
+
+    rnd = random.Random(11)
+    parts = [b"0", b"1", b"9", b"10", b"007", b"18446744073709551615", b"18446744073709551616",
+             b"99999999999999999999", b"0" * 40 + b"1", b"", b"x", b"1 ", b"+", b"-"]
+    for _ in range(2000):
+        args = []
+        for _ in range(rnd.randint(1, 4)):
+            shape = rnd.random()
+            if shape < 0.7:
+                args.append(rnd.choice(parts) + b"-" + rnd.choice(parts))
+            elif shape < 0.8:
+                args.append(rnd.choice(parts))
+            else:
+                args.append(b"%d-%d" % (rnd.getrandbits(64), rnd.getrandbits(64)))
+        assert fast(args) == general(args), args
+    assert fast([b"0" * 126 + b"-1"]) == general([b"0" * 126 + b"-1"])
+    assert fast([b"0" * 127 + b"-1"]) == general([b"0" * 127 + b"-1"])
+
+    for _ in range(200):
+        sids = sorted(rnd.choice([0, 1, 9, 10, rnd.getrandbits(rnd.randint(1, 64))]) << 64
+                      | rnd.choice([0, 9, 10, rnd.getrandbits(rnd.randint(1, 64))])
+                      for _ in range(rnd.randint(1, 12)))
+        key, group, cons = (rnd.randbytes(rnd.choice([0, 1, 9, 10, 120])) for _ in range(3))
+        now = rnd.choice([0, 9, 10, 1_700_000_000_000])
+        want = sum(len(encode_command([b"XCLAIM", key, group, cons, b"0", format_id(s), b"TIME",
+                                       b"%d" % now, b"RETRYCOUNT", b"1", b"FORCE", b"JUSTID",
+                                       b"LASTID", format_id(s)])) for s in sids)
+        assert groups.xclaim_run_len(key, group, cons, now, sids) == want

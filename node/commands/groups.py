@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import re
 
+import cython
+
 from node import command_table as table
 from node import errors
 from node.client import Client
@@ -39,6 +41,12 @@ from node.streamid import (
     parse_range_id_or_error,
     parse_strict_id_or_error,
 )
+
+if cython.compiled:
+    from cython.cimports.cpython.bytes import PyBytes_AS_STRING
+    from cython.cimports.node.commands.streams import _ndigits
+else:
+    from node.commands.streams import _ndigits
 
 _LLONG_MAX = errors.LLONG_MAX
 # XAUTOCLAIM: COUNT is at most LONG_MAX / max(sizeof(streamID), attempts_factor).
@@ -93,21 +101,29 @@ def propagate_xclaim(c: Client, key: bytes, groupname: bytes, g: ConsumerGroup, 
 
 def _arg_len(n: int) -> int:
     """Bytes of one bulk string of length n in a RESP request: $<n>\\r\\n<arg>\\r\\n."""
-    return n + 5 + len(str(n))
+    return n + 5 + _ndigits(n)
+
+
+def _id_len(sid: int) -> int:
+    """Characters of `ms-seq`: 3 to 41."""
+    if cython.compiled:
+        return _ndigits(sid >> 64) + 1 + _ndigits(sid & SEQ_MAX)
+    return len(b"%d-%d" % (sid >> 64, sid & SEQ_MAX))
 
 
 def xclaim_run_len(key: bytes, groupname: bytes, consumer: bytes, now_ms: int,
                    sids: list[int]) -> int:
     """The bytes that propagate_xclaim would emit for a run of new entries delivered at
     `now_ms` (count 1, each one's LASTID the entry itself, as the group advances through
-    them), without building them: a node that nobody listens to still counts its offset."""
+    them), without building them: a node that nobody listens to still counts its offset.
+    Compiled, a C loop over the IDs' digit counts."""
     fixed = (5 + _arg_len(6) + _arg_len(len(key)) + _arg_len(len(groupname))  # *14 XCLAIM
              + _arg_len(len(consumer)) + _arg_len(1) + _arg_len(4)  # consumer 0 TIME
-             + _arg_len(len(b"%d" % now_ms)) + _arg_len(10) + _arg_len(1)  # ms RETRYCOUNT 1
+             + _arg_len(_ndigits(now_ms)) + _arg_len(10) + _arg_len(1)  # ms RETRYCOUNT 1
              + _arg_len(5) + _arg_len(6) + _arg_len(6))  # FORCE JUSTID LASTID
     total = fixed * len(sids)
-    for sid in sids:  # the ID twice (entry and LASTID); an ID has 3 to 41 characters
-        n = len(b"%d-%d" % (sid >> 64, sid & SEQ_MAX))
+    for sid in sids:  # the ID twice (entry and LASTID), each a bulk string: $n\r\n...\r\n
+        n = _id_len(sid)
         total += 2 * n + (12 if n < 10 else 14)
     return total
 
@@ -260,18 +276,24 @@ def xgroup(c: Client, argv: list[bytes]) -> bytes:
 # --- XACK ----------------------------------------------------------------------------------
 # Plain `ms-seq` IDs joined by single spaces: checked by one regex match for a whole XACK.
 _PLAIN_IDS = re.compile(rb"\d{1,20}-\d{1,20}(?: \d{1,20}-\d{1,20})*")
+_ULL_MAX = SEQ_MAX
 
 
 def parse_strict_ids_or_error(args: list[bytes]) -> list[int]:
     """Many strict IDs (XACK): a fast path for plain `ms-seq`, else streamParseStrictID."""
-    joined = b" ".join(args)
-    if _PLAIN_IDS.fullmatch(joined):
-        nums = list(map(int, joined.replace(b"-", b" ").split()))
-        # As many IDs as arguments: no argument held a space, so each is one `ms-seq`.
-        if len(nums) == 2 * len(args):
-            ms, seq = nums[0::2], nums[1::2]
-            if max(ms) <= SEQ_MAX and max(seq) <= SEQ_MAX:
-                return [m << 64 | q for m, q in zip(ms, seq, strict=True)]
+    if cython.compiled:
+        fast = _plain_ids_c(args)
+        if fast is not None:
+            return fast
+    else:
+        joined = b" ".join(args)
+        if _PLAIN_IDS.fullmatch(joined):
+            nums = list(map(int, joined.replace(b"-", b" ").split()))
+            # As many IDs as arguments: no argument held a space, so each is one `ms-seq`.
+            if len(nums) == 2 * len(args):
+                ms, seq = nums[0::2], nums[1::2]
+                if max(ms) <= SEQ_MAX and max(seq) <= SEQ_MAX:
+                    return [m << 64 | q for m, q in zip(ms, seq, strict=True)]
     out = []
     for a in args:
         dash = a.find(b"-")
@@ -284,6 +306,45 @@ def parse_strict_ids_or_error(args: list[bytes]) -> list[int]:
                     out.append(ms_v << 64 | seq_v)
                     continue
         out.append(parse_strict_id_or_error(a))
+    return out
+
+
+def _plain_ids_c(args: list[bytes]) -> list[int] | None:
+    """Compiled: every argument a plain `ms-seq` (ASCII digits, each part at most 2^64-1, at
+    most 127 bytes, as the general parser wants), parsed in one C loop; None as soon as one
+    is anything else, for the general path to parse (and refuse) them all."""
+    if type(args) is not list:
+        return None
+    lim = _ULL_MAX
+    out = []
+    for a in args:
+        if type(a) is not bytes:
+            return None
+        n = len(a)
+        if n > 127:
+            return None
+        p = cython.cast(cython.p_uchar, PyBytes_AS_STRING(a))
+        i = 0
+        ms = 0
+        while i < n and 48 <= p[i] <= 57:
+            d = p[i] - 48
+            if ms > (lim - d) // 10:
+                return None
+            ms = ms * 10 + d
+            i += 1
+        if i == 0 or i >= n - 1 or p[i] != 45:
+            return None
+        j = i + 1
+        seq = 0
+        while j < n and 48 <= p[j] <= 57:
+            d = p[j] - 48
+            if seq > (lim - d) // 10:
+                return None
+            seq = seq * 10 + d
+            j += 1
+        if j != n:
+            return None
+        out.append(cython.cast(object, ms) << 64 | cython.cast(object, seq))
     return out
 
 
