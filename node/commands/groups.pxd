@@ -3,6 +3,10 @@
 
 import cython
 
+from node.groups cimport Consumer, ConsumerGroup
+from node.keyspace cimport Keyspace
+from node.stream cimport Stream
+
 cdef Py_ssize_t _arg_len(Py_ssize_t n) noexcept
 
 cdef Py_ssize_t _id_len(object sid) except -1
@@ -14,3 +18,12 @@ cpdef Py_ssize_t xclaim_run_len(key, groupname, consumer, now_ms, list sids) exc
                ms="unsigned long long", seq="unsigned long long", d="unsigned long long",
                lim="unsigned long long")
 cdef list _plain_ids_c(args)
+
+# The group commands of the XREADGROUP + XACK pair: stream, group and consumer typed.
+@cython.locals(cons=Consumer)
+cpdef Consumer lookup_or_create_consumer(c, key, groupname, ConsumerGroup g, name)
+
+@cython.locals(db=Keyspace, s=Stream, g=ConsumerGroup, acked=Py_ssize_t, ids=list)
+cpdef bytes xack(c, argv)
+
+cpdef list parse_strict_ids_or_error(args)

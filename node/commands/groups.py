@@ -348,11 +348,11 @@ def _plain_ids_c(args: list[bytes]) -> list[int] | None:
     return out
 
 
-@command(b"xack")
 def xack(c: Client, argv: list[bytes]) -> bytes:
     """XACK key group id [id ...]: all IDs are parsed before any is acknowledged."""
     key = argv[1]
-    s = c.db.get_stream(key)
+    db = c.db
+    s = db.get_stream(key)
     g = s.groups.get(argv[2]) if s is not None else None
     if g is None:
         return ZERO
@@ -361,6 +361,9 @@ def xack(c: Client, argv: list[bytes]) -> bytes:
     if acked:
         _group_written(c, key, argv, acked)
     return integer(acked)
+
+
+command(b"xack")(xack)  # not a decorator: compiled, xack is cpdef
 
 
 @command(b"xackdel")

@@ -105,7 +105,6 @@ def parse_xread_options(argv: list[bytes], now_ms: int) -> XReadOptions:
     return timeout, count, noack, streams_arg, nkeys, groupname, consumername, block_arg, claim
 
 
-@command(b"xread", b"xreadgroup")
 def xread(c: Client, argv: list[bytes]) -> bytes:
     """XREAD [COUNT count] [BLOCK ms] STREAMS key [key ...] id [id ...]
     XREADGROUP GROUP group consumer [COUNT count] [BLOCK ms] [NOACK] [CLAIM min-idle-time]
@@ -115,6 +114,7 @@ def xread(c: Client, argv: list[bytes]) -> bytes:
         parse_xread_options(argv, c.server.now_ms())
 
     keys = argv[streams_arg:streams_arg + nkeys]
+    db = c.db
     streams: list[Stream | None] = []
     groups: list[ConsumerGroup] = []
     ids: list[int] = []
@@ -123,7 +123,7 @@ def xread(c: Client, argv: list[bytes]) -> bytes:
         key = keys[idx]
         arg = argv[streams_arg + nkeys + idx]
         try:
-            s = c.db.get_stream(key)
+            s = db.get_stream(key)
         except ReplyError:
             if c.rerunning and groupname is None:
                 # Redis re-runs XREAD only for keys that hold a stream: keep waiting.
@@ -211,6 +211,9 @@ def xread(c: Client, argv: list[bytes]) -> bytes:
                 argv[pos] = format_id(ids[pos - streams_arg - nkeys])
         raise Blocked(keys, timeout, argv)
     return null_array(proto)
+
+
+command(b"xread", b"xreadgroup")(xread)  # not a decorator: compiled, xread is cpdef
 
 
 def serve_new(c: Client, s: Stream, g: ConsumerGroup, cons: Consumer, key: bytes,

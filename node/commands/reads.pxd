@@ -1,0 +1,20 @@
+# Cython declarations for node/commands/reads.py (pure-Python mode; node/native.py, setup.py).
+# XREADGROUP's `>` path: the stream, the group and the consumer as extension types (C field
+# reads, cpdef PEL operations); the client stays untyped (the in-process tests' stand-in).
+
+import cython
+
+from node.groups cimport Consumer, ConsumerGroup
+from node.keyspace cimport Keyspace
+from node.stream cimport Stream
+
+@cython.locals(xreadgroup=bint, count=Py_ssize_t, noack=bint, streams_arg=Py_ssize_t,
+               nkeys=Py_ssize_t, claim="long long", idx=Py_ssize_t, db=Keyspace, s=Stream,
+               g=ConsumerGroup, cons=Consumer, streams=list, groups=list, ids=list,
+               dollars=list, parts=list, served=Py_ssize_t, n=Py_ssize_t, n2=Py_ssize_t,
+               history=bint, proto=int)
+cpdef bytes xread(c, argv)
+
+@cython.locals(n=Py_ssize_t, parts=list, moved=bint, listening=bint, sids=list, ents=list)
+cpdef tuple serve_new(c, Stream s, ConsumerGroup g, Consumer cons, key, groupname, start,
+                      Py_ssize_t count, bint noack, bint claim=*)
