@@ -20,7 +20,7 @@ cdef class ConsumerGroup:
     cpdef deliver(self, sid, Consumer cons, now_ms)
     cpdef _own(self, sid, Consumer cons)
 
-    @cython.locals(keys=object, maxes=list, nack=tuple)
+    @cython.locals(keys=object, maxes=list, nack=tuple, d=dict)
     cpdef deliver_run(self, list sids, Consumer cons, now_ms)
 
     @cython.locals(acked=list, names=list, k=Py_ssize_t, ordered=list,

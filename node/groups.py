@@ -32,6 +32,7 @@ from itertools import compress, islice, repeat
 from operator import eq, gt, itemgetter
 from typing import TYPE_CHECKING
 
+import cython
 from sortedcontainers import SortedDict, SortedList
 
 from node.streamid import MAX_ID
@@ -191,7 +192,13 @@ class ConsumerGroup:
                 nack = self.deliver(sid, cons, now_ms)
             return nack
         nack = (now_ms, 1, cons.name)
-        dict.update(pel, zip(sids, repeat(nack)))
+        if cython.compiled:
+            # PyDict_SetItem per ID: the sorted keys are extended just below.
+            d = cython.cast(dict, pel)
+            for sid in sids:
+                d[sid] = nack
+        else:
+            dict.update(pel, zip(sids, repeat(nack)))
         _extend_tail(keys, sids)
         # The consumer PEL is a subset of the group PEL: the IDs are above it too.
         _extend_tail(cons.pel, sids)

@@ -18,3 +18,8 @@ cpdef bytes xread(c, argv)
 @cython.locals(n=Py_ssize_t, parts=list, moved=bint, listening=bint, sids=list, ents=list)
 cpdef tuple serve_new(c, Stream s, ConsumerGroup g, Consumer cons, key, groupname, start,
                       Py_ssize_t count, bint noack, bint claim=*)
+
+@cython.locals(argc=Py_ssize_t, xreadgroup=bint, count=object, noack=bint,
+               streams_arg=Py_ssize_t, nkeys=Py_ssize_t, block_arg=Py_ssize_t, i=Py_ssize_t,
+               moreargs=Py_ssize_t, n=Py_ssize_t, o=object)
+cpdef tuple parse_xread_options(argv, now_ms)
