@@ -7,8 +7,13 @@ incremental files of effects, and a small manifest that names them. A rewrite op
 child forks to write the new base, so base + new incr is always the whole data set; the manifest
 is switched atomically when the base is complete.
 
-Write path: effects collect in a buffer during a loop iteration and reach the file
-with one write when the iteration's callbacks run. With `appendfsync always` replies are held
+Write path: effects collect in a buffer during a loop iteration and reach the file with one
+write when the iteration's ready callbacks run (after every socket event of the iteration), or
+earlier, when the iteration's first reply that may reflect them is about to leave: that reply
+(a woken XREADGROUP's delivery) is sent at once instead of waiting behind the other clients'
+commands of the iteration, and the file still has every effect a reply shows before the reply
+leaves, the order of Redis's beforeSleep. One such early write per iteration at most, so a busy
+loop writes the file at most twice per turn. With `appendfsync always` replies are held
 until an fsync covers the effects they may have seen; the fsync runs in a thread so that the
 loop keeps serving, and every write made meanwhile shares the next one (group commit).
 `everysec` fsyncs once a second in a thread; `no` leaves it to the kernel.
@@ -70,6 +75,7 @@ class Persistence:
         self.buf: list[bytes] = []
         self.buf_len = 0
         self.flush_scheduled = False
+        self.wrote_early = False  # this iteration's one early write happened (hold)
         self.written_offset = 0  # effect offset of the last byte written to the file
         self.synced_offset = 0  # effect offset covered by the last completed fsync
         self.io_pending = 0  # jobs queued on the I/O thread (fsyncs, manifest switches)
@@ -357,6 +363,17 @@ class Persistence:
     def _flush(self) -> None:
         """Write the iteration's effects with one write; with `always`, start the fsync."""
         self.flush_scheduled = False
+        self.wrote_early = False
+        self._write_buf()
+        if self.held and self.config.appendfsync != "always":
+            self._release_held(everything=True)
+        if self.config.appendfsync == "always":
+            self._start_fsync()
+        elif self.config.appendfsync == "no":
+            self.synced_offset = max(self.synced_offset, 0)
+
+    def _write_buf(self) -> None:
+        """The buffered effects to the file with one write (kept for a retry if it fails)."""
         if self.buf and self.fd >= 0:
             data = b"".join(self.buf) if len(self.buf) > 1 else self.buf[0]
             target = self.server.effects.offset
@@ -375,12 +392,6 @@ class Persistence:
             if self.write_error is not None:
                 log.warning("AOF write error looks solved, Redis can write again.")
                 self.write_error = None
-        if self.held and self.config.appendfsync != "always":
-            self._release_held(everything=True)
-        if self.config.appendfsync == "always":
-            self._start_fsync()
-        elif self.config.appendfsync == "no":
-            self.synced_offset = max(self.synced_offset, 0)
 
     def _write_failed(self, err: int, data: bytes, written: int) -> None:
         if written:
@@ -458,7 +469,15 @@ class Persistence:
             if conn.held is None and not (self.buf and self.flush_scheduled
                                           and self.write_error is None):
                 return False
-            # Held only until this loop iteration's one write of the AOF buffer (_flush).
+            if conn.held is None and not self.wrote_early:
+                # The iteration's first reply behind unwritten effects: write them now and
+                # send it, rather than after the iteration's other events (the _flush already
+                # scheduled ends the iteration's allowance). A failed write lets it pass, as
+                # _flush would.
+                self.wrote_early = True
+                self._write_buf()
+                return False
+            # Held only until this loop iteration's write of the AOF buffer (_flush).
             if conn.held is None:
                 conn.held = []
                 self.held.add(conn)
