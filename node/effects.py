@@ -116,8 +116,10 @@ class EffectApplier:
 
     Commands run through the server's normal dispatch as a dedicated client that is exempt from
     write guards and whose replies are dropped. Their own effects are not re-derived: with
-    `republish`, the received bytes themselves are published to the effect log, so a replica's
-    AOF, backlog and offset are byte-identical to its primary's.
+    `republish`, the received bytes themselves are published to the effect log, as they came
+    (not re-encoded, which was a quarter of a replica's apply), so a replica's AOF, backlog
+    and offset are byte-identical to its primary's. A command's bytes are found by their
+    canonical length, the same count the offsets rest on (the primary encodes canonically).
 
     Batched XADDs: an effect log is mostly runs of `XADD key [MAXLEN n] ms-seq field value ...`
     on one key (fully specified: explicit IDs, exact trims). Such a run is collected and
@@ -141,7 +143,11 @@ class EffectApplier:
         self.reader = Reader()
         self.consumed = 0  # bytes of complete commands applied
         self.errors = 0
-        self.pending: list[bytes] = []  # an open transaction's commands, not yet published
+        # republish: the received bytes not published yet (an open transaction's commands, a
+        # partial command), their length, and how much of it is complete commands
+        self.raw: list[bytes] = []
+        self.raw_len = 0
+        self.raw_done = 0
         # the run of batched XADDs not applied yet: key, MAXLEN (-1: none), IDs, field lists,
         # the effects themselves (to report one the stream refuses)
         self.run_key: bytes | None = None
@@ -157,7 +163,8 @@ class EffectApplier:
         from hiredis import Reader
 
         self.reader = Reader()
-        self.pending = []
+        self.raw = []
+        self.raw_len = self.raw_done = 0
         if self.client.in_multi:
             self.client.discard_multi()
 
@@ -175,9 +182,13 @@ class EffectApplier:
         # Batching stays off while someone must see every command on its own (MONITOR).
         batch = not server.monitors
         applied = 0
-        out: list[bytes] = []
         end = len(data)
         pos = 0
+        if republish:
+            self.raw.append(data)
+            self.raw_len += end
+        done = self.raw_done  # end of the complete commands in the unpublished bytes
+        publish = 0  # end of those that can be published (not in an open transaction)
         effects.replaying += 1
         try:
             while True:
@@ -200,34 +211,21 @@ class EffectApplier:
                     b"".join(argv)  # every element a bulk string; C-speed check
                 except TypeError:
                     raise EffectStreamError(self.consumed, "not a command") from None
-                if republish:
-                    enc = encode_command(argv)
-                    size = len(enc)
-                elif track:
-                    size = _command_len(argv)
-                else:
-                    size = 0
+                size = _command_len(argv) if track or republish else 0
                 self.consumed += size
+                done += size
                 applied += 1
                 if batch and not client.in_multi and self._batched(argv):
-                    if republish:
-                        out.append(enc)
+                    publish = done
                     continue
                 if self.run_sids:
                     self.flush_run()
                 reply = server.execute(client, argv)
-                if republish:
-                    # A transaction is published (and counted in the offset) only once its
-                    # EXEC has arrived, as Redis advances a replica's offset: a link cut
-                    # inside MULTI resumes from before it, and nothing half-applied leaks.
-                    if client.in_multi:
-                        self.pending.append(enc)
-                    elif self.pending:  # EXEC or DISCARD closed it
-                        out += self.pending
-                        out.append(enc)
-                        self.pending = []
-                    else:
-                        out.append(enc)
+                # A transaction is published (and counted in the offset) only once its EXEC
+                # (or DISCARD) has arrived, as Redis advances a replica's offset: a link cut
+                # inside MULTI resumes from before it, and nothing half-applied leaks.
+                if not client.in_multi:
+                    publish = done
                 if reply is not None and reply[:1] == b"-":
                     self._failed(argv, self.consumed - size, reply)
         finally:
@@ -236,9 +234,21 @@ class EffectApplier:
                     self.flush_run()
             finally:
                 effects.replaying -= 1
-                if out:
-                    effects.publish_raw(b"".join(out))
+                if republish:
+                    self.raw_done = done
+                    if publish:
+                        self._publish_received(publish)
         return applied
+
+    def _publish_received(self, n: int) -> None:
+        """Publish the first `n` unpublished received bytes (whole commands), as they came."""
+        raw = self.raw
+        whole = raw[0] if len(raw) == 1 else b"".join(raw)
+        rest = whole[n:]
+        self.raw = [rest] if rest else []
+        self.raw_len -= n
+        self.raw_done -= n
+        self.server.effects.publish_raw(whole if not rest else whole[:n])
 
     def _failed(self, argv: list[bytes], offset: int, reply: bytes) -> None:
         self.errors += 1

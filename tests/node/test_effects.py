@@ -65,3 +65,21 @@ def test_effect_length_without_encoding_matches_the_encoding() -> None:
         for argc in (1, 2, 9, 10, 11, 120):
             argv = [b"x" * (n if i % 2 else i % 7) for i in range(argc)]
             assert _command_len(argv) == len(encode_command(argv)), (n, argc)
+
+
+def test_received_bytes_are_republished_as_they_came(server: Server) -> None:
+    """A replica forwards what its primary sent, not a re-encoding of it: the chunk that holds
+    whole commands is published itself, and one cut inside a command is published up to the
+    last whole one, the rest with the chunk that completes it."""
+    published: list[bytes] = []
+    server.effects.listen(published.append)
+    ap = EffectApplier(server, republish=True)
+    chunk = _cmds([b"XADD", b"s", b"1-1", b"f", b"v"], [b"XADD", b"s", b"2-1", b"f", b"v"],
+                  [b"XGROUP", b"CREATE", b"s", b"g", b"0"])
+    ap.feed(chunk)
+    assert len(published) == 1 and published[0] is chunk
+    more = _cmds([b"XADD", b"s", b"3-1", b"f", b"w"], [b"XDEL", b"s", b"1-1"])
+    ap.feed(more[:30])
+    ap.feed(more[30:])
+    assert b"".join(published) == chunk + more
+    assert server.effects.offset == len(chunk + more)
