@@ -240,6 +240,8 @@ def main() -> int:
                     help="XADDs counted per scenario (x0.1 for XRANGE and XREADGROUP, x10 "
                          "for AOF replay)")
     ap.add_argument("--pure", action="store_true", help="XSHARD_PURE_PYTHON=1 in the servers")
+    ap.add_argument("--keep", default="",
+                    help="copy the callgrind dumps here (for callgrind_annotate)")
     ap.add_argument("--repo", default=str(REPO_ROOT),
                     help="run the servers from this checkout (e.g. main, for a before column)")
     args = ap.parse_args()
@@ -254,6 +256,11 @@ def main() -> int:
             # Ranges and reads cost 10-20x an XADD: fewer of them give as many instructions.
             n = max(1, int(args.n * SCALE.get(name, 1)))
             per_op, what = measure(name, n, env, Path(tmp))
+            if args.keep:
+                keep = Path(args.keep)
+                keep.mkdir(parents=True, exist_ok=True)
+                for f in (Path(tmp) / name).glob("callgrind.out.*"):
+                    shutil.copy(f, keep / f"{name}.{f.name}")
             if name == "aof-replay":
                 print(f"{name:18} {per_op:8.2f} {what}", flush=True)
             else:

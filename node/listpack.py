@@ -95,12 +95,14 @@ _NEG_ISZ: list[tuple[bytes | None, int, int]] = [  # by digits after the '-'
     *[(None, 10, 10)] * 8, (b"9223372036854775808", 10, 0)]
 
 
-def _sum_esz(items: list[bytes]) -> int:
-    """Sum of _esz over items, with lpStringToInt64 + _isz inlined as table lookups because
-    XADD runs it on every value. A value is sized as an int only if it is all digits (after an
-    optional '-'), has no leading zero, and fits int64."""
+def _sum_esz(items: list[bytes], start: int = 0, step: int = 1) -> int:
+    """Sum of _esz over items[start::step], with lpStringToInt64 + _isz inlined as table
+    lookups because XADD runs it on every value (the values of `[f1, v1, ...]` are start 1,
+    step 2: no slice). A value is sized as an int only if it is all digits (after an optional
+    '-'), has no leading zero, and fits int64."""
     s = 0
-    for b in items:
+    for i in range(start, len(items), step):
+        b = items[i]
         n = len(b)
         if n < 21 and n:
             c0 = b[0]

@@ -3,6 +3,11 @@
 
 import cython
 
+from node.listpack cimport _sum_esz
+
+@cython.locals(m=Py_ssize_t, i=Py_ssize_t, n=Py_ssize_t, x=bytes, out=bytearray)
+cdef bytes _byte_lens(list parts)
+
 cdef class Block:
     cdef public object first, ms0
     cdef public Py_ssize_t n, live, ndel, lp_rest, elen
@@ -29,6 +34,7 @@ cdef class Stream:
     cpdef next_auto_id(self, now_ms)
 
     # XADD's hot path: the open tail's counters and lists as C fields and typed locals.
-    @cython.locals(t=Tail, tot=Py_ssize_t, live=Py_ssize_t, ndel=Py_ssize_t, sids=list,
-                   size=Py_ssize_t, k=Py_ssize_t, nf=Py_ssize_t, n=Py_ssize_t, vals=list)
+    @cython.locals(t=Tail, tot=Py_ssize_t, live=Py_ssize_t, ndel=Py_ssize_t, size=Py_ssize_t,
+                   k=Py_ssize_t, nf=Py_ssize_t, n=Py_ssize_t, vals=list, nf2=Py_ssize_t,
+                   j=Py_ssize_t, x=bytes, same=bint, master=list)
     cpdef append(self, sid, list fields, Py_ssize_t max_entries, Py_ssize_t max_bytes)

@@ -54,6 +54,8 @@ from collections.abc import Iterator
 from itertools import chain
 from typing import Any
 
+import cython
+
 from node.listpack import _as_int, _counters_size, _isz, _s64, _sum_esz  # noqa: F401 (rdb.py)
 from node.streamid import MAX_ID, SEQ_MAX
 
@@ -87,6 +89,19 @@ def _interleave(master: tuple[bytes, ...] | list[bytes], vals: Any, m: int) -> l
     flat[0::2] = tuple(master) * m
     flat[1::2] = vals
     return [flat[p:p + w] for p in range(0, w * m, w)]
+
+
+def _byte_lens(parts: list[bytes]) -> bytes:
+    """bytes(map(len, parts)) as a C loop (compiled only): ValueError past 255."""
+    m = len(parts)
+    out = bytearray(m)
+    for i in range(m):
+        x = parts[i]
+        n = len(x)
+        if n > 255:
+            raise ValueError
+        out[i] = n
+    return bytes(out)
 
 
 def _tc(top: int) -> str:
@@ -167,7 +182,7 @@ class Block:
     def _set_strings(self, parts: list[bytes]) -> None:
         self.blob = b"".join(parts)
         try:
-            lens = bytes(map(len, parts))
+            lens = _byte_lens(parts) if cython.compiled else bytes(map(len, parts))
         except ValueError:  # a string of 256 bytes or more
             ln = list(map(len, parts))
             tc = _tc(max(ln))
@@ -552,7 +567,11 @@ class Stream:
         """
         if sid <= self.last_id:
             raise IDTooSmall
-        tot = len(b"".join(fields))
+        nf2 = len(fields)
+        tot = 0
+        for j in range(nf2):
+            x = fields[j]  # bytes (typed compiled: anything else is a TypeError, like join)
+            tot += len(x)
         if tot > LP_MAX_SIZE:
             raise ElementsTooLarge
         t = self._tail
@@ -565,8 +584,7 @@ class Stream:
         else:
             live = t.live
             ndel = t.ndel
-            sids = t.sids
-            if ((max_entries and len(sids) >= max_entries)
+            if ((max_entries and len(t.sids) >= max_entries)
                     or t.lp_rest + (2 if live < 128 else _isz(live))
                     + (2 if ndel < 128 else _isz(ndel)) + tot
                     >= (max_bytes if 0 < max_bytes <= LP_MAX_SIZE else LP_MAX_SIZE)):
@@ -578,24 +596,34 @@ class Stream:
             self._firsts.append(sid)
         else:
             # flags (2 bytes) + ms delta + seq delta + values or fields + lp-count
+            seq = sid & SEQ_MAX
             msd = (sid >> 64) - t.ms0
-            seqd = (sid & SEQ_MAX) - t.seq0
+            seqd = seq - t.seq0
             size = (4 if msd < 128 else 2 + _isz(_s64(msd))) + (
                 2 if 0 <= seqd < 128 else (3 if -4096 <= seqd < 4096 else _isz(_s64(seqd))))
             k = t.k
-            if len(fields) == 2 * k and fields[0::2] == t.master:
+            same = nf2 == 2 * k
+            if same:  # the master entry's field names (compared in place, no slices)
+                master = t.master
+                for j in range(k):
+                    x = fields[2 * j]
+                    if x != master[j]:
+                        same = False
+                        break
+            vals = t.vals
+            if same:
                 t.flags.append(2)  # FLAG_SAMEFIELDS
-                vals = fields[1::2]
-                size += _sum_esz(vals) + (2 if k < 125 else _isz(k + 3))
-                t.vals += vals
+                size += _sum_esz(fields, 1, 2) + (2 if k < 125 else _isz(k + 3))
+                for j in range(1, nf2, 2):
+                    vals.append(fields[j])
             else:
                 t.flags.append(0)
-                nf = len(fields) >> 1
-                size += _isz(nf) + _sum_esz(fields) + _isz(2 * nf + 4)
-                t.vals += fields
+                nf = nf2 >> 1
+                size += _isz(nf) + _sum_esz(fields, 0, 1) + _isz(2 * nf + 4)
+                vals += fields
                 t.nfs.append(nf)
             t.msds.append(msd)
-            t.seqs.append(sid & SEQ_MAX)
+            t.seqs.append(seq)
             t.sids.append(sid)
             t.ents.append(fields)
             t.lp_rest += size

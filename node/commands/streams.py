@@ -198,6 +198,15 @@ def _put_dec(buf: bytearray, p: int, v: int) -> int:
             return end
 
 
+def _id_bytes(sid: int) -> bytes:
+    """b"ms-seq" written into a C buffer (compiled only): XADD formats one per command."""
+    buf = cython.declare(cython.char[48])
+    p = _put_dec(buf, 0, sid >> 64)
+    buf[p] = 45
+    p = _put_dec(buf, p + 1, PyLong_AsUnsignedLongLongMask(sid))
+    return PyBytes_FromStringAndSize(buf, p)
+
+
 def entry_reply(sid: int, fields: list[bytes]) -> bytes:
     """One entry: [id, [field, value, ...]]."""
     ids = b"%d-%d" % (sid >> 64, sid & SEQ_MAX)
@@ -397,7 +406,7 @@ def xadd(c: Client, argv: list[bytes]) -> bytes:
         raise ReplyError(errors.XADD_ID_TOO_SMALL) from None
     except ElementsTooLarge:
         raise ReplyError(errors.XADD_TOO_LARGE) from None
-    ids = b"%d-%d" % (sid >> 64, sid & SEQ_MAX)
+    ids = _id_bytes(sid) if cython.compiled else b"%d-%d" % (sid >> 64, sid & SEQ_MAX)
     db.changed(key, True)
     if maxlen >= 0:
         if approx:
