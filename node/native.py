@@ -43,6 +43,7 @@ COMPILED = [
     "node.resp",
     "node.server",
     "node.stream",
+    "node.streamnodes",
     # The router's relay: parse (node.protocol), route, forward, relay the reply.
     "router.client",
     "router.forward",

@@ -35,7 +35,8 @@ from typing import Any
 
 from node.groups import ConsumerGroup, estimate_distance
 from node.listpack import _as_int, _s64
-from node.stream import FLAG_DELETED, FLAG_SAMEFIELDS, SEQ_MAX, Block, Stream, Tail
+from node.stream import SEQ_MAX, Stream
+from node.streamnodes import FLAG_DELETED, FLAG_SAMEFIELDS, Block, Tail
 
 try:
     import crcmod

@@ -37,7 +37,8 @@ from node.groups import ConsumerGroup
 from node.idmp import IdmpMap
 from node.resp import ReplyError, encode_command
 from node.slots import key_slot
-from node.stream import FLAG_DELETED, FLAG_SAMEFIELDS, Stream
+from node.stream import Stream
+from node.streamnodes import FLAG_DELETED, FLAG_SAMEFIELDS
 
 if TYPE_CHECKING:
     from node.client import Client

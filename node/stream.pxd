@@ -4,23 +4,7 @@
 import cython
 
 from node.listpack cimport _sum_esz
-
-@cython.locals(m=Py_ssize_t, i=Py_ssize_t, n=Py_ssize_t, x=bytes, out=bytearray)
-cdef bytes _byte_lens(list parts)
-
-cdef class Block:
-    cdef public object first, ms0
-    cdef public Py_ssize_t n, live, ndel, lp_rest, elen
-    cdef public tuple master
-    cdef public bytes msd, seq, blob
-    cdef public str mtc, stc, lentc
-    cdef public object lens, flags, nfs
-
-cdef class Tail:
-    cdef public object first, ms0, seq0
-    cdef public list sids, ents, master, msds, seqs, vals, nfs
-    cdef public bytearray flags
-    cdef public Py_ssize_t live, ndel, lp_rest, k
+from node.streamnodes cimport Tail
 
 cdef class Stream:
     cdef public Py_ssize_t length

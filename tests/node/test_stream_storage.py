@@ -20,15 +20,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from node.stream import (
-    MAX_ID,
-    SEQ_MAX,
-    Block,
-    ElementsTooLarge,
-    IDTooSmall,
-    Stream,
-    Tail,
-)
+from node.stream import MAX_ID, SEQ_MAX, ElementsTooLarge, IDTooSmall, Stream
+from node.streamnodes import Block, Tail
 
 
 def sid(ms: int, seq: int = 0) -> int:

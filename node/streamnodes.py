@@ -1,0 +1,462 @@
+"""A stream's nodes: `Block` (a sealed node, packed into bytes) and `Tail` (the open last
+node, plain lists), each holding the entries of one Redis listpack.
+
+node/stream.py keeps them in order and decides when a node ends (the exact listpack size);
+this module is how one node stores, finds and returns its entries. See node/stream.py's
+docstring for the layout.
+"""
+
+from __future__ import annotations
+
+import struct
+from array import array
+from bisect import bisect_left, bisect_right
+from typing import Any
+
+import cython
+
+from node.listpack import _counters_size, _isz, _sum_esz
+from node.streamid import SEQ_MAX
+
+__all__ = ["Block", "Tail", "Node", "FLAG_DELETED", "FLAG_SAMEFIELDS"]
+
+FLAG_DELETED = 1  # STREAM_ITEM_FLAG_DELETED
+FLAG_SAMEFIELDS = 2  # STREAM_ITEM_FLAG_SAMEFIELDS
+
+
+# --- nodes ------------------------------------------------------------------------------------
+def _interleave(master: tuple[bytes, ...] | list[bytes], vals: Any, m: int) -> list[list[bytes]]:
+    """m entries whose field names are `master`: [[f1, v1, f2, v2, ...], ...]."""
+    k = len(master)
+    if k == 1:
+        f = master[0]
+        return [[f, v] for v in vals]
+    w = 2 * k
+    flat: list[Any] = [None] * (w * m)
+    flat[0::2] = tuple(master) * m
+    flat[1::2] = vals
+    return [flat[p:p + w] for p in range(0, w * m, w)]
+
+
+def _byte_lens(parts: list[bytes]) -> bytes:
+    """bytes(map(len, parts)) as a C loop (compiled only): ValueError past 255."""
+    m = len(parts)
+    out = bytearray(m)
+    for i in range(m):
+        x = parts[i]
+        n = len(x)
+        if n > 255:
+            raise ValueError
+        out[i] = n
+    return bytes(out)
+
+
+def _tc(top: int) -> str:
+    """The smallest unsigned array typecode that holds `top`."""
+    return "H" if top < 1 << 16 else ("I" if top < 1 << 32 else "Q")
+
+
+class Block:
+    """A sealed node: the entries of one Redis listpack, packed into bytes.
+
+    Fields:
+      first    ID of the node's first entry (its radix-tree key), even if since deleted
+      ms0      first >> 64; entry milliseconds are stored relative to it
+      n        entries stored, live + deleted (Redis's count + deleted)
+      live     live entries;  ndel: entries flagged deleted
+      lp_rest  bytes of the Redis listpack, minus the two counter elements
+      master   field names of the first entry (tuple; shared with the previous node if equal)
+      msd      array(mtc) of `ms - ms0` per entry, as bytes (ascending)
+      seq      array(stc) of the sequence numbers, as bytes (ascending within one ms)
+      blob     the stored strings: values of SAMEFIELDS entries, field/value pairs of others
+      lens     the string lengths: bytes (lentc 'B') or array(lentc) bytes; None when every
+               string has length elen
+      flags    bytearray of per-entry flags, or None (every entry SAMEFIELDS, none deleted)
+      nfs      array('I') bytes: field counts of the non-SAMEFIELDS entries, or None
+    """
+
+    __slots__ = ("first", "ms0", "n", "live", "ndel", "lp_rest", "master", "msd", "mtc", "seq",
+                 "stc", "blob", "lens", "lentc", "elen", "flags", "nfs")
+
+    first: int
+    ms0: int
+    n: int
+    live: int
+    ndel: int
+    lp_rest: int
+    master: tuple[bytes, ...]
+    msd: bytes
+    mtc: str
+    seq: bytes
+    stc: str
+    blob: bytes
+    lens: bytes | None
+    lentc: str
+    elen: int
+    flags: bytearray | None
+    nfs: bytes | None
+
+    # -- construction --
+    @classmethod
+    def pack(cls, t: Tail, prev_master: tuple[bytes, ...] | None = None) -> Block:
+        """Pack an open node. Deleted entries keep their data, as Redis's tombstones do."""
+        b = cls.__new__(cls)
+        n = len(t.sids)
+        b.first = t.first
+        b.ms0 = t.ms0
+        b.n = n
+        b.live = t.live
+        b.ndel = t.ndel
+        b.lp_rest = t.lp_rest
+        master = tuple(t.master)
+        b.master = prev_master if prev_master == master else master
+        msds = t.msds
+        b.mtc = tc = _tc(msds[-1])
+        b.msd = array(tc, msds).tobytes()
+        seqs = t.seqs
+        b.stc = tc = _tc(max(seqs))
+        b.seq = array(tc, seqs).tobytes()
+        flags = t.flags
+        if flags.count(FLAG_SAMEFIELDS) == n:
+            b.flags = None
+            b.nfs = None
+        else:
+            b.flags = bytearray(flags)
+            b.nfs = array("I", t.nfs).tobytes() if t.nfs else None
+        b._set_strings(t.vals)
+        return b
+
+    def _set_strings(self, parts: list[bytes]) -> None:
+        self.blob = b"".join(parts)
+        try:
+            lens = _byte_lens(parts) if cython.compiled else bytes(map(len, parts))
+        except ValueError:  # a string of 256 bytes or more
+            ln = list(map(len, parts))
+            tc = _tc(max(ln))
+            self.lens = array(tc, ln).tobytes()
+            self.lentc = tc
+            self.elen = -1
+            return
+        if lens.count(lens[0]) == len(lens):
+            self.lens = None
+            self.lentc = "B"
+            self.elen = lens[0]
+        else:
+            self.lens = lens
+            self.lentc = "B"
+            self.elen = -1
+
+    # -- state for persistence --
+    def state(self) -> tuple:
+        """Plain values (ints, str, bytes, tuples) that `from_state` turns back into this block."""
+        return (self.first, self.n, self.live, self.ndel, self.lp_rest, self.master,
+                self.mtc, self.msd, self.stc, self.seq, self.blob, self.lentc, self.lens,
+                self.elen, None if self.flags is None else bytes(self.flags), self.nfs)
+
+    @classmethod
+    def from_state(cls, st: tuple) -> Block:
+        b = cls.__new__(cls)
+        (b.first, b.n, b.live, b.ndel, b.lp_rest, master, b.mtc, b.msd, b.stc, b.seq, b.blob,
+         b.lentc, b.lens, b.elen, flags, b.nfs) = st
+        b.master = tuple(master)
+        b.ms0 = b.first >> 64
+        b.flags = None if flags is None else bytearray(flags)
+        return b
+
+    # -- IDs --
+    @property
+    def lp_bytes(self) -> int:
+        return self.lp_rest + _counters_size(self.live, self.ndel)
+
+    def sids(self, i0: int = 0, i1: int | None = None) -> list[int]:
+        """IDs of entries i0..i1-1, deleted ones included."""
+        if i1 is None:
+            i1 = self.n
+        base = self.ms0
+        ms = array(self.mtc, self.msd)[i0:i1]
+        sq = array(self.stc, self.seq)[i0:i1]
+        return [((base + a) << 64) | c for a, c in zip(ms, sq, strict=True)]
+
+    def sid_at(self, i: int) -> int:
+        return self.sids(i, i + 1)[0]
+
+    def last_sid(self) -> int:
+        return self.sid_at(self.n - 1)
+
+    def _bound(self, sid: int, right: bool) -> int:
+        msd = (sid >> 64) - self.ms0
+        if msd < 0:
+            return 0
+        ms = array(self.mtc, self.msd)
+        lo = bisect_left(ms, msd)
+        hi = bisect_right(ms, msd, lo)
+        if lo == hi:
+            return lo
+        sq = array(self.stc, self.seq)
+        if right:
+            return bisect_right(sq, sid & SEQ_MAX, lo, hi)
+        return bisect_left(sq, sid & SEQ_MAX, lo, hi)
+
+    def lower(self, sid: int) -> int:
+        """Index of the first entry with ID >= sid."""
+        return self._bound(sid, False)
+
+    def upper(self, sid: int) -> int:
+        """Index of the first entry with ID > sid."""
+        return self._bound(sid, True)
+
+    def find(self, sid: int) -> int:
+        i = self._bound(sid, False)
+        if i < self.n and self.sid_at(i) == sid:
+            return i
+        return -1
+
+    # -- fields --
+    def _strings(self, e0: int, e1: int) -> Any:
+        """Stored strings e0..e1-1 (a tuple or list)."""
+        cnt = e1 - e0
+        if cnt <= 0:
+            return ()
+        if self.lens is None:
+            w = self.elen
+            if w == 0:
+                return [b""] * cnt
+            return struct.unpack_from(f"{w}s" * cnt, self.blob, e0 * w)
+        lens = self.lens if self.lentc == "B" else array(self.lentc, self.lens)
+        off = sum(lens[:e0]) if e0 else 0
+        blob = self.blob
+        out = []
+        for ln in lens[e0:e1]:
+            end = off + ln
+            out.append(blob[off:end])
+            off = end
+        return out
+
+    def entries(self, i0: int, i1: int) -> list[list[bytes]]:
+        """Flat field lists of entries i0..i1-1, deleted ones included."""
+        master = self.master
+        k = len(master)
+        if self.nfs is None:
+            return _interleave(master, self._strings(i0 * k, i1 * k), i1 - i0)
+        flags = self.flags
+        assert flags is not None
+        nfs = iter(array("I", self.nfs))
+        e = 0
+        e0 = 0
+        spans: list[int] = []
+        for i in range(i1):
+            if i == i0:
+                e0 = e
+            if flags[i] & FLAG_SAMEFIELDS:
+                w = k
+                spans.append(-1)
+            else:
+                w = 2 * next(nfs)
+                spans.append(w)
+            e += w
+        strs = self._strings(e0, e)
+        out: list[list[bytes]] = []
+        p = 0
+        for w in spans[i0:]:
+            if w < 0:
+                out.append(_interleave(master, strs[p:p + k], 1)[0])
+                p += k
+            else:
+                out.append(list(strs[p:p + w]))
+                p += w
+        return out
+
+    # -- deletion --
+    def is_deleted(self, i: int) -> bool:
+        f = self.flags
+        return f is not None and bool(f[i] & FLAG_DELETED)
+
+    def mark_deleted(self, i: int) -> None:
+        if self.flags is None:
+            self.flags = bytearray(b"\x02") * self.n
+        self.flags[i] |= FLAG_DELETED
+        self.live -= 1
+        self.ndel += 1
+
+    def nbytes(self) -> int:
+        """Approximate heap bytes of this node (objects and their headers)."""
+        n = 152 + 33 + len(self.msd) + 33 + len(self.seq) + 33 + len(self.blob)
+        if self.lens is not None:
+            n += 33 + len(self.lens)
+        if self.flags is not None:
+            n += 57 + len(self.flags)
+        if self.nfs is not None:
+            n += 33 + len(self.nfs)
+        return n + 60  # index entries: list slots and the first-ID int
+
+
+class Tail:
+    """The open last node: lists, so that XADD is an append.
+
+    `sids` (IDs, deleted included), `ents` (the flat field lists as given to append), `flags`
+    (bytearray), `live`/`ndel` counters, `lp_rest` (exact Redis listpack bytes minus the two
+    counters), `master` (list of the first entry's field names) and `k` (their number),
+    `first`/`ms0`/`seq0` (the node's key and its parts). For packing, appends also collect
+    `msds`/`seqs` (the ID parts), `vals` (the strings a Block stores: values of SAMEFIELDS
+    entries, field/value pairs of others) and `nfs` (field counts of the others).
+    """
+
+    __slots__ = ("first", "ms0", "seq0", "sids", "ents", "flags", "live", "ndel", "lp_rest",
+                 "master", "k", "msds", "seqs", "vals", "nfs")
+
+    first: int
+    ms0: int
+    seq0: int
+    sids: list[int]
+    ents: list[list[bytes]]
+    flags: bytearray
+    live: int
+    ndel: int
+    lp_rest: int
+    master: list[bytes]
+    k: int
+    msds: list[int]
+    seqs: list[int]
+    vals: list[bytes]
+    nfs: list[int]
+
+    @classmethod
+    def new(cls, sid: int, fields: list[bytes]) -> Tail:
+        """A node whose master entry takes its field names from this first entry."""
+        t = cls.__new__(cls)
+        t.first = sid
+        t.ms0 = sid >> 64
+        t.seq0 = seq = sid & SEQ_MAX
+        t.sids = [sid]
+        t.ents = [fields]
+        t.flags = bytearray(b"\x02")
+        t.live = 1
+        t.ndel = 0
+        master = fields[0::2]
+        k = len(master)
+        t.master = master
+        t.k = k
+        t.msds = [0]
+        t.seqs = [seq]
+        t.vals = vals = fields[1::2]
+        t.nfs = []
+        # header+EOF, master: num-fields, fields, terminator; entry: flags, ms, seq, values,
+        # lp-count.
+        t.lp_rest = (7 + _isz(k) + _sum_esz(master) + 2
+                     + 6 + _sum_esz(vals) + _isz(k + 3))
+        return t
+
+    @classmethod
+    def unpack(cls, b: Block) -> Tail:
+        t = cls.__new__(cls)
+        t.first = b.first
+        t.ms0 = b.ms0
+        t.seq0 = b.first & SEQ_MAX
+        t.sids = b.sids()
+        t.ents = ents = b.entries(0, b.n)
+        t.flags = flags = (bytearray(b"\x02") * b.n if b.flags is None
+                           else bytearray(b.flags))
+        t.live = b.live
+        t.ndel = b.ndel
+        t.lp_rest = b.lp_rest
+        t.master = list(b.master)
+        t.k = len(b.master)
+        t.msds = array(b.mtc, b.msd).tolist()
+        t.seqs = array(b.stc, b.seq).tolist()
+        t.vals = list(b._strings(0, _count_strings(b)))
+        t.nfs = [len(e) >> 1 for e, f in zip(ents, flags, strict=True)
+                 if not f & FLAG_SAMEFIELDS]
+        return t
+
+    @property
+    def n(self) -> int:
+        return len(self.sids)
+
+    @property
+    def lp_bytes(self) -> int:
+        return self.lp_rest + _counters_size(self.live, self.ndel)
+
+    def sid_at(self, i: int) -> int:
+        return self.sids[i]
+
+    def last_sid(self) -> int:
+        return self.sids[-1]
+
+    def lower(self, sid: int) -> int:
+        return bisect_left(self.sids, sid)
+
+    def upper(self, sid: int) -> int:
+        return bisect_right(self.sids, sid)
+
+    def find(self, sid: int) -> int:
+        sids = self.sids
+        i = bisect_left(sids, sid)
+        return i if i < len(sids) and sids[i] == sid else -1
+
+    def is_deleted(self, i: int) -> bool:
+        return bool(self.flags[i] & FLAG_DELETED)
+
+    def mark_deleted(self, i: int) -> None:
+        self.flags[i] |= FLAG_DELETED
+        self.live -= 1
+        self.ndel += 1
+
+    def entries(self, i0: int, i1: int) -> list[list[bytes]]:
+        return self.ents[i0:i1]
+
+    def nbytes(self) -> int:
+        n = 300 + 27 * len(self.sids) + 57 + len(self.flags) + 8 * len(self.vals)
+        for e in self.ents:
+            n += 56 + 8 * len(e)
+            for x in e:
+                n += 33 + len(x)
+        return n
+
+
+def _count_strings(b: Block) -> int:
+    """How many strings a Block stores."""
+    if b.lens is not None:
+        return len(b.lens) if b.lentc == "B" else len(b.lens) // array(b.lentc).itemsize
+    if b.elen:
+        return len(b.blob) // b.elen
+    k = len(b.master)
+    if b.nfs is None:
+        return b.n * k
+    nfs = array("I", b.nfs)
+    return (b.n - len(nfs)) * k + 2 * sum(nfs)
+
+
+Node = Block | Tail
+
+
+def _live_slice(blk: Node, i0: int, i1: int, rev: bool, cap: int | None
+                ) -> tuple[list[int], list[list[bytes]]]:
+    """IDs and fields of the live entries among i0..i1-1, in direction order, at most cap."""
+    if blk.ndel == 0:
+        if cap is not None and i1 - i0 > cap:
+            if rev:
+                i0 = i1 - cap
+            else:
+                i1 = i0 + cap
+        sids = blk.sids[i0:i1] if type(blk) is Tail else blk.sids(i0, i1)
+        ents = blk.entries(i0, i1)
+    else:
+        flags = blk.flags
+        assert flags is not None
+        order = range(i1 - 1, i0 - 1, -1) if rev else range(i0, i1)
+        idx = [i for i in order if not flags[i] & FLAG_DELETED]
+        if cap is not None:
+            del idx[cap:]
+        if not idx:
+            return [], []
+        lo = min(idx[0], idx[-1])
+        hi = max(idx[0], idx[-1]) + 1
+        allsids = blk.sids[lo:hi] if type(blk) is Tail else blk.sids(lo, hi)
+        allents = blk.entries(lo, hi)
+        if not rev and len(idx) == hi - lo:
+            return allsids, allents
+        return [allsids[i - lo] for i in idx], [allents[i - lo] for i in idx]
+    if rev:
+        sids.reverse()
+        ents = ents[::-1]
+    return sids, ents
