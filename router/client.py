@@ -60,6 +60,15 @@ class ClientConn(RespConnection):
         if len(self.cells) > MAX_CELLS:
             self._pause_reading()
 
+    def _process(self) -> int:
+        """Run the requests that are ready; a request for an idle node leaves before this
+        returns instead of at the end of the loop iteration (router/outbox.py)."""
+        n = RespConnection._process(self)
+        outbox = self.router.outbox
+        if outbox.urgent:
+            outbox.now()
+        return n
+
     def new_cell(self) -> Cell:
         cell: Cell = [None]
         self.cells.append(cell)

@@ -3,4 +3,4 @@
 cdef class Outbox:
     cdef public object loop
     cdef public list pending
-    cdef public bint scheduled
+    cdef public bint scheduled, urgent

@@ -7,8 +7,16 @@ from the same node read; writing each as it comes would cost a system call per r
 direction, and the node would read them one by one instead of as a pipeline. So connections
 (router/upstream.py `Upstream`, router/client.py `ClientConn`) queue their bytes and register
 here; at the end of the iteration (a `call_soon` callback, which runs before the loop waits
-again) each writes what it queued in one call. This adds no waiting: the callback runs before
-the loop polls for more input.
+again) each writes what it queued in one call.
+
+Batching pays only when there is something to batch with. A delivery crosses the router twice
+(the request in, the reply out), and at the end of the iteration its bytes would also wait for
+every other socket that became readable in the same poll. So two cases leave at once (`now`):
+- a request to a connection with nothing in flight (`urgent`, router/upstream.py): the node is
+  idle and would wait for it; the client connection that read it writes before returning
+  (router/client.py). A busy connection keeps batching, which is where throughput comes from.
+- replies: what one read from a node answered leaves when that read is handled
+  (router/upstream.py); a client's replies from one read are one write either way.
 """
 
 from __future__ import annotations
@@ -26,12 +34,13 @@ class Writer(Protocol):
 class Outbox:
     """The connections with bytes queued in this loop iteration."""
 
-    __slots__ = ("loop", "pending", "scheduled")
+    __slots__ = ("loop", "pending", "scheduled", "urgent")
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self.loop = loop
         self.pending: list[Writer] = []
         self.scheduled = False
+        self.urgent = False  # a request for an idle node is queued: write now, not at the end
 
     def add(self, w: Writer) -> None:
         """`w` queued bytes: its flush() runs at the end of this loop iteration (once; a
@@ -43,6 +52,12 @@ class Outbox:
 
     def run(self) -> None:
         self.scheduled = False
+        self.now()
+
+    def now(self) -> None:
+        """Write everything queued so far, without waiting for the end of the iteration (the
+        callback still runs then, for what is queued after this)."""
+        self.urgent = False
         pending, self.pending = self.pending, []
         for w in pending:
             w.flush()

@@ -128,11 +128,17 @@ class Upstream:
         self.transport = transport  # type: ignore[assignment]
         set_nodelay(transport)
         detect_partitions(transport)
-        if self._out and not self._queued:
-            self._queued = True
-            self._outbox.add(self)
+        if self._out and not self._queued:  # (queued: held, see hold_writes)
+            self.flush()  # requests that waited for the connection: nothing to batch with
 
     def data_received(self, data: bytes) -> None:
+        self._relay(data)
+        outbox = self._outbox
+        if outbox.pending:  # the replies (and requests) this read produced leave now
+            outbox.now()
+
+    def _relay(self, data: bytes) -> None:
+        """Hand every complete reply in `data` to its callback; keep the incomplete rest."""
         held = self.buf
         buf: bytes | bytearray
         if held:
@@ -191,6 +197,8 @@ class Upstream:
         if self.closed:
             cb(None)
             return
+        if not self.waiting and self.transport is not None:
+            self._outbox.urgent = True  # the node is idle: do not make it wait (outbox.py)
         self.waiting.append(cb)
         self._out.append(data)
         if not self._queued and self.transport is not None:

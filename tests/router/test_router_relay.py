@@ -1,0 +1,117 @@
+"""How the router relays bytes: when a request or a reply leaves (router/outbox.py), and that a
+request goes to the node as the bytes the client sent."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+
+import uvloop
+
+from router.main import load_topology_file
+from router.outbox import Outbox
+from router.upstream import Upstream
+from tests.support.cluster import Cluster
+
+
+class _Transport:
+    """Records what an upstream connection writes."""
+
+    def __init__(self) -> None:
+        self.writes: list[bytes] = []
+
+    def write(self, data: bytes) -> None:
+        self.writes.append(bytes(data))
+
+
+class _NoEndOfIteration:
+    """A loop whose call_soon never runs: whatever waits for the end of the loop iteration
+    (Outbox.run) never leaves."""
+
+    def __init__(self) -> None:
+        self.dropped = 0
+
+    def call_soon(self, fn: Callable[[], None], *args: object) -> None:
+        self.dropped += 1
+
+
+def _ignore(_reply: bytes | None) -> None:
+    pass
+
+
+def test_a_request_for_an_idle_node_is_urgent_a_busy_one_batches() -> None:
+    loop = asyncio.new_event_loop()
+    try:
+        outbox = Outbox(loop)
+        up = Upstream("127.0.0.1", 0, [], outbox)
+        t = _Transport()
+        up.transport = t
+        up.send(b"a", _ignore)
+        assert outbox.urgent and t.writes == []  # queued, and marked to leave at once
+        outbox.now()
+        assert t.writes == [b"a"] and not outbox.urgent
+        up.send(b"b", _ignore)  # "a" is in flight: batch with what else comes this iteration
+        up.send(b"c", _ignore)
+        assert not outbox.urgent and t.writes == [b"a"]
+        loop.run_until_complete(asyncio.sleep(0))  # the end of the iteration
+        assert t.writes == [b"a", b"bc"]
+    finally:
+        loop.close()
+
+
+def test_delivery_crosses_the_router_without_waiting_for_the_loop(cluster: Cluster) -> None:
+    """A blocked XREADGROUP woken by an XADD, through a router whose end-of-iteration writes
+    never happen: the XADD must reach the node and the entry the reader as soon as each is
+    read, in both directions, on new and on reused connections."""
+    from node.config import Config
+    from router.proxy import Router
+
+    topo = load_topology_file(str(cluster.topology_file))
+    loop = uvloop.new_event_loop()
+    asyncio.set_event_loop(loop)
+    router = Router(Config(), cluster_down_timeout=1.0)
+    try:
+        stub = _NoEndOfIteration()
+        router.outbox = Outbox(stub)  # type: ignore[arg-type]
+        router.set_topology(topo["nodes"], topo["shards"], topo["slots"], 1)
+        port = loop.run_until_complete(router.start(0))
+
+        async def exchange() -> list[bytes]:
+            rd, wr = await asyncio.open_connection("127.0.0.1", port)
+            prd, pwr = await asyncio.open_connection("127.0.0.1", port)
+            got = []
+            node = cluster.primary(cluster.shard_of("relay:s")).client()
+
+            async def call(r: asyncio.StreamReader, w: asyncio.StreamWriter, *argv: bytes,
+                           ) -> bytes:
+                w.write(b"*%d\r\n" % len(argv) + b"".join(b"$%d\r\n%s\r\n" % (len(a), a)
+                                                          for a in argv))
+                return await r.read(65536)
+
+            got.append(await call(prd, pwr, b"DEL", b"relay:s"))
+            got.append(await call(prd, pwr, b"XGROUP", b"CREATE", b"relay:s", b"g", b"$",
+                                  b"MKSTREAM"))
+            for i in range(2):  # the second read reuses the dedicated connection
+                wr.write(b"*9\r\n$10\r\nXREADGROUP\r\n$5\r\nGROUP\r\n$1\r\ng\r\n$1\r\nc\r\n"
+                         b"$5\r\nBLOCK\r\n$1\r\n0\r\n$7\r\nSTREAMS\r\n$7\r\nrelay:s\r\n$1\r\n>\r\n")
+                await wr.drain()
+                while int(node.info("clients")["blocked_clients"]) < 1:
+                    await asyncio.sleep(0.001)  # the router runs meanwhile
+                got.append(await call(prd, pwr, b"XADD", b"relay:s", b"%d-1" % (i + 1),
+                                      b"f", b"v"))
+                got.append(await rd.read(65536))
+            wr.close()
+            pwr.close()
+            return got
+
+        got = loop.run_until_complete(asyncio.wait_for(exchange(), 20))
+        assert got[:2] == [b":0\r\n", b"+OK\r\n"]
+        assert got[2] == b"$3\r\n1-1\r\n" and got[4] == b"$3\r\n2-1\r\n"
+        assert b"1-1" in got[3] and b"relay:s" in got[3]
+        assert b"2-1" in got[5]
+        assert stub.dropped  # the end-of-iteration callback was asked for, and never ran
+    finally:
+        router.close()
+        loop.run_until_complete(asyncio.sleep(0.01))
+        loop.close()
+        asyncio.set_event_loop(None)
