@@ -9,7 +9,7 @@ cdef class RespConnection:
     cdef public bytes _slow
     cdef public bint _boundary, _closing, _write_paused, _read_paused, _halt
     cdef public Py_ssize_t _span_len, _done, _stalls, _pending
-    cdef public object _big
+    cdef public object _big, raw
     cdef dict __dict__
 
 cpdef bint _all_bulk(list argv)

@@ -96,7 +96,7 @@ class RespConnection:
 
     __slots__ = ("server", "execute", "transport", "reader", "client", "_slow", "_boundary",
                  "_span", "_span_len", "_done", "_closing", "_write_paused", "_read_paused",
-                 "_stalls", "_halt", "_pending", "_big")
+                 "_stalls", "_halt", "_pending", "_big", "raw")
 
     def __init__(self, server: ConnectionOwner,
                  execute: Callable[[Client, list[bytes]], bytes | None]) -> None:
@@ -119,6 +119,9 @@ class RespConnection:
         self._halt = False  # closing or write-paused or stalled: run no command now
         self._pending = 0  # bytes received into an incomplete request
         self._big: tuple[int, list[bytes]] | None = None  # a huge request's count and elements
+        # The bytes of the request being executed when one read held exactly it, else None:
+        # the router relays those instead of encoding the request again (router/client.py).
+        self.raw: bytes | None = None
 
     # --- asyncio callbacks --------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -244,6 +247,11 @@ class RespConnection:
                 self._fallback(out)
                 break
             self._done += 1
+            if n == 1 and self._done == 1 and not reader.has_data():
+                span = self._span
+                self.raw = span[0] if span is not None and len(span) == 1 else None
+            else:
+                self.raw = None
             reply = execute(c, argv)
             if reply is not None:
                 out.append(reply)

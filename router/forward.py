@@ -153,12 +153,12 @@ class BlockedRead:
     the read may well return."""
 
     __slots__ = ("router", "c", "argv", "block_at", "slot", "write", "cell", "deadline", "up",
-                 "pool", "over", "issued", "attempt", "done", "dollars", "since")
+                 "pool", "over", "issued", "attempt", "done", "dollars", "since", "raw")
 
     def __init__(self, router: Router, c: RouterClient, argv: list[bytes], block_at: int,
                  block_ms: int, slot: int, write: bool, cell: Cell | None,
                  dollars: list[tuple[int, int]] | None = None,
-                 done: Callable[[bytes], None] | None = None) -> None:
+                 done: Callable[[bytes], None] | None = None, raw: bytes | None = None) -> None:
         self.router = router
         self.c = c
         self.argv = argv
@@ -175,6 +175,7 @@ class BlockedRead:
         self.attempt = 0
         self.dollars = dollars or []  # (key index, ID index) of each `$` ID in argv
         self.since: dict[int, bytes] = {}  # ID index -> the entry `$` stood for
+        self.raw = raw  # the client's bytes for argv (router/proxy.py dispatch), or None
 
     def start(self) -> None:
         self.c.blocked = self
@@ -217,7 +218,7 @@ class BlockedRead:
                         partial(self._last_entry, ii))
         if asking:
             up.send(_ASKING, _ignore)
-        up.send(encode_command(argv), self)
+        up.send(self.raw if argv is self.argv and self.raw else encode_command(argv), self)
 
     def _last_entry(self, ii: int, r: bytes | None) -> None:
         """The reply of the XREVRANGE that pins down a `$`: [[id, fields]] or []."""

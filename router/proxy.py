@@ -192,8 +192,11 @@ class Router:
             p.close()
 
     # --- dispatch -------------------------------------------------------------------------------
-    def dispatch(self, c: RouterClient, argv: list[bytes], cell: Cell) -> None:
-        """Route one request; its reply goes into `cell` whenever it is ready."""
+    def dispatch(self, c: RouterClient, argv: list[bytes], cell: Cell,
+                 raw: bytes | None = None) -> None:
+        """Route one request; its reply goes into `cell` whenever it is ready. `raw`: the
+        bytes the client sent for exactly this request, relayed as they are when the request
+        goes to one node unchanged (None: it is encoded again)."""
         self.stats.total_commands += 1
         if self.monitors:
             feed_monitors(self.monitors, c, argv)
@@ -225,7 +228,7 @@ class Router:
             return transactions.queue(self, c, argv, cell)
         kind = route.kind
         if kind is Kind.KEYED:
-            return self._keyed(c, argv, route, cell)
+            return self._keyed(c, argv, route, cell, raw)
         if kind is Kind.LOCAL:
             try:
                 reply = route.handler(c, argv)
@@ -245,16 +248,18 @@ class Router:
         addr = self.any_primary()  # Kind.ANY
         if addr is None:
             return conn.fill(cell, error(errors.CLUSTERDOWN))
-        return Forward(self, c, encode_command(argv), None, route.write, cell=cell).send(addr=addr)
+        return Forward(self, c, raw or encode_command(argv), None, route.write,
+                       cell=cell).send(addr=addr)
 
-    def _keyed(self, c: RouterClient, argv: list[bytes], route: Route, cell: Cell) -> None:
+    def _keyed(self, c: RouterClient, argv: list[bytes], route: Route, cell: Cell,
+               raw: bytes | None) -> None:
         conn: ClientConn = c.conn  # type: ignore[assignment]
         positions = command_table.get_keys(argv)
         if not positions:  # a syntax the key specs do not fit: any node phrases the error
             addr = self.any_primary()
             if addr is None:
                 return conn.fill(cell, error(errors.CLUSTERDOWN))
-            return Forward(self, c, encode_command(argv), None, route.write,
+            return Forward(self, c, raw or encode_command(argv), None, route.write,
                            cell=cell).send(addr=addr)
         slot = key_slot(argv[positions[0]])
         for p in positions[1:]:
@@ -269,8 +274,8 @@ class Router:
                 options = None  # the node phrases the error
             if options is not None and options[0] >= 0:
                 return BlockedRead(self, c, argv, options[7], options[0], slot, route.write,
-                                   cell, dollars=dollar_ids(argv, options)).start()
-        return Forward(self, c, encode_command(argv), slot, route.write, cell=cell).send()
+                                   cell, dollars=dollar_ids(argv, options), raw=raw).start()
+        return Forward(self, c, raw or encode_command(argv), slot, route.write, cell=cell).send()
 
     # --- clients --------------------------------------------------------------------------------
     def add_client(self, conn: RespConnection, addr: str, laddr: str) -> RouterClient:

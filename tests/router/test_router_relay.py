@@ -4,8 +4,12 @@ request goes to the node as the bytes the client sent."""
 from __future__ import annotations
 
 import asyncio
+import socket
+import time
 from collections.abc import Callable
 
+import hiredis
+import pytest
 import uvloop
 
 from router.main import load_topology_file
@@ -110,6 +114,103 @@ def test_delivery_crosses_the_router_without_waiting_for_the_loop(cluster: Clust
         assert b"1-1" in got[3] and b"relay:s" in got[3]
         assert b"2-1" in got[5]
         assert stub.dropped  # the end-of-iteration callback was asked for, and never ran
+    finally:
+        router.close()
+        loop.run_until_complete(asyncio.sleep(0.01))
+        loop.close()
+        asyncio.set_event_loop(None)
+
+
+def _roundtrip(port: int, chunks: list[bytes], replies: int) -> list[object]:
+    """Send `chunks` as separate writes, read `replies` replies."""
+    rd = hiredis.Reader()
+    out: list[object] = []
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+        s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        for ch in chunks:
+            s.sendall(ch)
+            time.sleep(0.02)  # so that the router reads them apart (not asserted either way)
+        while len(out) < replies:
+            x = rd.gets()
+            if x is False:
+                data = s.recv(65536)
+                assert data, f"closed after {out}"
+                rd.feed(data)
+            else:
+                out.append(x)
+    return out
+
+
+def test_requests_relayed_as_their_bytes_or_encoded(cluster: Cluster) -> None:
+    """Whatever shape the client's reads take, each request reaches its node once and whole:
+    a read holding exactly one request is relayed as its bytes; a request over two reads, a
+    pipeline, one behind an empty array, or an inline command after a relayed request are
+    not mistaken for it."""
+    port = cluster.router.port
+    xadd = b"*5\r\n$4\r\nXADD\r\n$7\r\nrelay:b\r\n$1\r\n*\r\n$1\r\nf\r\n$1\r\nv\r\n"
+    r = cluster.client()
+    r.delete("relay:b")
+    got = _roundtrip(port, [xadd], 1)  # one read, one request
+    got += _roundtrip(port, [xadd[:20], xadd[20:]], 1)  # one request over two reads
+    got += _roundtrip(port, [xadd * 3], 3)  # a pipeline in one read
+    got += _roundtrip(port, [b"*0\r\n" + xadd], 1)  # an empty array, then a request
+    got += _roundtrip(port, [xadd, b"XADD relay:b * f inline\r\n"], 2)  # then an inline one
+    assert len(got) == 8 and all(type(x) is bytes and b"-" in x for x in got), got
+    assert r.xlen("relay:b") == 8
+    assert r.xrange("relay:b")[-1][1] == {b"f": b"inline"}
+    r.delete("relay:b")
+
+
+def test_a_relayed_read_encodes_nothing(cluster: Cluster, monkeypatch: pytest.MonkeyPatch,
+                                        ) -> None:
+    """A read holding one keyed request is relayed without encoding it again; a pipeline's
+    requests, and one that came in two reads, are encoded."""
+    from node.config import Config
+    from router import proxy
+    from router.proxy import Router
+
+    encoded: list[list[bytes]] = []
+    real = proxy.encode_command
+
+    def spy(argv: list[bytes]) -> bytes:
+        encoded.append(list(argv))
+        return real(argv)
+
+    monkeypatch.setattr(proxy, "encode_command", spy)
+    topo = load_topology_file(str(cluster.topology_file))
+    loop = uvloop.new_event_loop()
+    asyncio.set_event_loop(loop)
+    router = Router(Config(), cluster_down_timeout=1.0)
+    try:
+        router.set_topology(topo["nodes"], topo["shards"], topo["slots"], 1)
+        port = loop.run_until_complete(router.start(0))
+
+        async def calls() -> list[object]:
+            rd, wr = await asyncio.open_connection("127.0.0.1", port)
+            reader = hiredis.Reader()
+            got: list[object] = []
+            xadd = b"*5\r\n$4\r\nXADD\r\n$7\r\nrelay:e\r\n$1\r\n*\r\n$1\r\nf\r\n$1\r\nv\r\n"
+            for chunks, n in (([b"*2\r\n$3\r\nDEL\r\n$7\r\nrelay:e\r\n"], 1),  # its bytes
+                              ([xadd * 2], 2),  # a pipeline: encoded
+                              ([xadd[:9], xadd[9:]], 1),  # over two reads: encoded
+                              ([b"*2\r\n$4\r\nXLEN\r\n$7\r\nrelay:e\r\n"], 1)):
+                for ch in chunks:
+                    wr.write(ch)
+                    await wr.drain()
+                    await asyncio.sleep(0.02)  # read apart (either way the reply is right)
+                want = len(got) + n
+                while len(got) < want:
+                    x = reader.gets()
+                    if x is False:
+                        reader.feed(await rd.read(65536))
+                    else:
+                        got.append(x)
+            wr.close()
+            return got
+
+        got = loop.run_until_complete(asyncio.wait_for(calls(), 20))
+        assert got[0] == 0 and got[-1] == 3 and all(b"-" in x for x in got[1:4]), got
+        assert [a[0] for a in encoded] == [b"XADD"] * 3, encoded  # DEL and XLEN: their bytes
     finally:
         router.close()
         loop.run_until_complete(asyncio.sleep(0.01))
