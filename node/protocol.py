@@ -119,8 +119,9 @@ class RespConnection:
         self._halt = False  # closing or write-paused or stalled: run no command now
         self._pending = 0  # bytes received into an incomplete request
         self._big: tuple[int, list[bytes]] | None = None  # a huge request's count and elements
-        # The bytes of the request being executed when one read held exactly it, else None:
-        # the router relays those instead of encoding the request again (router/client.py).
+        # The bytes of the request being executed when one read held exactly it, else None
+        # (set before every execute): the router relays those instead of encoding the
+        # request again (router/client.py).
         self.raw: bytes | None = None
 
     # --- asyncio callbacks --------------------------------------------------------------------
@@ -351,6 +352,7 @@ class RespConnection:
             if skip:
                 skip -= 1
                 continue
+            self.raw = None
             reply = self.execute(c, argv)
             if reply is not None:
                 out.append(reply)

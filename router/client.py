@@ -56,8 +56,8 @@ class ClientConn(RespConnection):
         """Run one request; its reply goes into its cell whenever it is ready."""
         cell: Cell = [None]
         self.cells.append(cell)
-        raw, self.raw = self.raw, None  # the request's own bytes, when known (node/protocol.py)
-        self.router.dispatch(c, argv, cell, raw)  # type: ignore[arg-type]
+        # self.raw: the request's own bytes, when known (node/protocol.py)
+        self.router.dispatch(c, argv, cell, self.raw)  # type: ignore[arg-type]
         if len(self.cells) > MAX_CELLS:
             self._pause_reading()
 
