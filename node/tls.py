@@ -21,6 +21,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from node.tlstransport import TlsLayer
+
 _VERIFY = {"yes": ssl.CERT_REQUIRED, "optional": ssl.CERT_OPTIONAL, "no": ssl.CERT_NONE}
 _PROTOCOLS = {"tlsv1.2": ssl.TLSVersion.TLSv1_2, "tlsv1.3": ssl.TLSVersion.TLSv1_3}
 
@@ -176,8 +178,11 @@ async def listen(loop: asyncio.AbstractEventLoop, protocol: Callable[[], Any],
                                          backlog=backlog)
         port = plain.sockets[0].getsockname()[1]
     if tls_port:
-        secure = await loop.create_server(protocol, hosts, tls_port, reuse_address=True,
-                                          backlog=backlog, ssl=ctx)
+        if ctx is None:
+            raise TlsError("a tls-port needs the listener's TLS context")
+        sctx = ctx  # decryption on memory buffers (node/tlstransport.py), not uvloop's
+        secure = await loop.create_server(lambda: TlsLayer(sctx, protocol, loop), hosts,
+                                          tls_port, reuse_address=True, backlog=backlog)
     return plain, secure, port
 
 
