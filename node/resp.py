@@ -347,9 +347,9 @@ def parse_request(buf: bytes, pos: int, max_bulk: int, authed: bool) -> tuple[li
     count, p = head
     if count <= 0:
         return SKIP, p
-    argv: list[bytes] = []
-    p = collect_bulks(buf, p, count, argv, max_bulk, authed)
-    return (argv, p) if len(argv) == count else (None, pos)
+    args: list[bytes] = []
+    p = collect_bulks(buf, p, count, args, max_bulk, authed)
+    return (args, p) if len(args) == count else (None, pos)
 
 
 def multibulk_header(buf: bytes, pos: int, authed: bool) -> tuple[int, int] | None:

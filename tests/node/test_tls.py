@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import shutil
 import socket
+import ssl
 import subprocess
 import sys
 from pathlib import Path
@@ -95,6 +96,63 @@ def test_plain_tcp_on_the_tls_port_is_closed_and_nothing_breaks(tls_node, tls_ce
         s.sendall(b"\x16\x03\x01\xff\xff" + b"x" * 100)
     assert tls_certs.client(tls_node.tls_port).ping()
     assert tls_node.alive
+
+
+def _tls_socket(certs: Certs, port: int) -> ssl.SSLSocket:
+    ctx = ssl.create_default_context(cafile=str(certs.good.ca))
+    ctx.check_hostname = False
+    ctx.load_cert_chain(str(certs.good.client_cert), str(certs.good.client_key))
+    return ctx.wrap_socket(socket.create_connection(("127.0.0.1", port), timeout=10))
+
+
+def _recv_until(s: ssl.SSLSocket, end: bytes) -> bytes:
+    data = b""
+    while not data.endswith(end):
+        chunk = s.recv(65536)
+        assert chunk, data[-200:]
+        data += chunk
+    return data
+
+
+def test_requests_split_across_records_and_a_reply_past_the_write_buffer(tls_node, tls_certs: Certs) -> None:  # noqa: ANN001,E501
+    """The node decrypts on its own buffers (node/tlstransport.py): a request cut in two
+    records gets no reply until its rest arrives; a pipeline of many requests in one write,
+    and a reply bigger than the socket's write buffer (reading pauses and resumes), come back
+    whole and in order."""
+    with _tls_socket(tls_certs, tls_node.tls_port) as s:
+        req = b"*2\r\n$4\r\nECHO\r\n$5\r\nhello\r\n"
+        s.sendall(req[:9])  # one TLS record: half a request
+        s.settimeout(0.2)
+        with pytest.raises(TimeoutError):
+            s.recv(64)
+        s.settimeout(10)
+        s.sendall(req[9:])
+        assert _recv_until(s, b"\r\n") == b"$5\r\nhello\r\n"
+        n, value = 3000, b"v" * 200
+        one = b"*5\r\n$4\r\nXADD\r\n$9\r\ntls:split\r\n$1\r\n*\r\n$1\r\nf\r\n$200\r\n%s\r\n" % value
+        s.sendall(one * n)
+        replies = b""
+        while replies.count(b"\r\n") < 2 * n:
+            replies += s.recv(65536)
+        assert replies.count(b"$") == n and b"-ERR" not in replies
+        s.sendall(b"*4\r\n$6\r\nXRANGE\r\n$9\r\ntls:split\r\n$1\r\n-\r\n$1\r\n+\r\n")
+        reply = _recv_until(s, value + b"\r\n")
+        while reply.count(value) < n:
+            reply += _recv_until(s, value + b"\r\n")
+        assert reply.startswith(b"*%d\r\n" % n) and reply.count(value) == n
+    assert tls_node.client().xlen("tls:split") == n
+
+
+def test_a_tls_close_notify_closes_the_connection(tls_node, tls_certs: Certs) -> None:  # noqa: ANN001
+    admin = tls_node.client()
+    before = len(admin.client_list())
+    s = _tls_socket(tls_certs, tls_node.tls_port)
+    s.sendall(b"*1\r\n$4\r\nPING\r\n")
+    assert _recv_until(s, b"\r\n") == b"+PONG\r\n"
+    assert len(admin.client_list()) == before + 1
+    raw = s.unwrap()  # close_notify; the node answers with its own and closes
+    wait_until(lambda: len(admin.client_list()) == before, 10, what="the TLS client is gone")
+    raw.close()
 
 
 @pytest.mark.skipif(REDIS_CLI is None, reason="redis-cli not installed")
