@@ -6,6 +6,8 @@ cdef class EffectLog:
     cdef public bint in_multi
     cdef public Py_ssize_t replaying
 
+    cpdef emit(self, argv)
+
 import cython
 
 # The offset of every effect nobody listens to (XADD with appendonly no): typed, a C loop.

@@ -1,6 +1,8 @@
 # Cython declarations for node/protocol.py (pure-Python mode; node/native.py, setup.py).
 # Methods stay `def` so that the node's and the router's subclasses override them as before.
 
+cimport cython
+
 from node.client cimport Client
 
 cdef class RespConnection:
@@ -13,3 +15,6 @@ cdef class RespConnection:
     cdef dict __dict__
 
 cpdef bint _all_bulk(list argv)
+
+@cython.locals(n=Py_ssize_t, i=Py_ssize_t, j=Py_ssize_t, base="char *", q="char *")
+cdef bint _big_count(object data) except -1

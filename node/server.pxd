@@ -6,9 +6,16 @@
 import cython
 
 from node.client cimport Client
+from node.effects cimport EffectLog
+
+cdef long long _clock_ns(bint wall) noexcept
+
+@cython.locals(n=int)
+cdef int _bit_length(long long v) noexcept
 
 cdef class Server:
-    cdef public object config, config_file, loop, db, blocking, effects, stats, clients
+    cdef public object config, config_file, loop, db, blocking, stats, clients
+    cdef public EffectLog effects
     cdef public object next_client_id, start_time, run_id, dirty, role, peak_memory
     cdef public bint active_expire_enabled
     cdef public object cmd_time_ms, tcp_server, pauses, taps, move_stats, reply_gate
@@ -24,6 +31,11 @@ cdef class Server:
     @cython.locals(n=Py_ssize_t, write=object)
     cpdef execute(self, Client c, argv)
     cpdef refusal(self, Client c, argv, name, bint write)
+    @cython.locals(t0="long long", ns="long long", usec="long long", effects=EffectLog)
     cpdef call(self, Client c, argv, name, handler)
+    cpdef check_fence(self)
+    cpdef check_misconf(self)
+    cpdef check_noreplicas(self)
+    cpdef check_readonly(self)
     cpdef propagate(self, argv)
     cpdef now_ms(self)

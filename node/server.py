@@ -17,6 +17,8 @@ from collections.abc import Callable
 from time import perf_counter_ns, time_ns
 from typing import TYPE_CHECKING, Protocol
 
+import cython
+
 from node import command_table, errors, tls
 from node.acl import Acl
 from node.blocking import Blocked, BlockingManager
@@ -35,6 +37,14 @@ from node.slotmove import MoveStats
 from node.slowlog import SlowLog
 from node.writepause import WritePauses
 
+if cython.compiled:
+    from cython.cimports.posix.time import (
+        CLOCK_MONOTONIC,
+        CLOCK_REALTIME,
+        clock_gettime,
+        timespec,
+    )
+
 if TYPE_CHECKING:
     from control.agent import Agent
     from node.cluster import ClusterState
@@ -47,6 +57,27 @@ log = logging.getLogger("xshard.node")
 
 _MULTI_IMMEDIATE = command_table.RUN_IN_MULTI
 _NOAUTH_OK = command_table.NO_AUTH
+
+
+def _clock_ns(wall: bool) -> int:
+    """time_ns() (wall) or perf_counter_ns() (CLOCK_MONOTONIC); compiled, clock_gettime
+    itself: call() reads the clocks three times per command."""
+    if cython.compiled:
+        ts = cython.declare(timespec)
+        clock_gettime(CLOCK_REALTIME if wall else CLOCK_MONOTONIC, cython.address(ts))
+        return ts.tv_sec * 1000000000 + ts.tv_nsec
+    return time_ns() if wall else perf_counter_ns()
+
+
+def _bit_length(v: int) -> int:
+    """int.bit_length of a duration in ns (the latency histogram's bucket), a C loop compiled."""
+    if cython.compiled:
+        n = 0
+        while v:
+            v >>= 1
+            n += 1
+        return n
+    return v.bit_length()
 
 
 def client_info(c: Client) -> bytes:
@@ -263,8 +294,8 @@ class Server:
 
     def call(self, c: Client, argv: list[bytes], name: bytes, handler: Handler) -> bytes | None:
         """Redis call(): run the handler, count it, and serve keys it made ready."""
-        t0 = perf_counter_ns()
-        c.last_interaction_ms = self.cmd_time_ms = time_ns() // 1000000
+        t0 = _clock_ns(False)
+        c.last_interaction_ms = self.cmd_time_ms = _clock_ns(True) // 1000000
         c.last_cmd = name
         failed = 0
         effects = self.effects
@@ -290,7 +321,7 @@ class Server:
             msg = errors.internal_error(e)
             self.stats.error(msg)
             reply = b"-%s\r\n" % msg
-        ns = perf_counter_ns() - t0
+        ns = _clock_ns(False) - t0
         b = c.blocked
         if b is not None:
             # A blocked command is one call, counted when it is released (Redis
@@ -307,7 +338,7 @@ class Server:
                 st[0] += 1
                 st[1] += usec
                 st[3] += failed
-                st[4 + ns.bit_length()] += 1  # the latency histogram (node/cmdstats.py)
+                st[4 + _bit_length(ns)] += 1  # the latency histogram (node/cmdstats.py)
             self.stats.total_commands += 1
             if usec >= self.slow_usec:
                 self.slow_command(c, argv if b is None else b.original, name, usec)
