@@ -56,6 +56,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("xshard.router")
 
 ROUTES: dict[bytes, Route] = build(ROUTER_COMMANDS, load_all())
+_UNKNOWN = ("", 0)  # Router.primary_addr has no entry for the shard
 
 
 class RouterWatches:
@@ -91,6 +92,9 @@ class Router:
         self.loop = asyncio.get_event_loop()
         self.outbox = Outbox(self.loop)  # writes batched per loop iteration
         self.map = SlotMap()
+        # shard -> its primary's address (None: it has none), filled by node_for and emptied
+        # by every topology change
+        self.primary_addr: dict[str, tuple[str, int] | None] = {}
         self.router_id = router_id or os.urandom(8).hex()
         self.host = host
         # (id, host, port, tls port) of the live routers
@@ -123,6 +127,7 @@ class Router:
                      slots: list | None = None, version: int | None = None,
                      routers: list[tuple[str, str, int, int]] | None = None) -> None:
         self.map.update(nodes, shards, slots, version)
+        self.primary_addr = {}
         if routers is not None:
             self.routers = sorted(routers)
 
@@ -135,8 +140,12 @@ class Router:
             if reps:
                 n = reps[slot % len(reps)]
                 return n.host, n.client_port(self.tls)
-        p = self.map.primary_of(shard)
-        return None if p is None else (p.host, p.client_port(self.tls))
+        addr = self.primary_addr.get(shard, _UNKNOWN)
+        if addr is _UNKNOWN:  # once per shard and topology change, not per request
+            p = self.map.primary_of(shard)
+            addr = self.primary_addr[shard] = (
+                None if p is None else (p.host, p.client_port(self.tls)))
+        return addr  # type: ignore[return-value]
 
     def primaries(self) -> list[tuple[str, int]]:
         out = []

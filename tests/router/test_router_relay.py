@@ -216,3 +216,31 @@ def test_a_relayed_read_encodes_nothing(cluster: Cluster, monkeypatch: pytest.Mo
         loop.run_until_complete(asyncio.sleep(0.01))
         loop.close()
         asyncio.set_event_loop(None)
+
+
+def test_the_primary_address_follows_every_topology_change() -> None:
+    """node_for keeps each shard's primary address between requests; a new topology (a
+    failover, a moved node) must be what the next request goes to."""
+    from node.config import Config
+    from router.proxy import Router
+
+    loop = asyncio.new_event_loop()
+    asyncio.set_event_loop(loop)
+    try:
+        router = Router(Config())
+        nodes = {"a": {"host": "127.0.0.1", "port": 7001, "shard": "0", "role": "primary"},
+                 "b": {"host": "127.0.0.1", "port": 7002, "shard": "0", "role": "replica"}}
+        shards = {"0": {"primary": "a", "replicas": ["b"], "epoch": 1}}
+        router.set_topology(nodes, shards, [[0, 16383, "0"]], 1)
+        assert router.node_for(5, False) == ("127.0.0.1", 7001)
+        assert router.node_for(6, False) == ("127.0.0.1", 7001)
+        router.set_topology(shards={"0": {"primary": "b", "replicas": ["a"], "epoch": 2}})
+        assert router.node_for(5, False) == ("127.0.0.1", 7002)
+        router.set_topology(shards={"0": {"primary": None, "replicas": [], "epoch": 3}})
+        assert router.node_for(5, False) is None
+        nodes["b"]["port"] = 7003
+        router.set_topology(nodes, {"0": {"primary": "b", "replicas": [], "epoch": 4}})
+        assert router.node_for(5, False) == ("127.0.0.1", 7003)
+    finally:
+        loop.close()
+        asyncio.set_event_loop(None)
