@@ -7,7 +7,7 @@ from node.groups cimport Consumer, ConsumerGroup
 from node.keyspace cimport Keyspace
 from node.stream cimport Stream
 
-cdef Py_ssize_t _arg_len(Py_ssize_t n) noexcept
+cdef Py_ssize_t _arg_len(Py_ssize_t n) except -1
 
 cdef Py_ssize_t _id_len(object sid) except -1
 

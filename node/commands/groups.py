@@ -101,29 +101,32 @@ def propagate_xclaim(c: Client, key: bytes, groupname: bytes, g: ConsumerGroup, 
 
 def _arg_len(n: int) -> int:
     """Bytes of one bulk string of length n in a RESP request: $<n>\\r\\n<arg>\\r\\n."""
-    return n + 5 + _ndigits(n)
+    if cython.compiled:
+        return n + 5 + _ndigits(n)
+    return n + 5 + len(str(n))
 
 
 def _id_len(sid: int) -> int:
-    """Characters of `ms-seq`: 3 to 41."""
-    if cython.compiled:
-        return _ndigits(sid >> 64) + 1 + _ndigits(sid & SEQ_MAX)
-    return len(b"%d-%d" % (sid >> 64, sid & SEQ_MAX))
+    """Characters of `ms-seq` (3 to 41), compiled: two C loops, no string."""
+    return _ndigits(sid >> 64) + 1 + _ndigits(sid & SEQ_MAX)
 
 
 def xclaim_run_len(key: bytes, groupname: bytes, consumer: bytes, now_ms: int,
                    sids: list[int]) -> int:
     """The bytes that propagate_xclaim would emit for a run of new entries delivered at
     `now_ms` (count 1, each one's LASTID the entry itself, as the group advances through
-    them), without building them: a node that nobody listens to still counts its offset.
-    Compiled, a C loop over the IDs' digit counts."""
+    them), without building them: a node that nobody listens to still counts its offset."""
     fixed = (5 + _arg_len(6) + _arg_len(len(key)) + _arg_len(len(groupname))  # *14 XCLAIM
              + _arg_len(len(consumer)) + _arg_len(1) + _arg_len(4)  # consumer 0 TIME
-             + _arg_len(_ndigits(now_ms)) + _arg_len(10) + _arg_len(1)  # ms RETRYCOUNT 1
+             + _arg_len(len(b"%d" % now_ms)) + _arg_len(10) + _arg_len(1)  # ms RETRYCOUNT 1
              + _arg_len(5) + _arg_len(6) + _arg_len(6))  # FORCE JUSTID LASTID
     total = fixed * len(sids)
-    for sid in sids:  # the ID twice (entry and LASTID), each a bulk string: $n\r\n...\r\n
-        n = _id_len(sid)
+    # The ID twice (entry and LASTID), each a bulk string: $n\r\n...\r\n.
+    for sid in sids:
+        if cython.compiled:
+            n = _id_len(sid)
+        else:
+            n = len(b"%d-%d" % (sid >> 64, sid & SEQ_MAX))
         total += 2 * n + (12 if n < 10 else 14)
     return total
 
