@@ -159,7 +159,7 @@ def xread(c: Client, argv: list[bytes]) -> bytes:
 
     # Serve synchronously what we can.
     proto = c.proto
-    parts: list[bytes] = []
+    parts: list[bytes] = [b""]  # the reply's header, once the count of streams is known
     served = 0
     for idx in range(nkeys):
         s = streams[idx]
@@ -199,10 +199,12 @@ def xread(c: Client, argv: list[bytes]) -> bytes:
             n, body = stream_range_reply(s, gt + 1, MAX_ID, count or None, False)
         key = keys[idx]
         served += 1
-        head = b"*2\r\n" if proto == 2 else b""
-        parts.append(b"%s$%d\r\n%s\r\n*%d\r\n%s" % (head, len(key), key, n, body))
+        # [key, entries] (RESP2) or a map entry (RESP3), the entries copied once, by the join.
+        parts += [b"*2\r\n$%d\r\n" % len(key) if proto == 2 else b"$%d\r\n" % len(key),
+                  key, b"\r\n*%d\r\n" % n, body]
     if served:
-        return (b"*%d\r\n" if proto == 2 else b"%%%d\r\n") % served + b"".join(parts)
+        parts[0] = (b"*%d\r\n" if proto == 2 else b"%%%d\r\n") % served
+        return b"".join(parts)
 
     if timeout != -1:
         if dollars:
