@@ -145,7 +145,7 @@ class Router:
             p = self.map.primary_of(shard)
             addr = self.primary_addr[shard] = (
                 None if p is None else (p.host, p.client_port(self.tls)))
-        return addr  # type: ignore[return-value]
+        return addr
 
     def primaries(self) -> list[tuple[str, int]]:
         out = []
