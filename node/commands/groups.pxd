@@ -14,9 +14,9 @@ cdef Py_ssize_t _id_len(object sid) except -1
 @cython.locals(fixed=Py_ssize_t, total=Py_ssize_t, n=Py_ssize_t)
 cpdef Py_ssize_t xclaim_run_len(key, groupname, consumer, now_ms, list sids) except -1
 
-@cython.locals(n=Py_ssize_t, i=Py_ssize_t, j=Py_ssize_t, p="unsigned char *",
-               ms="unsigned long long", seq="unsigned long long", d="unsigned long long",
-               lim="unsigned long long")
+@cython.locals(n=Py_ssize_t, i=Py_ssize_t, dash=Py_ssize_t, p="unsigned char *", ch=int,
+               ms="unsigned long long", seq="unsigned long long", v="unsigned long long",
+               d="unsigned long long", lim="unsigned long long")
 cdef list _plain_ids_c(args)
 
 # The group commands of the XREADGROUP + XACK pair: stream, group and consumer typed.

@@ -327,26 +327,24 @@ def _plain_ids_c(args: list[bytes]) -> list[int] | None:
         if n > 127:
             return None
         p = cython.cast(cython.p_uchar, PyBytes_AS_STRING(a))
-        i = 0
-        ms = 0
-        while i < n and 48 <= p[i] <= 57:
-            d = p[i] - 48
-            if ms > (lim - d) // 10:
+        dash = -1
+        ms = v = 0
+        for i in range(n):
+            ch = p[i]
+            if 48 <= ch <= 57:
+                d = ch - 48
+                if v > (lim - d) // 10:
+                    return None  # above 2^64-1
+                v = v * 10 + d
+            elif ch == 45 and dash < 0 and i > 0:
+                dash = i
+                ms = v
+                v = 0
+            else:
                 return None
-            ms = ms * 10 + d
-            i += 1
-        if i == 0 or i >= n - 1 or p[i] != 45:
+        if dash < 0 or dash == n - 1:
             return None
-        j = i + 1
-        seq = 0
-        while j < n and 48 <= p[j] <= 57:
-            d = p[j] - 48
-            if seq > (lim - d) // 10:
-                return None
-            seq = seq * 10 + d
-            j += 1
-        if j != n:
-            return None
+        seq = v
         out.append(cython.cast(object, ms) << 64 | cython.cast(object, seq))
     return out
 
