@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import ssl
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
@@ -71,6 +71,12 @@ class Unblocker(Protocol):
 
 
 class ReadySignal(Protocol):
+    # The keys clients wait on; while it is empty signal_ready does nothing, so a write
+    # (Keyspace.changed) skips the call.
+    @property
+    def waiting(self) -> Mapping[bytes, object]: ...
+
+
     def signal_ready(self, key: bytes) -> None: ...
 
 

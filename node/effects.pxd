@@ -11,5 +11,5 @@ cdef class EffectLog:
 import cython
 
 # The offset of every effect nobody listens to (XADD with appendonly no): typed, a C loop.
-@cython.locals(n=Py_ssize_t, la=Py_ssize_t, a=bytes)
+@cython.locals(n=Py_ssize_t, la=Py_ssize_t, a=bytes, c=Py_ssize_t)
 cpdef Py_ssize_t _command_len(list argv) except -1

@@ -104,7 +104,8 @@ def _command_len(argv: list[bytes]) -> int:
 
     `$<len>\r\n<arg>\r\n` is len + 5 + digits(len); the common one- and two-digit lengths
     skip str() (this runs for every effect when nothing listens)."""
-    n = 3 + len(str(len(argv)))
+    c = len(argv)
+    n = 4 if c < 10 else 5 if c < 100 else 3 + len(str(c))
     for a in argv:
         la = len(a)
         n += la + 6 if la < 10 else la + 7 if la < 100 else la + 5 + len(str(la))

@@ -149,7 +149,9 @@ class Keyspace:
             for c in w:
                 c.dirty_cas = True
         if ready:
-            self.server.blocking.signal_ready(key)
+            b = self.server.blocking
+            if b.waiting:  # (signal_ready is a no-op with nobody waiting: no call per write)
+                b.signal_ready(key)
 
     def flush(self) -> int:
         n = len(self.data)

@@ -101,8 +101,11 @@ def _sum_esz(items: list[bytes], start: int = 0, step: int = 1) -> int:
     step 2: no slice). A value is sized as an int only if it is all digits (after an optional
     '-'), has no leading zero, and fits int64."""
     s = 0
-    for i in range(start, len(items), step):
+    i = start
+    end = len(items)
+    while i < end:  # (a range with a variable step is a Python object even compiled)
         b = items[i]
+        i += step
         n = len(b)
         if n < 21 and n:
             c0 = b[0]
@@ -121,7 +124,7 @@ def _sum_esz(items: list[bytes], start: int = 0, step: int = 1) -> int:
                     if z:
                         s += z
                         continue
-        s += _SSZ[n] if n < 4096 else _ssz(n)
+        s += n + 2 if n < 64 else (_SSZ[n] if n < 4096 else _ssz(n))
     return s
 
 

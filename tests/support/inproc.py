@@ -19,6 +19,8 @@ from node.resp import ReplyError
 class _NoWaiters:
     """No client ever blocks in process, so a key made ready has no one to wake."""
 
+    waiting: dict[bytes, object] = {}
+
     def signal_ready(self, key: bytes) -> None:
         pass
 
