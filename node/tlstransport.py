@@ -1,4 +1,5 @@
-"""TLS for the listeners (node/tls.py listen): OpenSSL on memory buffers over a plain transport.
+"""TLS on memory buffers over a plain transport: the listeners (node/tls.py listen) and the
+outgoing links (`connect`: a replica to its primary, a router to its nodes).
 
 uvloop's and asyncio's own TLS protocols read each record with `SSLObject.read(256 KiB)`:
 Python allocates a 256 KiB bytes object per read (mmap, then mremap to shrink it, munmap when
@@ -21,7 +22,7 @@ import ssl
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["HANDSHAKE_TIMEOUT", "TlsLayer"]
+__all__ = ["HANDSHAKE_TIMEOUT", "TlsLayer", "connect"]
 
 HANDSHAKE_TIMEOUT = 60.0  # seconds, asyncio's default for a server-side handshake
 READ_MAX = 256 * 1024  # plaintext per read call (a record is at most 16 KiB)
@@ -33,10 +34,14 @@ class TlsLayer(asyncio.Protocol):
     for `app` (made by `factory` once the handshake succeeded) and encrypts what it writes."""
 
     def __init__(self, ctx: ssl.SSLContext, factory: Callable[[], Any],
-                 loop: asyncio.AbstractEventLoop) -> None:
+                 loop: asyncio.AbstractEventLoop, *, server_side: bool = True,
+                 server_hostname: str | None = None,
+                 waiter: asyncio.Future[None] | None = None) -> None:
         self._incoming = ssl.MemoryBIO()
         self._outgoing = ssl.MemoryBIO()
-        self._ssl = ctx.wrap_bio(self._incoming, self._outgoing, server_side=True)
+        self._ssl = ctx.wrap_bio(self._incoming, self._outgoing, server_side=server_side,
+                                 server_hostname=server_hostname)
+        self._waiter = waiter  # connect(): told how the handshake ended
         self._factory = factory
         self._loop = loop
         self._raw: asyncio.Transport | None = None
@@ -49,6 +54,8 @@ class TlsLayer(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self._raw = transport  # type: ignore[assignment]
         self._timer = self._loop.call_later(HANDSHAKE_TIMEOUT, self._handshake_timeout)
+        if not self._ssl.server_side:
+            self._handshake()  # a client speaks first
 
     def data_received(self, data: bytes) -> None:
         self._incoming.write(data)
@@ -71,6 +78,8 @@ class TlsLayer(asyncio.Protocol):
         app, self.app = self.app, None
         if app is not None:
             app.connection_lost(exc)
+        else:
+            self._told(exc or ConnectionResetError("connection lost during the TLS handshake"))
 
     def pause_writing(self) -> None:
         if self.app is not None:
@@ -91,6 +100,7 @@ class TlsLayer(asyncio.Protocol):
             log.debug("TLS handshake failed: %s", e)
             self._flush()
             self._close_raw()
+            self._told(e)
             return
         if self._timer is not None:
             self._timer.cancel()
@@ -98,8 +108,17 @@ class TlsLayer(asyncio.Protocol):
         self._flush()
         self.app = self._factory()
         self.app.connection_made(self._transport)
+        self._told(None)
         if self._incoming.pending and self.app is not None:
             self._read()  # the first request came with the handshake's last flight
+
+    def _told(self, exc: BaseException | None) -> None:
+        w, self._waiter = self._waiter, None
+        if w is not None and not w.done():
+            if exc is None:
+                w.set_result(None)
+            else:
+                w.set_exception(exc)
 
     def _handshake_timeout(self) -> None:
         self._timer = None
@@ -244,3 +263,22 @@ class TlsTransport(asyncio.Transport):
     def get_write_buffer_limits(self) -> tuple[int, int]:
         raw = self._layer._raw
         return raw.get_write_buffer_limits() if raw is not None else (0, 0)
+
+
+async def connect(loop: asyncio.AbstractEventLoop, factory: Callable[[], Any], host: str,
+                  port: int, ctx: ssl.SSLContext | None) -> None:
+    """loop.create_connection(factory, host, port, ssl=ctx) for the outgoing links (a replica
+    to its primary, a router to its nodes), with the TLS of this module: returns once the
+    protocol's connection_made ran; raises OSError (ssl.SSLError for a refused handshake)."""
+    if ctx is None:
+        await loop.create_connection(factory, host, port)
+        return
+    waiter: asyncio.Future[None] = loop.create_future()
+    raw, _ = await loop.create_connection(
+        lambda: TlsLayer(ctx, factory, loop, server_side=False, server_hostname=host,
+                         waiter=waiter), host, port)
+    try:
+        await waiter
+    except BaseException:  # refused, or cancelled by the caller's timeout
+        raw.abort()
+        raise

@@ -34,6 +34,7 @@ from collections import deque
 from collections.abc import Callable
 from ssl import SSLContext
 
+from node import tlstransport
 from node.protocol import set_nodelay
 from node.resp import encode_command, error_code, reply_scan
 from router.outbox import Outbox
@@ -98,9 +99,8 @@ class Upstream:
         """Open the connection in the background; `ssl`: over TLS (--tls-cluster)."""
         async def go() -> None:
             try:
-                await asyncio.wait_for(loop.create_connection(
-                    self.as_protocol, self.host, self.port, ssl=ssl,
-                    server_hostname=self.host if ssl else None), timeout)
+                await asyncio.wait_for(tlstransport.connect(
+                    loop, self.as_protocol, self.host, self.port, ssl), timeout)
             except (TimeoutError, OSError) as e:
                 log.debug("cannot connect to %s:%d: %s", self.host, self.port, e)
                 self.connection_lost(e if isinstance(e, OSError) else None)

@@ -21,7 +21,7 @@ import os
 import time
 from typing import TYPE_CHECKING
 
-from node import gctuning, snapshot
+from node import gctuning, snapshot, tlstransport
 from node.effects import EffectApplier, EffectStreamError
 from node.protocol import set_nodelay
 from node.replication.primary import unlink
@@ -324,10 +324,9 @@ class ReplicaSide:
                 # tls-replication: the primary's address is its TLS port (node/tls.py).
                 ctx = self.server.tls_client_context if self.server.config.tls_replication \
                     else None
-                await asyncio.wait_for(
-                    self.loop.create_connection(lambda: link, host, port, ssl=ctx,
-                                                server_hostname=host if ctx else None),
-                    timeout=self.server.config.repl_timeout)
+                await asyncio.wait_for(tlstransport.connect(self.loop, lambda: link, host, port,
+                                                            ctx),
+                                       timeout=self.server.config.repl_timeout)
             except (TimeoutError, OSError) as e:
                 if self.link is link:
                     log.warning("Error condition on socket for SYNC: %s", e)
