@@ -20,6 +20,8 @@ cpdef Py_ssize_t xclaim_run_len(key, groupname, consumer, now_ms, list sids) exc
 cdef list _plain_ids_c(args)
 
 # The group commands of the XREADGROUP + XACK pair: stream, group and consumer typed.
+cpdef propagate_group_id(c, key, groupname, ConsumerGroup g)
+
 @cython.locals(cons=Consumer)
 cpdef Consumer lookup_or_create_consumer(c, key, groupname, ConsumerGroup g, name)
 

@@ -140,8 +140,9 @@ def _named(nack: Nack, cons: Consumer) -> Nack:
 def propagate_group_id(c: Client, key: bytes, groupname: bytes, g: ConsumerGroup) -> None:
     """XGROUP SETID key group last-id ENTRIESREAD n: the group cursor, exactly."""
     er = -1 if g.entries_read is None else g.entries_read
-    c.server.propagate([b"XGROUP", b"SETID", key, groupname, format_id(g.last_id),
-                        b"ENTRIESREAD", b"%d" % er])
+    last = g.last_id  # formatted here: format_id is an interpreted call (node/streamid.py)
+    c.server.propagate([b"XGROUP", b"SETID", key, groupname,
+                        b"%d-%d" % (last >> 64, last & SEQ_MAX), b"ENTRIESREAD", b"%d" % er])
 
 
 def propagate_consumer_creation(c: Client, key: bytes, groupname: bytes, name: bytes) -> None:
