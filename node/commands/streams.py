@@ -198,13 +198,22 @@ def _put_dec(buf: bytearray, p: int, v: int) -> int:
             return end
 
 
-def _id_bytes(sid: int) -> bytes:
-    """b"ms-seq" written into a C buffer (compiled only): XADD formats one per command."""
-    buf = cython.declare(cython.char[48])
-    p = _put_dec(buf, 0, sid >> 64)
+def _id_bulk(sid: int) -> bytes:
+    """XADD's reply `$<n>\r\n<ms>-<seq>\r\n` written into one C buffer (compiled only): the ID
+    at offset 8, then its `$<n>\r\n` header right before it (n < 100)."""
+    buf = cython.declare(cython.char[64])
+    p = _put_dec(buf, 8, sid >> 64)
     buf[p] = 45
     p = _put_dec(buf, p + 1, PyLong_AsUnsignedLongLongMask(sid))
-    return PyBytes_FromStringAndSize(buf, p)
+    n = p - 8
+    q = 4 if n < 10 else 3
+    buf[q] = 36
+    _put_dec(buf, q + 1, n)
+    buf[6] = 13
+    buf[7] = 10
+    buf[p] = 13
+    buf[p + 1] = 10
+    return PyBytes_FromStringAndSize(buf + q, p + 2 - q)
 
 
 def entry_reply(sid: int, fields: list[bytes]) -> bytes:
@@ -406,7 +415,12 @@ def xadd(c: Client, argv: list[bytes]) -> bytes:
         raise ReplyError(errors.XADD_ID_TOO_SMALL) from None
     except ElementsTooLarge:
         raise ReplyError(errors.XADD_TOO_LARGE) from None
-    ids = _id_bytes(sid) if cython.compiled else b"%d-%d" % (sid >> 64, sid & SEQ_MAX)
+    if cython.compiled:
+        reply = _id_bulk(sid)
+        ids = reply[4 if reply[2] == 13 else 5:len(reply) - 2]
+    else:
+        ids = b"%d-%d" % (sid >> 64, sid & SEQ_MAX)
+        reply = _BULK_HDR[len(ids)] + ids + b"\r\n"
     db.changed(key, True)
     if maxlen >= 0:
         if approx:
@@ -422,7 +436,7 @@ def xadd(c: Client, argv: list[bytes]) -> bytes:
         eff += argv[i + 1:]
     srv.dirty += 1
     srv.propagate(eff)
-    return _BULK_HDR[len(ids)] + ids + b"\r\n"
+    return reply
 
 
 # Registered here, not by decorator: compiled, xadd is a cpdef function (streams.pxd), and
