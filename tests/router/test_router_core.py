@@ -280,11 +280,14 @@ def test_router_restarted_mid_load(xcluster: Callable[..., Cluster]) -> None:
             key = f"rr{i % 9}"
             try:
                 acked.append((key, r.xadd(key, {"i": i})))
-            except redis.RedisError as e:
+            except (redis.RedisError, OSError, TypeError) as e:
                 # The router is down or still connecting to its shards: not acknowledged,
-                # try again. Any error class, so the writer never dies silently.
+                # try again on a fresh client. TypeError too: redis-py can trip over its own
+                # socket closed under it ("argument must be an int, or have a fileno()").
                 failures += 1
                 errors.append(repr(e))
+                r.close()
+                r = c.client(socket_timeout=5, protocol=2)
                 time.sleep(0.05)
             i += 1
 
