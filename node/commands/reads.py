@@ -231,10 +231,11 @@ def serve_new(c: Client, s: Stream, g: ConsumerGroup, cons: Consumer, key: bytes
     server = c.server
     # Without effect listeners an effect goes nowhere (Server.propagate), so the entries of a
     # node are delivered as one run, its XCLAIMs only counted in the offset; with listeners
-    # (or inside a transaction, which collects its effects), one XCLAIM each.
+    # (or inside a transaction, which collects its effects), or a slot move's tap
+    # (node/slotmove.py) taking the effects of its keys, one XCLAIM each.
     # (A stand-in server without an EffectLog, as in the in-process tests, always records.)
     recording = getattr(server.effects, "recording", None)
-    listening = recording is None or recording()
+    listening = recording is None or recording() or bool(getattr(server, "taps", None))
     metrics = getattr(server, "metrics", None)  # delivery latency (node/metrics.py)
     for sids, ents in s.range_chunks(start, MAX_ID, count or None):
         n += len(sids)

@@ -156,6 +156,28 @@ def test_effects_during_the_image_follow_it_in_order() -> None:
     same_keys(src, dst, keys)
 
 
+def test_a_read_during_the_copy_moves_its_pending_entries_on_a_node_nobody_listens_to() -> None:
+    """With no AOF and no replica the effect log has no listener, and a `>` read only counts
+    the XCLAIMs it would emit (node/commands/reads.py): the slot's tap must still get them, or
+    the target's PEL misses what the read delivered."""
+    from node.effects import EffectLog
+
+    src, dst = Source(), InprocServer()
+    src.effects = EffectLog()  # nobody listens: appendonly no, no replica
+    k = TAG + b"quiet"
+    for i in range(1, 40):
+        run(src, [b"XADD", k, b"%d-1" % i, b"n", b"%d" % i])
+    run(src, [b"XGROUP", b"CREATE", k, b"g", b"0"])
+    sent: list[bytes] = []
+    copy = SlotCopy(src, {SLOT}, sent.append)
+    copy.next_image(1)
+    run(src, [b"XREADGROUP", b"GROUP", b"g", b"a", b"COUNT", b"5", b"STREAMS", k, b">"])
+    cmds = image(copy, sent)
+    assert all(r[:1] in (b"+", b":", b"*") for r in _apply(dst, cmds)), cmds
+    same_keys(src, dst, [k])
+    assert len(dst.db.get_stream(k).groups[b"g"].pel) == 5
+
+
 def test_nacked_entries_move_with_the_slot() -> None:
     """XNACK's unowned pending entries (Redis 8.8: owner "", delivery time 0, their counts)
     move in the PEL parts, mixed with owned ones, and an XNACK during the copy follows it."""
