@@ -227,9 +227,10 @@ class Server:
         if c.in_multi and name not in _MULTI_IMMEDIATE:
             c.multi_queue.append(argv)
             return QUEUED
-        if self.pauses and not c.is_master and self.pauses.holds(c, argv, name):
+        p = self.pauses  # bool(p), read field by field: __bool__ is an interpreted call
+        if (p.keys or p.slots or p.mode) and not c.is_master and p.holds(c, argv, name):
             if c.blocked is None:
-                self.pauses.postpone(c, argv)
+                p.postpone(c, argv)
             return None
         return self.call(c, argv, name, handler)
 
@@ -274,8 +275,15 @@ class Server:
         return self.agent.fence() if self.agent is not None else None
 
     def check_misconf(self) -> bytes | None:
-        """MISCONF while the AOF cannot be written or the last snapshot failed."""
-        return self.persistence.misconf() if self.persistence is not None else None
+        """MISCONF while the AOF cannot be written or the last snapshot failed.
+
+        The healthy case is read from the fields themselves: `Persistence.misconf` is an
+        interpreted call that every write would otherwise pay for."""
+        p = self.persistence
+        if p is None or (p.write_error is None and p.fsync_error is None
+                         and p.manifest_error is None and p.last_bgsave_status != "err"):
+            return None
+        return p.misconf()
 
     def check_noreplicas(self) -> bytes | None:
         """NOREPLICAS on a primary with fewer good replicas than min-replicas-to-write."""
@@ -288,7 +296,8 @@ class Server:
     def check_readonly(self) -> bytes | None:
         """READONLY on a replica (replica-read-only yes): its data comes from its primary."""
         r = self.replication
-        if r is not None and r.is_replica and self.config.replica_read_only:
+        # r.replica.master_host is `is_replica`, read without the interpreted property call.
+        if r is not None and r.replica.master_host is not None and self.config.replica_read_only:
             return errors.READONLY
         return None
 
