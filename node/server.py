@@ -277,11 +277,10 @@ class Server:
     def check_misconf(self) -> bytes | None:
         """MISCONF while the AOF cannot be written or the last snapshot failed.
 
-        The healthy case is read from the fields themselves: `Persistence.misconf` is an
-        interpreted call that every write would otherwise pay for."""
+        The healthy case is one field kept by Persistence's setters of the error fields:
+        `Persistence.misconf` is an interpreted call that every write would otherwise pay for."""
         p = self.persistence
-        if p is None or (p.write_error is None and p.fsync_error is None
-                         and p.manifest_error is None and p.last_bgsave_status != "err"):
+        if p is None or p.healthy:
             return None
         return p.misconf()
 
