@@ -23,7 +23,7 @@ cdef class Server:
     cdef public object config_listeners, shutdown_hook, slowlog, latency, monitors, metrics
     cdef public object slow_usec, acl, memory_limit, oom
     cdef public object tls_server, tls_context, tls_client_context
-    cdef public dict _dispatch
+    cdef public dict _dispatch, _calls
     cdef dict __dict__
     cdef object __weakref__
 

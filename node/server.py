@@ -109,6 +109,9 @@ class Server:
         self.blocking = BlockingManager(self)
         self.effects = EffectLog()
         self.stats = CommandStats()
+        # Its per-command dict, read by call() as a C field (stats is never replaced; RESETSTAT
+        # clears the dict in place).
+        self._calls: dict[bytes, list[int]] = self.stats.calls
         self.slowlog = SlowLog(config)
         self.latency = LatencyMonitor(config)
         self.clients: dict[int, Client] = {}
@@ -339,7 +342,7 @@ class Server:
             ns = b.usec * 1000
         usec = ns // 1000
         if b is None or reply is not None:
-            st = self.stats.calls.get(name)
+            st = self._calls.get(name)
             if st is None:  # a new command, or a container ('config|get' counts apart)
                 st = self.stats.entry_argv(name, argv)
             if st is not None:
