@@ -254,9 +254,13 @@ class RespConnection:
         reader = self.reader
         if self._slow:
             self._process_slow(out)
+        # True when the end of the previous turn already found data: nothing between there and
+        # the top of the loop reads the reader, so one has_data() call per command suffices.
+        ready = False
         while not self._slow and c.blocked is None and not self._halt:
-            if not reader.has_data():
+            if not ready and not reader.has_data():
                 break
+            ready = False
             try:
                 argv = reader.gets()
             except hiredis.ProtocolError:
@@ -288,6 +292,7 @@ class RespConnection:
             if not reader.has_data():
                 self._boundary = True
                 break
+            ready = True
             if n >= _MAX_COMMANDS_PER_TURN:
                 # A deep pipeline must not hold the loop: let other clients (and timers) run,
                 # and continue from where we stopped on the next loop iteration.
