@@ -4,6 +4,7 @@
 import cython
 
 from node.keyspace cimport Keyspace
+from node.server cimport Server
 from node.stream cimport Stream
 
 cpdef bytes encode_entries(list sids, list ents)
@@ -24,5 +25,5 @@ cdef bytes _id_bulk(sid)
 
 # XADD's fast path: the stream and the key space as extension types (C field reads, cpdef calls).
 @cython.locals(argc=Py_ssize_t, i=Py_ssize_t, approx=bint, db=Keyspace, s=Stream, opt=bytes,
-               idarg=bytes, ids=bytes, reply=bytes)
+               idarg=bytes, ids=bytes, reply=bytes, node=Server)
 cpdef bytes xadd(c, list argv)

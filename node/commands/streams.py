@@ -48,6 +48,7 @@ if cython.compiled:
     from cython.cimports.cpython.long import PyLong_AsUnsignedLongLongMask
     from cython.cimports.libc.stdlib import free, malloc
     from cython.cimports.libc.string import memcpy
+    from cython.cimports.node.server import Server
 
 _WRONG_ARITY_XADD = errors.wrong_arity(b"xadd")
 
@@ -401,14 +402,17 @@ def xadd(c: Client, argv: list[bytes]) -> bytes:
     if argc - i < 3 or not (argc - i) & 1:
         return _xadd_general(c, argv)
     srv = c.server
-    db = srv.db
+    # A node's Server is read by C fields and cpdef calls; other contexts (the in-process
+    # key space of tests/support/inproc.py) by name, as interpreted.
+    node = cython.cast(Server, srv) if cython.compiled and type(srv) is Server else None
+    db = srv.db if node is None else node.db
     key = argv[1]
     s = db.get_stream(key)
     if s is None or s.last_id == MAX_ID:
         return _xadd_general(c, argv)
     if sid < 0:
-        sid = s.next_auto_id(srv.now_ms())
-    cfg = srv.config
+        sid = s.next_auto_id(srv.now_ms() if node is None else node.now_ms())
+    cfg = srv.config if node is None else node.config
     try:
         s.append(sid, argv[i + 1:], cfg.stream_node_max_entries, cfg.stream_node_max_bytes)
     except IDTooSmall:
@@ -434,8 +438,12 @@ def xadd(c: Client, argv: list[bytes]) -> bytes:
     else:
         eff = [argv[0], key, b"MAXLEN", b"%d" % maxlen, ids]
         eff += argv[i + 1:]
-    srv.dirty += 1
-    srv.propagate(eff)
+    if node is None:
+        srv.dirty += 1
+        srv.propagate(eff)
+    else:
+        node.dirty += 1
+        node.propagate(eff)
     return reply
 
 
