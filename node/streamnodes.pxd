@@ -3,6 +3,10 @@
 
 import cython
 
+@cython.locals(n=Py_ssize_t, i=Py_ssize_t, out=bytes, p16="unsigned short *", p32="unsigned int *",
+               p64="unsigned long long *")
+cdef bytes _packed(str tc, list vals)
+
 @cython.locals(m=Py_ssize_t, i=Py_ssize_t, n=Py_ssize_t, x=bytes, out=bytearray)
 cdef bytes _byte_lens(list parts)
 

@@ -15,6 +15,9 @@ from typing import Any
 
 import cython
 
+if cython.compiled:
+    from cython.cimports.cpython.bytes import PyBytes_AS_STRING, PyBytes_FromStringAndSize
+
 from node.listpack import _counters_size, _isz, _sum_esz
 from node.streamid import SEQ_MAX
 
@@ -36,6 +39,30 @@ def _interleave(master: tuple[bytes, ...] | list[bytes], vals: Any, m: int) -> l
     flat[0::2] = tuple(master) * m
     flat[1::2] = vals
     return [flat[p:p + w] for p in range(0, w * m, w)]
+
+
+def _packed(tc: str, vals: list[int]) -> bytes:
+    """array(tc, vals).tobytes() for tc in H, I, Q; compiled, a C loop into the bytes (no array
+    object; the same native layout, and the same OverflowError for a value out of range)."""
+    if not cython.compiled:
+        return array(tc, vals).tobytes()
+    n = len(vals)
+    if tc == "H":
+        out = PyBytes_FromStringAndSize(cython.NULL, 2 * n)
+        p16 = cython.cast(cython.p_ushort, PyBytes_AS_STRING(out))
+        for i in range(n):
+            p16[i] = vals[i]
+    elif tc == "I":
+        out = PyBytes_FromStringAndSize(cython.NULL, 4 * n)
+        p32 = cython.cast(cython.p_uint, PyBytes_AS_STRING(out))
+        for i in range(n):
+            p32[i] = vals[i]
+    else:
+        out = PyBytes_FromStringAndSize(cython.NULL, 8 * n)
+        p64 = cython.cast(cython.p_ulonglong, PyBytes_AS_STRING(out))
+        for i in range(n):
+            p64[i] = vals[i]
+    return out
 
 
 def _byte_lens(parts: list[bytes]) -> bytes:
@@ -112,10 +139,10 @@ class Block:
         b.master = prev_master if prev_master == master else master
         msds = t.msds
         b.mtc = tc = _tc(msds[-1])
-        b.msd = array(tc, msds).tobytes()
+        b.msd = _packed(tc, msds)
         seqs = t.seqs
         b.stc = tc = _tc(max(seqs))
-        b.seq = array(tc, seqs).tobytes()
+        b.seq = _packed(tc, seqs)
         flags = t.flags
         if flags.count(FLAG_SAMEFIELDS) == n:
             b.flags = None
