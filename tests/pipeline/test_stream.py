@@ -170,23 +170,28 @@ def test_bad_rows_fail_with_the_column_name(spark, cluster3: Cluster) -> None:  
 def test_sink_is_exactly_once_when_a_query_restarts(spark, cluster3: Cluster,  # noqa: ANN001
                                                     tmp_path: Path) -> None:
     """Batch 2 fails in one partition (every attempt) after the other partition wrote; the
-    query dies; the restart replays batch 2 whole; no row lands twice."""
+    query dies; the restart replays batch 2 whole; no row lands twice.
+
+    Batch 2's entries are written in one MULTI (both streams in one slot), so the batch holds
+    all of them: written in two pipelines, a trigger between them could split them over two
+    batches, and the failed batch then held only part of the first stream's."""
     from pyspark.sql import functions as F
     from pyspark.sql.functions import udf
 
+    a, b = "{rs}:a", "{rs}:b"  # one slot: one transaction can write both
     r = rc(cluster3)
-    fill(r, ["rs:a", "rs:b"], 300, "x")
+    fill(r, [a, b], 300, "x")
     flag = tmp_path / "fail"
     url = node_url(cluster3)
 
     @udf("string")
     def poison(s: str, i: str, tag: str) -> str:
-        if os.path.exists(str(flag)) and s == "rs:b" and tag == "y":
+        if os.path.exists(str(flag)) and s == b and tag == "y":
             raise RuntimeError("injected failure in batch 2")
         return i
 
     def start():  # noqa: ANN202
-        src = (spark.readStream.format("xshard").option("url", url).option("streams", "rs:*")
+        src = (spark.readStream.format("xshard").option("url", url).option("streams", f"{a},{b}")
                .load())
         rows = src.select(F.concat(F.lit("copy:"), F.col("stream")).alias("stream"),
                           F.create_map(F.lit("i"), poison(F.col("stream"), F.col("fields")["i"],
@@ -198,28 +203,32 @@ def test_sink_is_exactly_once_when_a_query_restarts(spark, cluster3: Cluster,  #
 
     q = started(start)
     try:
-        wait_until(lambda: r.xlen("copy:rs:a") == 300 and r.xlen("copy:rs:b") == 300, 120,
+        wait_until(lambda: r.xlen("copy:" + a) == 300 and r.xlen("copy:" + b) == 300, 120,
                    what="batch 1 copied")
         flag.write_text("1")
-        fill(r, ["rs:a", "rs:b"], 300, "y")
+        t = r.pipeline(transaction=True)
+        for i in range(300):
+            for s in (a, b):
+                t.xadd(s, {"i": str(i), "s": s, "t": "y"})
+        t.execute()
         wait_until(lambda: q.exception() is not None or not q.isActive, 120,
                    what="the query to fail")
     finally:
         q.stop()
-    partial = r.xlen("copy:rs:a")
-    assert partial == 600 and r.xlen("copy:rs:b") == 300  # rs:a's partition did write
+    partial = r.xlen("copy:" + a)
+    assert partial == 600 and r.xlen("copy:" + b) == 300  # a's partition did write
     flag.unlink()
     q = started(start)
     try:
-        wait_until(lambda: r.xlen("copy:rs:b") >= 600, 120, what="batch 2 replayed")
+        wait_until(lambda: r.xlen("copy:" + b) >= 600, 120, what="batch 2 replayed")
         q.processAllAvailable()
     finally:
         q.stop()
-    for s in ("rs:a", "rs:b"):
+    for s in (a, b):
         src = sorted(e.decode() for e, _ in r.xrange(s))
         copied = sorted(f[b"src"].decode() for _, f in r.xrange("copy:" + s))
         assert copied == src, f"copy of {s} has missing or repeated rows"
-    assert r.execute_command("XINFO", "STREAM", "copy:rs:a")[b"iids-duplicates"] >= 300
+    assert r.execute_command("XINFO", "STREAM", "copy:" + a)[b"iids-duplicates"] >= 300
     r.close()
 
 
