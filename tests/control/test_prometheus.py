@@ -174,17 +174,23 @@ def _check(prom: Prom, state: Path, router_port: int) -> None:
     wait_until(lambda: {s["metric"]["group"] for s in prom.query(fast)} == {"stuck"}, 30,
                what="StuckConsumer true")
 
-    # NodeDown: kill a node; its expression is true until the supervisor has it back.
+    # NodeDown: a node that does not answer its scrapes. It is frozen (SIGSTOP), not killed:
+    # `xshard up` restarts a killed node within about a second, which could fall between two
+    # scrapes, so that no scrape ever failed.
     node_down = next(x for x in rules() if x.get("alert") == "NodeDown")["expr"]
     assert not prom.query(node_down)
     victim = next(t for t in targets if t["labels"]["node"] == "s1n1")
     pid = _pid_of(victim)
     t0 = time.time()
-    os.kill(pid, signal.SIGKILL)
-    wait_until(lambda: prom.true_since(node_down, t0), 30, what="NodeDown true")
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        wait_until(lambda: prom.true_since(node_down, t0), 30, what="NodeDown true")
+    finally:
+        os.kill(pid, signal.SIGCONT)
     res = prom.api("query_range", query=node_down, start=f"{t0:.3f}", end=f"{time.time():.3f}",
                    step="0.5")["data"]["result"]
     assert {s["metric"]["node"] for s in res} == {"s1n1"}
+    wait_until(lambda: not prom.query(node_down), 30, what="NodeDown false once it answers")
 
 
 def _pid_of(target: dict) -> int:
