@@ -76,7 +76,6 @@ class ReadySignal(Protocol):
     @property
     def waiting(self) -> Mapping[bytes, object]: ...
 
-
     def signal_ready(self, key: bytes) -> None: ...
 
 
