@@ -132,7 +132,8 @@ def run(argv: list[str]) -> int:
 
 
 async def _serve(config: Config, config_file: str) -> int:
-    from node.persistence import LoadError, Persistence
+    from node.aof import LoadError
+    from node.persistence import Persistence
     from node.server import Server
 
     server = Server(config, config_file)

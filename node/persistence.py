@@ -1,4 +1,5 @@
-"""Persistence: the append-only file of effects, snapshots, rewrites and start-up loading.
+"""Persistence: the append-only file of effects, snapshots and rewrites (start-up loading is
+node/loading.py).
 
 The AOF is the effect stream itself (node/effects.py): the listener below appends exactly the
 bytes that replication ships, so a file offset is a replication offset. Its layout follows
@@ -33,18 +34,14 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
-from node import errors, snapshot
+from node import errors, loading, snapshot
 from node.aof import (
     HistoryMark,
-    LoadError,
     Manifest,
     ReplIds,
     check_aof,  # noqa: F401 - `xshard check-aof` (control/cli.py) imports it from here
     manifest_path,
-    read_chunks,
-    scan,
 )
-from node.effects import EffectApplier, EffectStreamError
 from node.histogram import Histogram
 
 if TYPE_CHECKING:
@@ -131,124 +128,10 @@ class Persistence:
         self.error_count = 0  # failed writes, fsyncs, manifest switches, saves, rewrites
         server.config_listeners.append(self.config_changed)
 
-    # --- start-up -----------------------------------------------------------------------------
+    # --- start-up (node/loading.py) ------------------------------------------------------------
     def load(self) -> None:
         """Load the AOF (base + incrs) when enabled, else the snapshot file if there is one."""
-        t0 = time.perf_counter()
-        cfg = self.config
-        mpath = manifest_path(cfg)
-        if cfg.appendonly and os.path.exists(mpath):
-            with open(mpath) as f:
-                self.manifest = Manifest.parse(f.read(), mpath)
-            keys = self._load_aof()
-        elif os.path.exists(cfg.dbfilename):
-            keys = self._load_snapshot(cfg.dbfilename)
-        else:
-            return
-        log.info("DB loaded from disk: %d keys, %.3f seconds", keys, time.perf_counter() - t0)
-
-    def _load_snapshot(self, path: str) -> int:
-        try:
-            snap = snapshot.read(path)
-        except snapshot.SnapshotError as e:
-            raise LoadError(f"Bad snapshot: {e}") from None
-        snapshot.install(self.server, snap)
-        aux = snap.aux
-        self.loaded_ids = ((aux["replid"], str(aux.get("replid2", "0" * 40)),
-                            int(aux.get("second_offset", -1)))
-                           if isinstance(aux.get("replid"), str) else None)
-        self.server.effects.offset = int(aux.get("offset", 0))
-        log.info("Loaded snapshot %s: %d keys, %d stream entries", path, len(snap.data),
-                 snap.entries)
-        return len(snap.data)
-
-    def _load_aof(self, prescan: bool = False) -> int:
-        m = self.manifest
-        if m.base:
-            self._load_snapshot(os.path.join(self.aof_dir, m.base))
-            self.aof_base_size = os.path.getsize(os.path.join(self.aof_dir, m.base))
-        offset = self.server.effects.offset
-        for i, (name, _seq) in enumerate(m.incrs):
-            self._follow_mark(m.marks.get(name), offset, name)
-            path = os.path.join(self.aof_dir, name)
-            if not os.path.exists(path):
-                if i == len(m.incrs) - 1:
-                    continue  # created by the manifest switch, crashed before the first write
-                raise LoadError(f"The AOF file {path} listed in the manifest doesn't exist")
-            offset += self._replay(path, last=i == len(m.incrs) - 1, prescan=prescan)
-        self.server.effects.offset = offset
-        self.end_ids = self.loaded_ids
-        return len(self.server.db.data)
-
-    def _follow_mark(self, mark: HistoryMark | None, offset: int, name: str) -> None:
-        """The IDs from an incr file's manifest line on. A file that does not start where the
-        files before it end (an AOF switched on over an older one) leaves the history unknown:
-        a restart then resyncs in full rather than name bytes after the wrong history."""
-        if mark is None:
-            return  # written before marks existed: the history goes on as it was
-        if mark.start != offset:
-            if self.loaded_ids is not None:
-                log.warning("AOF file %s starts at offset %d, not %d: its replication history "
-                            "is unknown", name, mark.start, offset)
-            self.loaded_ids = None
-            return
-        self.loaded_ids = mark.ids
-
-    def _replay(self, path: str, last: bool, prescan: bool = False) -> int:
-        """Apply one incremental file; returns the bytes applied (after any tail truncation).
-
-        One pass: the effects are applied as the file is read, and the slow, exact check
-        (`scan`) runs only when that pass met something (a malformed or unknown command, an
-        effect that failed, an incomplete tail or transaction) to tell a torn tail, which is
-        cut, from damage, which stops the load. At start-up a damaged file stops the node
-        anyway; `prescan` (DEBUG LOADAOF, on a running node) checks first, so that nothing of
-        a damaged file is applied."""
-        if prescan:
-            self._check_replay(path, last, scan(path))
-        applier = EffectApplier(self.server, republish=False)
-        read = 0
-        broken = False
-        with open(path, "rb") as f:
-            for data in read_chunks(f):
-                read += len(data)
-                try:
-                    applier.feed(data)
-                except EffectStreamError:
-                    broken = True
-                    break
-        if applier.client.in_multi:  # a transaction whose EXEC is not in the file
-            applier.client.discard_multi()
-            broken = True
-        # `consumed` counts the bytes of complete commands only (the reader may hold the
-        # first elements of a cut one without any unread byte left).
-        if broken or applier.errors or applier.consumed != read:
-            good = self._check_replay(path, last, scan(path))
-            if broken:  # scan() accepted what the pass could not read: the file changed
-                raise LoadError(f"Bad file format reading the append only file {path}")
-        else:
-            good = read
-        if applier.errors:
-            log.warning("%d commands in %s returned errors while loading", applier.errors, path)
-        self.aof_size += good
-        return good
-
-    @staticmethod
-    def _check_replay(path: str, last: bool, scanned: tuple[int, int, str | None]) -> int:
-        """The bytes of `path` to keep, given what scan() found: a torn tail of the last file
-        is cut (with a warning), any other problem stops the load."""
-        good, size, problem = scanned
-        if problem is not None and (problem != "torn" or not last):
-            raise LoadError(f"Bad file format reading the append only file {path}: "
-                            f"{problem} at offset {good}. Use 'xshard check-aof --fix "
-                            f"{path}' only if the damage is at the end of the file")
-        if problem == "torn":
-            log.warning("!!! Warning: short read while loading the AOF file %s!!! AOF loaded "
-                        "anyway because the tail is torn: truncating %d bytes at offset %d",
-                        path, size - good, good)
-            with open(path, "r+b") as f:
-                f.truncate(good)
-                os.fsync(f.fileno())
-        return good
+        loading.load(self)
 
     def start(self) -> None:
         """After loading: open the AOF for appending (creating its first base) and listen."""
@@ -703,10 +586,10 @@ class Persistence:
             self.server.db.flush()
             self.server.effects.offset = 0
             self.aof_size = 0
-            self._load_aof(prescan=True)
+            loading.load_aof(self, prescan=True)
         else:
             self.save()
-            self._load_snapshot(self.config.dbfilename)
+            loading.load_snapshot(self, self.config.dbfilename)
 
     def dataset_replaced(self, snapshot_path: str | None = None) -> None:
         """A replica installed a whole new data set: the AOF restarts at once from a new base
