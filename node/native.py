@@ -47,6 +47,7 @@ COMPILED = [
     # The router's relay: parse (node.protocol), route, forward, relay the reply.
     "router.client",
     "router.forward",
+    "router.metrics",
     "router.outbox",
     "router.proxy",
     "router.upstream",

@@ -3,6 +3,7 @@ waits for a shard without a primary, the slot map's version, clients."""
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections.abc import Iterator
 from time import perf_counter
 from typing import TYPE_CHECKING
@@ -34,12 +35,16 @@ class UpstreamStats:
         self._by_addr: dict[tuple[str, int], str] = {}
 
     def replied(self, f: Forward, r: bytes | None) -> None:
+        """Called per relayed reply: compiled (router/metrics.pxd), with Histogram.observe
+        inlined, it costs no interpreted call."""
         dt = perf_counter() - f.sent
-        shard = self.shard_of(f)
+        slot = f.slot
+        shard = (self.router.map.owner[slot] or "none") if slot is not None else self.shard_of(f)
         h = self.times.get(shard)
         if h is None:
             h = self.times[shard] = Histogram()
-        h.observe(dt)
+        h.counts[bisect_left(h.bounds, dt)] += 1  # Histogram.observe
+        h.sum += dt
         if r is None or (r[:1] == b"-" and error_code(r) in RETRYABLE):
             self.errors[shard] = self.errors.get(shard, 0) + 1
 

@@ -46,7 +46,7 @@ class Route:
     """A command's routing, with what dispatch needs at hand (one dict lookup per request)."""
 
     __slots__ = ("kind", "spec", "handler", "arity", "write", "blocking", "no_auth",
-                 "run_in_multi", "request_policy", "response_policy", "subs")
+                 "run_in_multi", "request_policy", "response_policy", "subs", "fixed_key")
 
     def __init__(self, kind: Kind, spec: CommandSpec, handler: Any = None) -> None:
         self.kind = kind
@@ -62,6 +62,9 @@ class Route:
         self.request_policy = spec.request_policy
         self.response_policy = spec.response_policy
         self.subs: dict[bytes, Route] | None = None
+        # The index of the one key of a single-key command (XADD, GET, XINFO STREAM...), else
+        # 0: its slot is that key's, without asking the key specs (command_table.get_keys).
+        self.fixed_key: int = spec.fixed_key
 
     def __repr__(self) -> str:
         return f"Route({self.spec.name.decode()!r}, {self.kind.name})"
