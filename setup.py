@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import runpy
 import sys
+from pathlib import Path
 
 from setuptools import setup
 from setuptools.command.build_ext import build_ext
@@ -30,9 +31,11 @@ DIRECTIVES = {
 }
 
 
+_NATIVE = runpy.run_path(os.path.join(HERE, "node", "native.py"))
+
+
 def _modules() -> list[str]:
-    ns = runpy.run_path(os.path.join(HERE, "node", "native.py"))
-    return list(ns["COMPILED"])
+    return list(_NATIVE["COMPILED"])
 
 
 def _extensions() -> list:
@@ -59,11 +62,22 @@ class OptionalBuildExt(build_ext):
             self.parallel = os.cpu_count() or 1
 
     def run(self) -> None:
+        self._built: list[str] = []
         try:
             super().run()
         except Exception as e:  # noqa: BLE001 - no compiler at all (distutils errors vary)
             print(f"xshard: not compiling the hot path ({e}); it runs interpreted",
                   file=sys.stderr)
+            return
+        if self.inplace:  # the extensions were copied beside their sources: so are the records
+            for name in self._built:
+                self._record(name)
+
+    def _record(self, name: str) -> None:
+        """Note beside the extension which sources it is: node/native.py compares them with
+        the sources at import time (a rebase that rewrites a file unchanged leaves it fresh)."""
+        py = Path(HERE, *name.split(".")).with_suffix(".py")
+        _NATIVE["record_sources"](Path(self.get_ext_fullpath(name)), py)
 
     def build_extension(self, ext) -> None:  # type: ignore[no-untyped-def]
         try:
@@ -71,6 +85,9 @@ class OptionalBuildExt(build_ext):
         except Exception as e:  # noqa: BLE001 - CompileError, LinkError, a missing cc
             print(f"xshard: {ext.name} not compiled ({e}); it runs interpreted",
                   file=sys.stderr)
+            return
+        self._record(ext.name)
+        self._built.append(ext.name)
 
 
 setup(ext_modules=_extensions(), cmdclass={"build_ext": OptionalBuildExt})

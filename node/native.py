@@ -7,9 +7,12 @@ source and Python's import system prefers it.
 
 This module decides, per hot module, which of the two is imported:
 - `XSHARD_PURE_PYTHON=1` forces the source (the differential tests run both paths);
-- an extension older than its `.py` or `.pxd` is stale (the source was edited or a rebase
-  changed it after the build): the source runs and a warning says to rebuild, because a
-  stale extension would silently run old code.
+- an extension built from other sources than the `.py` and `.pxd` beside it is stale (the
+  source was edited, or a checkout changed it, after the build): the source runs and a
+  warning says to rebuild, because a stale extension would silently run old code. setup.py
+  records a digest of the sources beside each extension it builds (`<extension>.sources`),
+  so a rebase or checkout that rewrites a file with the same content does not make it stale;
+  without that record, an extension older than its sources is stale.
 
 `install()` runs from `node/__init__.py`, before any hot module is imported, and is
 idempotent. `compiled()` is what INFO reports as `xshard_compiled`.
@@ -17,6 +20,7 @@ idempotent. `compiled()` is what INFO reports as `xshard_compiled`.
 
 from __future__ import annotations
 
+import hashlib
 import importlib.abc
 import importlib.machinery
 import importlib.util
@@ -26,7 +30,8 @@ import sys
 from pathlib import Path
 from types import ModuleType
 
-__all__ = ["COMPILED", "PURE_ENV", "compiled", "install", "is_stale", "pure_forced"]
+__all__ = ["COMPILED", "PURE_ENV", "compiled", "install", "is_stale", "pure_forced",
+           "record_sources", "source_digest"]
 
 # The modules setup.py compiles (dotted names; the `.py` and optional `.pxd` are beside). The
 # router's are here too: it imports `node` first, so this finder covers them.
@@ -71,8 +76,30 @@ def _extension(py: Path) -> Path | None:
     return None
 
 
+def source_digest(py: Path) -> str:
+    """A digest of what an extension is compiled from: the `.py` and the `.pxd` if any."""
+    h = hashlib.sha256(py.read_bytes())
+    pxd = py.with_suffix(".pxd")
+    if pxd.exists():
+        h.update(b"\0pxd\0" + pxd.read_bytes())
+    return h.hexdigest()
+
+
+def _record(ext: Path) -> Path:
+    return ext.with_name(ext.name + ".sources")
+
+
+def record_sources(ext: Path, py: Path) -> None:
+    """Note beside a freshly built extension which sources it was built from (setup.py)."""
+    _record(ext).write_text(source_digest(py) + "\n")
+
+
 def is_stale(ext: Path, py: Path) -> bool:
-    """True when the extension was built before the last change of its `.py` or `.pxd`."""
+    """True when the extension was not built from the `.py` and `.pxd` as they are now: by the
+    digest setup.py recorded, else (no record) by modification times."""
+    record = _record(ext)
+    if record.exists() and record.stat().st_mtime >= ext.stat().st_mtime:
+        return record.read_text().strip() != source_digest(py)
     built = ext.stat().st_mtime
     pxd = py.with_suffix(".pxd")
     return py.stat().st_mtime > built or (pxd.exists() and pxd.stat().st_mtime > built)

@@ -94,6 +94,32 @@ def test_stale_extension_is_detected(tmp_path: Path) -> None:
     assert native.is_stale(ext, py)
 
 
+
+def test_recorded_sources_decide_over_times(tmp_path: Path) -> None:
+    """With setup.py's record beside the extension, a source rewritten unchanged (a rebase, a
+    checkout) keeps the extension; a changed `.py` or `.pxd` makes it stale at once."""
+    py = tmp_path / "m.py"
+    pxd = tmp_path / "m.pxd"
+    ext = tmp_path / "m.so"
+    py.write_text("x = 1\n")
+    pxd.write_text("cdef int y\n")
+    ext.write_text("")
+    os.utime(ext, (200, 200))
+    native.record_sources(ext, py)
+    os.utime(py, (300, 300))  # rewritten with the same content after the build
+    os.utime(pxd, (300, 300))
+    assert not native.is_stale(ext, py)
+    py.write_text("x = 2\n")
+    assert native.is_stale(ext, py)
+    py.write_text("x = 1\n")
+    assert not native.is_stale(ext, py)
+    pxd.write_text("cdef long y\n")
+    assert native.is_stale(ext, py)
+    pxd.write_text("cdef int y\n")
+    os.utime(ext, (10**10, 10**10))  # rebuilt without a new record: times decide again
+    py.write_text("x = 3\n")
+    assert not native.is_stale(ext, py)
+
 @pytest.mark.slow
 @pytest.mark.timeout(900)
 def test_build_without_a_compiler_falls_back(tmp_path: Path) -> None:
