@@ -5,17 +5,26 @@ Two things go wrong with those: redis-server in cluster mode refuses any port ab
 cluster bus listens on port + 10000), and the kernel also gives ephemeral ports to outgoing
 connections, so a port that was free a moment ago is often taken by a client socket before
 our server binds it. Ports are therefore drawn at random *below* the ephemeral range.
+
+A port handed out is not handed out again by this process for a while: a caller often picks
+several ports before starting anything on them (a node's plain and TLS ports), and two picks
+that met would make the second server fail to bind however often it retried.
 """
 
 from __future__ import annotations
 
+import collections
 import random
 import socket
+import threading
 
 __all__ = ["free_port", "free_block", "port_in_use", "CLUSTER_MAX_PORT"]
 
 CLUSTER_MAX_PORT = 55535  # redis-server --cluster-enabled yes refuses higher ports
 _LOW = 20000
+# The ports this process handed out most recently: not handed out again while they are here.
+_recent: collections.deque[int] = collections.deque(maxlen=2048)
+_recent_lock = threading.Lock()
 
 
 def _ephemeral_range() -> tuple[int, int]:
@@ -57,8 +66,11 @@ def free_port(host: str = "127.0.0.1") -> int:
     rnd = random.SystemRandom()
     for _ in range(200):
         port = rnd.choice(ports)
+        with _recent_lock:
+            if port in _recent:
+                continue
         if not port_in_use(port, host):
-            return port
+            return _handed_out(port)
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:  # a crowded machine
         s.bind((host, 0))
         return s.getsockname()[1]
@@ -73,6 +85,18 @@ def free_block(n: int, host: str = "127.0.0.1") -> int:
         base = rnd.choice(ports)
         if base + n - 1 > min(ports.stop - 1, CLUSTER_MAX_PORT):
             continue
-        if not any(port_in_use(p, host) for p in range(base, base + n)):
+        block = range(base, base + n)
+        with _recent_lock:
+            if any(p in _recent for p in block):
+                continue
+        if not any(port_in_use(p, host) for p in block):
+            for p in block:
+                _handed_out(p)
             return base
     raise RuntimeError(f"no block of {n} free ports")
+
+
+def _handed_out(port: int) -> int:
+    with _recent_lock:
+        _recent.append(port)
+    return port

@@ -37,6 +37,18 @@ def test_free_port_suits_cluster_mode_and_avoids_ephemeral_ports() -> None:
         assert not lo <= p <= hi
 
 
+def test_free_port_does_not_hand_out_a_port_twice_in_a_row() -> None:
+    """Ports picked before anything binds them (a node's plain and TLS ports) must differ: a
+    full run once gave a node's plain port to the TLS port picked just before for another."""
+    from control.ports import free_block
+
+    picked = [free_port() for _ in range(500)]
+    assert len(set(picked)) == len(picked)
+    base = free_block(20)
+    assert not set(range(base, base + 20)) & set(picked)
+    assert not set(range(base, base + 20)) & {free_port() for _ in range(200)}
+
+
 def test_early_exit_reports_code_and_log(tmp_path) -> None:
     proc = ServerProcess("boom", lambda port: _py("print('boom at start'); raise SystemExit(3)"),
                          tmp_path / "boom.log", ready_timeout=10)
