@@ -419,11 +419,18 @@ def run_stamp(command: str, load_at_start: float) -> str:
             f"{os.cpu_count()} CPUs, load average at start {load_at_start:.1f}.")
 
 
+# Everything from this line on in a results file is notes written by hand (before/after
+# comparisons, analysis): a script rewriting the file keeps them under its new figures.
+KEEP_MARK = "<!-- kept: the notes below are written by hand; the script keeps them -->"
+
+
 def finish_results(lines: list[str], path: Path, write: bool = True) -> str:
     """End a results page with the load at the end (other work skews the figures), print it
-    and, unless `write` is false, write it to `path`."""
+    and, unless `write` is false, write it to `path`, keeping the notes below KEEP_MARK."""
     text = "\n".join([*lines, "", f"Load average at the end: {os.getloadavg()[0]:.1f}."]) + "\n"
     print(text)
     if write:
-        path.write_text(text)
+        old = path.read_text() if path.exists() else ""
+        at = old.find(KEEP_MARK)
+        path.write_text(text if at < 0 else text + "\n" + old[at:])
     return text

@@ -59,3 +59,18 @@ def test_bench_quick_xadd_against_node(tmp_path: Path) -> None:
 
 def test_bench_quick_xadd_redis_baseline(tmp_path: Path) -> None:
     _check_table(_run(tmp_path, "--against", "redis"), "redis-server #2")
+
+
+def test_rewriting_a_results_file_keeps_the_notes_written_by_hand(tmp_path: Path) -> None:
+    """A script rewrites its figures; the before/after notes below KEEP_MARK stay."""
+    from benchmarks.harness import KEEP_MARK, finish_results
+
+    out = tmp_path / "R.md"
+    finish_results(["# figures", "| a | 1 |"], out)
+    assert "| a | 1 |" in out.read_text() and KEEP_MARK not in out.read_text()
+    out.write_text(out.read_text() + f"\n{KEEP_MARK}\n\n## Before and after\nby hand\n")
+    finish_results(["# figures", "| a | 2 |"], out)
+    text = out.read_text()
+    assert "| a | 2 |" in text and "| a | 1 |" not in text
+    assert text.index("| a | 2 |") < text.index(KEEP_MARK) < text.index("by hand")
+    assert text.count(KEEP_MARK) == 1
