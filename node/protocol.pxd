@@ -5,6 +5,15 @@ cimport cython
 
 from node.client cimport Client
 
+@cython.final
+cdef class RequestBuffer:
+    cdef public bytes buf
+    cdef public Py_ssize_t pos
+
+    @cython.locals(size=Py_ssize_t, i=Py_ssize_t, start=Py_ssize_t, count=Py_ssize_t,
+                   ln=Py_ssize_t, k=Py_ssize_t, base="const unsigned char *", argv=list)
+    cpdef list take(self, Py_ssize_t max_count, Py_ssize_t max_len)
+
 cdef class RespConnection:
     cdef public object server, execute, transport, reader, _span
     cdef public Client client
@@ -12,7 +21,12 @@ cdef class RespConnection:
     cdef public bint _boundary, _closing, _write_paused, _read_paused, _halt
     cdef public Py_ssize_t _span_len, _done, _stalls, _pending
     cdef public object _big, raw
+    cdef public RequestBuffer _requests
     cdef dict __dict__
+
+    @cython.locals(requests=RequestBuffer, buf=bytes, size=Py_ssize_t, pos=Py_ssize_t,
+                   max_bulk=Py_ssize_t, n=Py_ssize_t, argv=list)
+    cdef Py_ssize_t _run_requests(self, Client c, list out) except -1
 
 cpdef bint _all_bulk(list argv)
 

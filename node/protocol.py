@@ -2,9 +2,11 @@
 
 Like aiohttp's BaseProtocol it owns what every RESP server connection needs, once:
 - accepting the socket: TCP_NODELAY, `maxclients`, write-buffer water marks, a `Client`;
-- parsing: hiredis frames ordinary traffic; inline commands and anything hiredis rejects go to
-  the exact slow path (`node.resp.parse_request`), re-parsing the bytes since the last request
-  boundary so that the reply and the error text are Redis's own;
+- parsing: a read that begins at a request boundary has its plain requests (`*N`, then N
+  `$len` bulk strings) taken by a C loop over the bytes (RequestBuffer); hiredis frames the
+  rest of such a read and every read that continues a request; inline commands and anything
+  hiredis rejects go to the exact slow path (`node.resp.parse_request`), re-parsing the bytes
+  since the last request boundary so that the reply and the error text are Redis's own;
 - running: every complete command runs synchronously through `execute(client, argv)` and the
   replies of one batch leave in one write; a deep pipeline yields to the loop every 128
   commands;
@@ -33,6 +35,8 @@ import hiredis
 
 from node import errors
 from node.resp import (
+    PROTO_UNAUTH_BULK,
+    PROTO_UNAUTH_MULTIBULK,
     SKIP,
     ProtocolError,
     check_request_header,
@@ -42,7 +46,7 @@ from node.resp import (
 )
 
 if cython.compiled:
-    from cython.cimports.cpython.bytes import PyBytes_AS_STRING
+    from cython.cimports.cpython.bytes import PyBytes_AS_STRING, PyBytes_FromStringAndSize
     from cython.cimports.libc.string import memchr
 
 if TYPE_CHECKING:
@@ -63,6 +67,9 @@ WRITE_LOW = 64 * 1024  # past the high mark reading pauses instead of buffering 
 # elements as they arrive (`_big`), as Redis does.
 _BIG_COUNT = re.compile(rb"\*[0-9]{6}")
 BIG_REQUEST = 100_000  # a request declaring more elements than this is collected by `_big`
+# The request reader (`take_request`) takes counts of at most 5 digits (so under BIG_REQUEST and
+# never a `_BIG_COUNT`) and lengths of at most 18 digits (no overflow).
+_TAKE_COUNT = 99_999
 
 
 def set_nodelay(transport: asyncio.BaseTransport) -> None:
@@ -114,6 +121,81 @@ def _all_bulk(argv: list) -> bool:
     return True
 
 
+class RequestBuffer:
+    """Received bytes at a request boundary, read one plain request at a time by a C loop.
+
+    What nearly every client sends is `*N` then N bulk strings: this takes such a request
+    straight from the bytes, one `bytes` object per argument and nothing else (hiredis copies
+    the read into its own buffer and builds the same objects through a callback per element
+    and a state machine). Anything else (an incomplete request, an inline command, a non-`$`
+    element, a number not in Redis's strict form, a count or a length over the limits) is left
+    where it starts, for the hiredis and exact paths that know every case and Redis's errors.
+    """
+
+    __slots__ = ("buf", "pos")
+
+    def __init__(self) -> None:
+        self.buf: bytes | None = None  # the bytes not read yet start at `pos`; None: nothing
+        self.pos = 0
+
+    def take(self, max_count: int, max_len: int) -> list[bytes] | None:
+        """The request at `pos`, advancing past it, if it is complete, plain (`*N` and `$len`
+        lines with CRLF, strict numbers), declares 1..max_count elements and no length over
+        `max_len`; else None and `pos` stays."""
+        buf = self.buf
+        if buf is None:
+            return None
+        size = len(buf)
+        i = self.pos
+        if cython.compiled:
+            base = cython.cast(cython.p_uchar, PyBytes_AS_STRING(buf))
+        else:
+            base = buf
+        if i >= size or base[i] != 42:  # '*'
+            return None
+        i += 1
+        start = i
+        count = 0
+        while i < size and 48 <= base[i] <= 57:
+            count = count * 10 + (base[i] - 48)
+            i += 1
+            if i - start > 5:
+                return None
+        if i == start or base[start] == 48 or count > max_count:
+            return None  # no digits, a leading zero (or *0), more than allowed
+        if i + 1 >= size or base[i] != 13 or base[i + 1] != 10:
+            return None
+        i += 2
+        argv: list[bytes] = []
+        k = 0
+        while k < count:
+            if i >= size or base[i] != 36:  # '$'
+                return None
+            i += 1
+            start = i
+            ln = 0
+            while i < size and 48 <= base[i] <= 57:
+                ln = ln * 10 + (base[i] - 48)
+                i += 1
+                if i - start > 18:
+                    return None
+            if i == start or (base[start] == 48 and i - start > 1) or ln > max_len:
+                return None
+            if i + 1 >= size or base[i] != 13 or base[i + 1] != 10:
+                return None
+            i += 2
+            if i + ln + 2 > size or base[i + ln] != 13 or base[i + ln + 1] != 10:
+                return None
+            if cython.compiled:
+                argv.append(PyBytes_FromStringAndSize(cython.cast(cython.p_char, base) + i, ln))
+            else:
+                argv.append(buf[i:i + ln])
+            i += ln + 2
+            k += 1
+        self.pos = i
+        return argv
+
+
 class RespConnection:
     """One client socket of a RESP server. Parses synchronously, replies once per batch.
 
@@ -123,7 +205,7 @@ class RespConnection:
 
     __slots__ = ("server", "execute", "transport", "reader", "client", "_slow", "_boundary",
                  "_span", "_span_len", "_done", "_closing", "_write_paused", "_read_paused",
-                 "_stalls", "_halt", "_pending", "_big", "raw")
+                 "_stalls", "_halt", "_pending", "_big", "_requests", "raw")
 
     def __init__(self, server: ConnectionOwner,
                  execute: Callable[[Client, list[bytes]], bytes | None]) -> None:
@@ -146,6 +228,11 @@ class RespConnection:
         self._halt = False  # closing or write-paused or stalled: run no command now
         self._pending = 0  # bytes received into an incomplete request
         self._big: tuple[int, list[bytes]] | None = None  # a huge request's count and elements
+        # A read that began at a request boundary with `*`: its plain requests are taken by a
+        # C loop (RequestBuffer), the rest of it goes to hiredis. Bytes wait here (and nothing
+        # is in hiredis) while the client cannot run them: blocked, stalled, or a deep pipeline
+        # yielding to the loop.
+        self._requests = RequestBuffer()
         # The bytes of the request being executed when one read held exactly it, else None
         # (set before every execute): the router relays those instead of encoding the
         # request again (router/client.py).
@@ -195,6 +282,19 @@ class RespConnection:
         if self._closing:
             return
         self.server.stats.net_input_bytes += len(data)
+        requests = self._requests
+        waiting = requests.buf
+        if waiting is not None:  # the client could not run them yet: the new bytes go after
+            requests.buf = waiting[requests.pos:] + data
+            requests.pos = 0
+            self._after_requests()
+            return
+        if self._boundary and not self._slow and self._big is None and data[:1] == b"*":
+            requests.buf = data
+            requests.pos = 0
+            self._boundary = False
+            self._after_requests()
+            return
         reader = self.reader
         if self._slow or self._big is not None or (data[:1] != b"*" and self._boundary):
             self._slow += data
@@ -221,6 +321,31 @@ class RespConnection:
             self._pending = len(data)
             return
         self._pending += len(data)
+        self._wait_for_more()
+
+    def _after_requests(self) -> None:
+        """Run a read that began at a request boundary (`_requests`), then see to what is left
+        of it, as `data_received` does for bytes fed to hiredis."""
+        self._process()
+        requests = self._requests
+        if requests.buf is not None:  # whole requests the client cannot run now
+            self._pending = len(requests.buf) - requests.pos
+            c = self.client
+            if c is not None and (c.blocked is not None or self._stalls) \
+                    and self._pending > _BLOCKED_INPUT_LIMIT:
+                self._pause_reading()
+            return
+        if self._boundary or self._closing or self._slow or self._big is not None:
+            self._pending = 0
+            return
+        else:  # hiredis holds the start of a request: the rest of the read from its boundary
+            self._pending = self._span_len
+        self._wait_for_more()
+
+    def _wait_for_more(self) -> None:
+        """Part of a request arrived, or the client cannot run what did: pause a waiting
+        client's input, refuse a request that declares what Redis refuses before it is
+        whole, and the query-buffer limit."""
         c = self.client
         if c is not None and (c.blocked is not None or self._stalls):
             if self._pending > _BLOCKED_INPUT_LIMIT:
@@ -254,6 +379,15 @@ class RespConnection:
         reader = self.reader
         if self._slow:
             self._process_slow(out)
+        elif self._requests.buf is not None:
+            n = self._run_requests(c, out)
+            if self._requests.buf is not None or self._boundary:
+                # Every request of the read ran, or the client cannot run more now.
+                if out:
+                    self._write(b"".join(out))
+                if c.close_after_reply:
+                    self.finish()
+                return n
         # True when the end of the previous turn already found data: nothing between there and
         # the top of the loop reads the reader, so one has_data() call per command suffices.
         ready = False
@@ -305,6 +439,58 @@ class RespConnection:
         if c.close_after_reply:
             self.finish()
         return n
+
+    def _run_requests(self, c: Client, out: list[bytes]) -> int:
+        """Run the plain requests at the front of `_requests` while the client can; at the
+        first thing RequestBuffer does not take, the rest goes to hiredis (or the exact
+        parser) as a read that begins at a request boundary. Returns how many ran."""
+        requests = self._requests
+        buf = requests.buf
+        assert buf is not None
+        size = len(buf)
+        max_bulk = self.server.config.proto_max_bulk_len
+        execute = self.execute
+        n = 0
+        while True:
+            pos = requests.pos
+            if pos >= size:
+                requests.buf = None
+                self._boundary = True
+                break
+            if c.blocked is not None or self._halt or c.close_after_reply:
+                break
+            if n >= _MAX_COMMANDS_PER_TURN:
+                self._pause_reading()
+                self.server.loop.call_soon(self._continue)
+                break
+            if c.authenticated:
+                argv = requests.take(_TAKE_COUNT, max_bulk)
+            else:
+                argv = requests.take(PROTO_UNAUTH_MULTIBULK, min(max_bulk, PROTO_UNAUTH_BULK))
+            if argv is None:
+                requests.buf = None
+                self._hand_over(buf[pos:] if pos else buf, out)
+                break
+            n += 1
+            # The router relays a read that held exactly this request as it came.
+            self.raw = buf if pos == 0 and requests.pos == size else None
+            reply = execute(c, argv)
+            if reply is not None:
+                out.append(reply)
+        return n
+
+    def _hand_over(self, data: bytes, out: list[bytes]) -> None:
+        """`data` begins at a request boundary and RequestBuffer does not take its first
+        request: hiredis, or the exact parser for a count hiredis must not see, as for a
+        fresh read (`data_received`)."""
+        self._span = [data]
+        self._span_len = len(data)
+        self._done = 0
+        self._boundary = False
+        if _big_count(data):
+            self._fallback(out)
+        else:
+            self.reader.feed(data)
 
     def _huge_count(self, data: bytes) -> None:
         """A chunk declares a count hiredis must not see: the exact parser takes the bytes since

@@ -143,11 +143,13 @@ def test_build_without_a_compiler_falls_back(tmp_path: Path) -> None:
 @pytest.mark.slow
 @pytest.mark.timeout(1800)
 def test_differential_tests_pass_interpreted() -> None:
-    """The node's and the router's differential tests, again with XSHARD_PURE_PYTHON=1."""
+    """The node's and the router's differential tests and the request reader's tests, again
+    with XSHARD_PURE_PYTHON=1."""
     res = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-x",
          "tests/node/test_differential.py", "tests/router/test_router_core.py",
-         "-k", "match_redis or differential"],
+         "tests/node/test_request_reader.py",
+         "-k", "match_redis or differential or request_reader"],
         cwd=REPO, env=_env(pure=True), capture_output=True, text=True, timeout=1800)
     assert res.returncode == 0, res.stdout[-4000:] + res.stderr[-2000:]
     assert " passed" in res.stdout

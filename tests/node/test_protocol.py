@@ -25,6 +25,7 @@ from tests.support.procs import wait_until
 from tests.support.rawresp import RawClient, encode_command
 
 K = b"proto:s"  # the key inline cases read; nothing in this module writes it
+_PING = b"*1\r\n$4\r\nPING\r\n"
 
 # (id, bytes sent on a fresh connection). Expected results come from the oracle.
 CASES = [
@@ -91,6 +92,23 @@ CASES = [
     ("pipeline-errors-keep-going", encode_command([b"XADD", K]) + b"PING\r\n"
      + encode_command([b"XRANGE", K, b"x", b"+"]) + encode_command([b"XLEN", K])),
     ("pipeline-then-bad-bulk", b"PING\r\n" * 3 + b"*1\r\n$-1\r\n" + b"PING\r\n"),
+    # a read that begins with plain requests (node/protocol.py's RequestBuffer takes those),
+    # then something it leaves to the other paths, in the same read
+    ("pipeline-plain-then-bad-count", _PING * 2 + b"*abc\r\n" + _PING),
+    ("pipeline-plain-then-leading-zero-count", _PING + b"*01\r\n$4\r\nPING\r\n" + _PING),
+    ("pipeline-plain-then-leading-zero-len", _PING + b"*1\r\n$04\r\nPING\r\n" + _PING),
+    ("pipeline-plain-then-expected-dollar", _PING + b"*2\r\n$4\r\nECHO\r\n:5\r\n" + _PING),
+    ("pipeline-plain-then-over-max-bulk", _PING + b"*1\r\n$536870913\r\n"),
+    ("pipeline-plain-then-huge-count", _PING + b"*2147483648\r\n" + _PING),
+    ("plain-then-inline", _PING + b"PING\r\n" + _PING + b"ECHO x\r\n"),
+    ("plain-then-zero-and-minus-one", _PING + b"*0\r\n" + _PING + b"*-1\r\n" + _PING),
+    ("plain-then-trailing-bytes", _PING + b"*1\r\n$4\r\nPINGxx\r\n" + _PING),
+    ("pipeline-plain-then-lf-only", _PING + b"*1\n$4\nPING\n" + _PING),
+    ("plain-then-partial", _PING * 3 + b"*2\r\n$4\r\nECHO\r\n$3\r\nab"),
+    ("plain-then-large-count-waits", _PING + b"*123456\r\n$4\r\nPING\r\n"),
+    ("pipeline-plain-quit-then-more", _PING + encode_command([b"QUIT"]) + _PING),
+    ("plain-empty-and-binary-args", encode_command([b"ECHO", b""]) + encode_command(
+        [b"ECHO", b"a\r\n$3\r\n*1\r\n\x00"]) + encode_command([b"XLEN", K])),
 ]
 _N_PROTOCOL_ERRORS = 16
 
