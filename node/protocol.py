@@ -47,6 +47,8 @@ from node.resp import (
 
 if cython.compiled:
     from cython.cimports.cpython.bytes import PyBytes_AS_STRING, PyBytes_FromStringAndSize
+    from cython.cimports.cpython.list import PyList_New, PyList_SET_ITEM
+    from cython.cimports.cpython.ref import Py_INCREF
     from cython.cimports.libc.string import memchr
 
 if TYPE_CHECKING:
@@ -166,7 +168,9 @@ class RequestBuffer:
         if i + 1 >= size or base[i] != 13 or base[i + 1] != 10:
             return None
         i += 2
-        argv: list[bytes] = []
+        # The list at its size at once (no growth by appends); a slot not filled when the
+        # request turns out odd is NULL, which freeing the list allows.
+        argv: list[bytes] = PyList_New(count) if cython.compiled else [b""] * count
         k = 0
         while k < count:
             if i >= size or base[i] != 36:  # '$'
@@ -187,9 +191,11 @@ class RequestBuffer:
             if i + ln + 2 > size or base[i + ln] != 13 or base[i + ln + 1] != 10:
                 return None
             if cython.compiled:
-                argv.append(PyBytes_FromStringAndSize(cython.cast(cython.p_char, base) + i, ln))
+                arg = PyBytes_FromStringAndSize(cython.cast(cython.p_char, base) + i, ln)
+                Py_INCREF(arg)  # the list steals a reference
+                PyList_SET_ITEM(argv, k, arg)
             else:
-                argv.append(buf[i:i + ln])
+                argv[k] = buf[i:i + ln]
             i += ln + 2
             k += 1
         self.pos = i
