@@ -55,6 +55,7 @@ COMPILED = [
     "router.metrics",
     "router.outbox",
     "router.proxy",
+    "router.routes",
     "router.upstream",
 ]
 

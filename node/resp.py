@@ -17,6 +17,12 @@ from __future__ import annotations
 
 from typing import Any
 
+import cython
+
+if cython.compiled:
+    from cython.cimports.cpython.bytes import PyBytes_AS_STRING
+    from cython.cimports.libc.string import memchr
+
 __all__ = [
     "Status", "Verbatim", "Raw", "Map", "RespSet", "ReplyError", "NULL_ARRAY",
     "OK", "PONG", "QUEUED", "NULL_BULK", "NULL3", "EMPTY_ARRAY", "ZERO", "ONE",
@@ -426,6 +432,10 @@ def reply_scan(buf: bytes | bytearray, pos: int, need: int = 1) -> tuple[int, in
     first incomplete element, and scanning resumes there once more bytes arrived, so a reply
     is scanned once however it is chunked. Only framing is done, so a proxy can forward
     replies as the bytes they are."""
+    if cython.compiled and type(buf) is bytes:
+        got = _scan_bytes(buf, pos, need)
+        if got is not None:
+            return got
     n = len(buf)
     while need:
         if pos >= n:
@@ -447,6 +457,56 @@ def reply_scan(buf: bytes | bytearray, pos: int, need: int = 1) -> tuple[int, in
                 need += cnt * 2 if t in _PAIRS else cnt
             if t == 124:  # b"|": the attribute's reply follows it
                 need += 1
+        else:
+            pos = e + 2
+        need -= 1
+    return pos, 0
+
+
+def _scan_bytes(buf: bytes, pos: int, need: int) -> tuple[int, int] | None:
+    """reply_scan over `bytes`, compiled: a C loop with memchr and the lengths read as C
+    integers (the router frames every reply it relays with it). None on a length that is not
+    a plain decimal number: the general loop then says what int() says about it."""
+    n = len(buf)
+    base = PyBytes_AS_STRING(buf)
+    while need:
+        if pos >= n:
+            return pos, need
+        q = cython.cast(cython.p_char, memchr(base + pos, 13, n - pos))
+        while q != cython.NULL and (q - base + 1 >= n or q[1] != 10):
+            e = q - base + 1
+            q = cython.cast(cython.p_char, memchr(base + e, 13, n - e)) if e < n else cython.NULL
+        if q == cython.NULL:
+            return pos, need
+        e = q - base
+        t = cython.cast(cython.uchar, base[pos])
+        if t == 36 or t == 61 or t == 33 or t == 42 or t == 126 or t == 62 or t == 37 \
+                or t == 124:  # $ = ! (a payload)  * ~ > (elements)  % | (pairs)
+            i = pos + 1
+            neg = i < e and base[i] == 45
+            if neg:
+                i += 1
+            if i >= e:
+                return None
+            v = 0
+            while i < e:
+                d = base[i] - 48
+                if d < 0 or d > 9 or v > 100_000_000_000_000:
+                    return None
+                v = v * 10 + d
+                i += 1
+            neg = neg and v > 0  # int(b"-0") is 0
+            if t == 36 or t == 61 or t == 33:
+                end = e + 2 if neg else e + 4 + v
+                if end > n:
+                    return pos, need
+                pos = end
+            else:
+                pos = e + 2
+                if not neg and v > 0:
+                    need += v * 2 if t == 37 or t == 124 else v
+                if t == 124:  # b"|": the attribute's reply follows it
+                    need += 1
         else:
             pos = e + 2
         need -= 1

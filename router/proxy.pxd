@@ -1,8 +1,13 @@
 # Cython declarations for router/proxy.py (pure-Python mode; node/native.py, setup.py).
 # The Router's fields are read on every request (dispatch); `__dict__` keeps attributes that
-# other modules attach working.
+# other modules attach working. `dispatch` and `_keyed` run per request with the client, its
+# connection and the route typed.
 
+cimport cython
+
+from router.client cimport ClientConn, RouterClient
 from router.outbox cimport Outbox
+from router.routes cimport Route
 
 cdef class Router:
     cdef public object config, loop, map, router_id, host, routers, node_password, node_user
@@ -14,3 +19,9 @@ cdef class Router:
     cdef public Py_ssize_t next_client_id
     cdef public Outbox outbox
     cdef dict __dict__
+
+    @cython.locals(conn=ClientConn, name=bytes, route=Route, n=Py_ssize_t)
+    cpdef dispatch(self, RouterClient c, list argv, list cell, object raw=*)
+
+    @cython.locals(conn=ClientConn, fk=Py_ssize_t)
+    cpdef _keyed(self, RouterClient c, list argv, Route route, list cell, object raw)

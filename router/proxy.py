@@ -56,6 +56,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("xshard.router")
 
 ROUTES: dict[bytes, Route] = build(ROUTER_COMMANDS, load_all())
+_KEYED = Kind.KEYED  # (a module global: no attribute lookup on the enum per request)
 _UNKNOWN = ("", 0)  # Router.primary_addr has no entry for the shard
 
 
@@ -236,7 +237,7 @@ class Router:
         if c.in_multi and not route.run_in_multi:
             return transactions.queue(self, c, argv, cell)
         kind = route.kind
-        if kind is Kind.KEYED:
+        if kind is _KEYED:
             return self._keyed(c, argv, route, cell, raw)
         if kind is Kind.LOCAL:
             try:

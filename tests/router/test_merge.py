@@ -168,3 +168,23 @@ def test_upstream_relays_replies_chunked_anyhow() -> None:
         assert all(type(r) is bytes for r in got)
         assert not up.buf
     loop.close()
+
+
+def test_reply_scan_of_bytes_matches_the_general_loop() -> None:
+    """Compiled, reply_scan frames `bytes` with a C loop (node/resp.py `_scan_bytes`) and a
+    bytearray with the general one: both give the same answer at every cut of a stream of
+    replies, the odd lengths int() accepts or refuses included."""
+    replies = [b"+OK\r\n", b"-ERR x\r\n", b":12\r\n", b"$3\r\nabc\r\n", b"$-1\r\n", b"$-0\r\n\r\n",
+               b"$0\r\n\r\n", b"*2\r\n$1\r\na\r\n:1\r\n", b"*-1\r\n", b"%1\r\n+a\r\n+b\r\n",
+               b"|1\r\n+a\r\n+b\r\n:3\r\n", b"~2\r\n,1.5\r\n#t\r\n", b">2\r\n+a\r\n+b\r\n",
+               b"=5\r\ntxt:a\r\n", b"!3\r\nerr\r\n", b"_\r\n", b"$2\r\na\r\r\n", b"*1_0\r\n",
+               b"$+1\r\na\r\n", b"* 1\r\n"]
+    stream = b"".join(replies)
+    for cut in range(len(stream) + 1):
+        part = stream[:cut]
+        got = reply_scan(part, 0, 30)
+        assert got == reply_scan(bytearray(part), 0, 30)
+        assert reply_scan(stream, *got) == reply_scan(bytearray(stream), *got)
+    for bad in (b"$x\r\n", b"$\r\n", b"*-\r\n"):
+        with pytest.raises(ValueError):
+            reply_scan(bad, 0)

@@ -1,0 +1,7 @@
+# Cython declarations for router/routes.py (pure-Python mode; node/native.py, setup.py).
+# The router's dispatch reads a command's Route on every request.
+
+cdef class Route:
+    cdef public object kind, spec, handler, arity, request_policy, response_policy, subs
+    cdef public bint write, blocking, no_auth, run_in_multi
+    cdef public Py_ssize_t fixed_key
