@@ -25,8 +25,12 @@ cdef class RespConnection:
     cdef dict __dict__
 
     @cython.locals(requests=RequestBuffer, buf=bytes, size=Py_ssize_t, pos=Py_ssize_t,
-                   max_bulk=Py_ssize_t, n=Py_ssize_t, argv=list)
+                   max_bulk=Py_ssize_t, n=Py_ssize_t, turn=Py_ssize_t, most=Py_ssize_t,
+                   argv=list)
     cdef Py_ssize_t _run_requests(self, Client c, list out) except -1
+    @cython.locals(requests=RequestBuffer)
+    cdef void _after_requests(self) except *
+    cdef void _wait_for_more(self) except *
 
 cpdef bint _all_bulk(list argv)
 

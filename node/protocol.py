@@ -284,6 +284,7 @@ class RespConnection:
             self._resume_reading()
             self._process()
 
+    @cython.locals(requests=RequestBuffer)
     def data_received(self, data: bytes) -> None:
         if self._closing:
             return
@@ -457,6 +458,8 @@ class RespConnection:
         max_bulk = self.server.config.proto_max_bulk_len
         execute = self.execute
         n = 0
+        turn = _MAX_COMMANDS_PER_TURN
+        most = _TAKE_COUNT
         while True:
             pos = requests.pos
             if pos >= size:
@@ -465,12 +468,12 @@ class RespConnection:
                 break
             if c.blocked is not None or self._halt or c.close_after_reply:
                 break
-            if n >= _MAX_COMMANDS_PER_TURN:
+            if n >= turn:
                 self._pause_reading()
                 self.server.loop.call_soon(self._continue)
                 break
             if c.authenticated:
-                argv = requests.take(_TAKE_COUNT, max_bulk)
+                argv = requests.take(most, max_bulk)
             else:
                 argv = requests.take(PROTO_UNAUTH_MULTIBULK, min(max_bulk, PROTO_UNAUTH_BULK))
             if argv is None:
