@@ -18,8 +18,49 @@ cdef class Block:
     cdef public str mtc, stc, lentc
     cdef public object lens, flags, nfs
 
+    # A read's decoding (compiled: the C loops at the end of streamnodes.py).
+    cpdef list sids(self, Py_ssize_t i0=*, i1=*)
+    cpdef Py_ssize_t _bound(self, sid, bint right) except -1
+    cpdef object _strings(self, Py_ssize_t e0, Py_ssize_t e1)
+    cpdef list entries(self, Py_ssize_t i0, Py_ssize_t i1)
+
 cdef class Tail:
     cdef public object first, ms0, seq0
     cdef public list sids, ents, master, msds, seqs, vals, nfs
     cdef public bytearray flags
     cdef public Py_ssize_t live, ndel, lp_rest, k
+
+@cython.locals(t=Tail, b=Block)
+cdef tuple _span(blk, Py_ssize_t i0, Py_ssize_t i1)
+
+@cython.locals(sids=list, ents=list, idx=list, lo=Py_ssize_t, hi=Py_ssize_t)
+cpdef tuple _live_slice(blk, Py_ssize_t i0, Py_ssize_t i1, bint rev, cap)
+
+cdef int _width(str tc) noexcept
+
+cdef unsigned long long _uget(const char *p, int w, Py_ssize_t i) noexcept
+
+@cython.locals(mid=Py_ssize_t, v="unsigned long long")
+cdef Py_ssize_t _bisect(const char *p, int w, unsigned long long x, Py_ssize_t lo, Py_ssize_t hi,
+                        bint right) noexcept
+
+@cython.locals(n=Py_ssize_t, pm="const char *", mw=int, lo=Py_ssize_t, hi=Py_ssize_t)
+cdef Py_ssize_t _bound_c(Block b, unsigned long long msd, unsigned long long sq, bint right)
+
+@cython.locals(pm="const char *", ps="const char *", mw=int, sw=int, base="unsigned long long",
+               ms="unsigned long long", i=Py_ssize_t, out=list)
+cdef list _sids_c(Block b, Py_ssize_t i0, Py_ssize_t i1)
+
+cdef Py_ssize_t _string_count(Block b) except? -2
+
+@cython.locals(pl="const char *", lw=int, off=Py_ssize_t, j=Py_ssize_t)
+cdef Py_ssize_t _string_off(Block b, Py_ssize_t e) except? -1
+
+@cython.locals(cnt=Py_ssize_t, out=list, pb="const char *", off=Py_ssize_t, w=Py_ssize_t,
+               pl="const char *", lw=int, e=Py_ssize_t)
+cdef list _strings_c(Block b, Py_ssize_t e0, Py_ssize_t e1)
+
+@cython.locals(master=tuple, k=Py_ssize_t, cnt=Py_ssize_t, out=list, pb="const char *",
+               e=Py_ssize_t, off=Py_ssize_t, w=Py_ssize_t, pl="const char *", lw=int,
+               _i=Py_ssize_t, j=Py_ssize_t, ent=list)
+cdef list _same_entries_c(Block b, Py_ssize_t i0, Py_ssize_t i1)

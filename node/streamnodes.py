@@ -199,6 +199,8 @@ class Block:
         """IDs of entries i0..i1-1, deleted ones included."""
         if i1 is None:
             i1 = self.n
+        if cython.compiled:
+            return _sids_c(self, i0, i1)
         base = self.ms0
         ms = array(self.mtc, self.msd)[i0:i1]
         sq = array(self.stc, self.seq)[i0:i1]
@@ -214,6 +216,10 @@ class Block:
         msd = (sid >> 64) - self.ms0
         if msd < 0:
             return 0
+        if cython.compiled:
+            if msd >> 64:  # past every entry (a bound above the greatest ID)
+                return self.n
+            return _bound_c(self, msd, sid & SEQ_MAX, right)
         ms = array(self.mtc, self.msd)
         lo = bisect_left(ms, msd)
         hi = bisect_right(ms, msd, lo)
@@ -244,6 +250,8 @@ class Block:
         cnt = e1 - e0
         if cnt <= 0:
             return ()
+        if cython.compiled:
+            return _strings_c(self, e0, e1)
         if self.lens is None:
             w = self.elen
             if w == 0:
@@ -264,6 +272,8 @@ class Block:
         master = self.master
         k = len(master)
         if self.nfs is None:
+            if cython.compiled:
+                return _same_entries_c(self, i0, i1)
             return _interleave(master, self._strings(i0 * k, i1 * k), i1 - i0)
         flags = self.flags
         assert flags is not None
@@ -456,6 +466,15 @@ def _count_strings(b: Block) -> int:
 Node = Block | Tail
 
 
+def _span(blk: Node, i0: int, i1: int) -> tuple[list[int], list[list[bytes]]]:
+    """IDs and fields of entries i0..i1-1 of either node type, deleted ones included."""
+    if type(blk) is Tail:
+        t = blk
+        return t.sids[i0:i1], t.ents[i0:i1]
+    b = blk
+    return b.sids(i0, i1), b.entries(i0, i1)
+
+
 def _live_slice(blk: Node, i0: int, i1: int, rev: bool, cap: int | None
                 ) -> tuple[list[int], list[list[bytes]]]:
     """IDs and fields of the live entries among i0..i1-1, in direction order, at most cap."""
@@ -465,8 +484,7 @@ def _live_slice(blk: Node, i0: int, i1: int, rev: bool, cap: int | None
                 i0 = i1 - cap
             else:
                 i1 = i0 + cap
-        sids = blk.sids[i0:i1] if type(blk) is Tail else blk.sids(i0, i1)
-        ents = blk.entries(i0, i1)
+        sids, ents = _span(blk, i0, i1)
     else:
         flags = blk.flags
         assert flags is not None
@@ -478,8 +496,7 @@ def _live_slice(blk: Node, i0: int, i1: int, rev: bool, cap: int | None
             return [], []
         lo = min(idx[0], idx[-1])
         hi = max(idx[0], idx[-1]) + 1
-        allsids = blk.sids[lo:hi] if type(blk) is Tail else blk.sids(lo, hi)
-        allents = blk.entries(lo, hi)
+        allsids, allents = _span(blk, lo, hi)
         if not rev and len(idx) == hi - lo:
             return allsids, allents
         return [allsids[i - lo] for i in idx], [allents[i - lo] for i in idx]
@@ -487,3 +504,147 @@ def _live_slice(blk: Node, i0: int, i1: int, rev: bool, cap: int | None
         sids.reverse()
         ents = ents[::-1]
     return sids, ents
+
+
+# --- compiled decoding ------------------------------------------------------------------------
+# A read decodes only the entries it returns, by C loops over the node's packed bytes: no array
+# objects, slices or struct formats. Each function is the compiled twin of the interpreted
+# code in the Block method that calls it, which stays the reference (tests/test_native.py).
+def _width(tc: str) -> int:
+    """Bytes per item of an array typecode used here (B, H, I, Q)."""
+    return 1 if tc == "B" else (2 if tc == "H" else (4 if tc == "I" else 8))
+
+
+def _uget(p: bytes, w: int, i: int) -> int:
+    """Item i of the native unsigned array of w-byte items at p."""
+    if w == 1:
+        return cython.cast(cython.p_uchar, p)[i]
+    if w == 2:
+        return cython.cast(cython.p_ushort, p)[i]
+    if w == 4:
+        return cython.cast(cython.p_uint, p)[i]
+    return cython.cast(cython.p_ulonglong, p)[i]
+
+
+def _bisect(p: bytes, w: int, x: int, lo: int, hi: int, right: bool) -> int:
+    """bisect_left (bisect_right if right) of x in items lo..hi-1 of an ascending array."""
+    while lo < hi:
+        mid = (lo + hi) >> 1
+        v = _uget(p, w, mid)
+        if v < x or (right and v == x):
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
+
+
+def _bound_c(b: Block, msd: int, sq: int, right: bool) -> int:
+    """Block._bound past its first test (0 <= msd < 2**64)."""
+    n = b.n
+    pm = PyBytes_AS_STRING(b.msd)
+    mw = _width(b.mtc)
+    lo = _bisect(pm, mw, msd, 0, n, False)
+    hi = _bisect(pm, mw, msd, lo, n, True)
+    if lo == hi:
+        return lo
+    return _bisect(PyBytes_AS_STRING(b.seq), _width(b.stc), sq, lo, hi, right)
+
+
+def _sids_c(b: Block, i0: int, i1: int) -> list[int]:
+    """Block.sids: IDs of entries i0..i1-1 (clamped to the node)."""
+    if i0 < 0:
+        i0 = 0
+    if i1 > b.n:
+        i1 = b.n
+    pm = PyBytes_AS_STRING(b.msd)
+    mw = _width(b.mtc)
+    ps = PyBytes_AS_STRING(b.seq)
+    sw = _width(b.stc)
+    base = b.ms0
+    out = []
+    for i in range(i0, i1):
+        ms = base + _uget(pm, mw, i)
+        out.append((cython.cast(object, ms) << 64) | _uget(ps, sw, i))
+    return out
+
+
+def _string_count(b: Block) -> int:
+    """How many strings the blob holds as far as its lengths say (bounds for the C loops)."""
+    if b.lens is not None:
+        return len(b.lens) // _width(b.lentc)
+    if b.elen > 0:
+        return len(b.blob) // b.elen
+    return -1  # every string is empty: any count
+
+
+def _string_off(b: Block, e: int) -> int:
+    """Offset in the blob of stored string e."""
+    if b.lens is None:
+        return e * b.elen
+    pl = PyBytes_AS_STRING(b.lens)
+    lw = _width(b.lentc)
+    off = 0
+    for j in range(e):
+        off += _uget(pl, lw, j)
+    return off
+
+
+def _strings_c(b: Block, e0: int, e1: int) -> list[bytes]:
+    """Block._strings: stored strings e0..e1-1 (clamped to the blob)."""
+    cnt = _string_count(b)
+    if 0 <= cnt < e1:
+        e1 = cnt
+    out = []
+    if e0 < 0 or e0 >= e1:
+        return out
+    pb = PyBytes_AS_STRING(b.blob)
+    off = _string_off(b, e0)
+    w = b.elen
+    pl = cython.cast(cython.p_char, cython.NULL)
+    lw = 0
+    if b.lens is not None:
+        pl = PyBytes_AS_STRING(b.lens)
+        lw = _width(b.lentc)
+    for e in range(e0, e1):
+        if lw:
+            w = _uget(pl, lw, e)
+        out.append(PyBytes_FromStringAndSize(pb + off, w))
+        off += w
+    return out
+
+
+def _same_entries_c(b: Block, i0: int, i1: int) -> list[list[bytes]]:
+    """Block.entries when every entry has the master fields (nfs is None): each field list
+    built once, the master names shared, the values cut straight from the blob."""
+    master = b.master
+    k = len(master)
+    if i0 < 0:
+        i0 = 0
+    if i1 > b.n:
+        i1 = b.n
+    cnt = _string_count(b)
+    if 0 <= cnt < i1 * k:
+        i1 = cnt // k if k else i0
+    out = []
+    if i0 >= i1:
+        return out
+    pb = PyBytes_AS_STRING(b.blob)
+    e = i0 * k
+    off = _string_off(b, e)
+    w = b.elen
+    pl = cython.cast(cython.p_char, cython.NULL)
+    lw = 0
+    if b.lens is not None:
+        pl = PyBytes_AS_STRING(b.lens)
+        lw = _width(b.lentc)
+    for _i in range(i0, i1):
+        ent = [None] * (2 * k)
+        for j in range(k):
+            if lw:
+                w = _uget(pl, lw, e)
+            ent[2 * j] = master[j]
+            ent[2 * j + 1] = PyBytes_FromStringAndSize(pb + off, w)
+            off += w
+            e += 1
+        out.append(ent)
+    return out
