@@ -34,9 +34,9 @@ cdef class ConsumerGroup:
 
 cpdef bint range_has_tombstones(Stream s, start, end) except -1
 
-@cython.locals(lists=list, maxes=list, last=list, n=Py_ssize_t, i=Py_ssize_t,
-               load=Py_ssize_t)
+@cython.locals(d=dict, lists=list, maxes=list, last=list, n=Py_ssize_t, i=Py_ssize_t,
+               load=Py_ssize_t, index=list)
 cdef _extend_tail(sl, list sids)
 
-@cython.locals(lists=list, first=list, k=Py_ssize_t, maxes=list)
+@cython.locals(d=dict, lists=list, first=list, k=Py_ssize_t, maxes=list, index=list)
 cdef _remove_members(sl, list ordered)

@@ -186,7 +186,8 @@ class ConsumerGroup:
         """
         pel = self.pel
         keys = pel._list
-        if keys._maxes and sids[0] <= keys._maxes[-1]:
+        maxes = keys.__dict__["_maxes"]
+        if maxes and sids[0] <= maxes[-1]:
             nack = (now_ms, 1, cons.name)
             for sid in sids:
                 nack = self.deliver(sid, cons, now_ms)
@@ -340,11 +341,14 @@ _first = itemgetter(0)
 # -- SortedList fast paths ---------------------------------------------------------------------
 # These use sortedcontainers 2.4's documented-by-source internals (_lists, _maxes, _index, _len,
 # _load): a list of sorted sublists, their maxima, and a positional index rebuilt lazily when
-# cleared. Keeping those invariants is all SortedList needs.
+# cleared. Keeping those invariants is all SortedList needs. They are read from the instance
+# dict: an attribute lookup by name on a SortedList walks its ABC bases (9 classes) whenever the
+# type cache misses, which cost a `>` read and its XACK about 12k instructions.
 def _extend_tail(sl: SortedList, sids: list[int]) -> None:
     """Add ascending `sids`, all above every member, to the last sublist (split if long)."""
-    lists = sl._lists
-    maxes = sl._maxes
+    d = sl.__dict__
+    lists = d["_lists"]
+    maxes = d["_maxes"]
     if lists:
         last = lists[-1]
         last.extend(sids)
@@ -353,10 +357,11 @@ def _extend_tail(sl: SortedList, sids: list[int]) -> None:
         last = list(sids)
         lists.append(last)
         maxes.append(sids[-1])
-    sl._len += len(sids)
-    if sl._index:
-        del sl._index[:]
-    load = sl._load
+    d["_len"] += len(sids)
+    index = d["_index"]
+    if index:
+        del index[:]
+    load = d["_load"]
     n = len(last)
     if n > load << 1:  # split into sublists of load..2*load entries
         lists.pop()
@@ -373,21 +378,23 @@ def _extend_tail(sl: SortedList, sids: list[int]) -> None:
 def _remove_members(sl: SortedList, ordered: list[int]) -> None:
     """Remove distinct members `ordered` (ascending): one slice deletion when they are the
     smallest ones, else one `remove` each."""
-    lists = sl._lists
+    d = sl.__dict__
+    lists = d["_lists"]
     first = lists[0]
     k = len(ordered)
     # k distinct members all <= first[k-1] can only be first[:k].
     if k <= len(first) and first[k - 1] == ordered[-1]:
         del first[:k]
-        sl._len -= k
-        if sl._index:
-            del sl._index[:]
+        d["_len"] -= k
+        index = d["_index"]
+        if index:
+            del index[:]
+        maxes = d["_maxes"]
         if not first:
             del lists[0]
-            del sl._maxes[0]
-        elif len(first) < sl._load >> 1 and len(lists) > 1:
+            del maxes[0]
+        elif len(first) < d["_load"] >> 1 and len(lists) > 1:
             # Merge a short first sublist into the next one, as SortedList._delete does.
-            maxes = sl._maxes
             first.extend(lists[1])
             maxes[0] = maxes[1]
             del lists[1]

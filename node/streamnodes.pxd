@@ -48,8 +48,16 @@ cdef Py_ssize_t _bisect(const char *p, int w, unsigned long long x, Py_ssize_t l
 cdef Py_ssize_t _bound_c(Block b, unsigned long long msd, unsigned long long sq, bint right)
 
 @cython.locals(pm="const char *", ps="const char *", mw=int, sw=int, base="unsigned long long",
-               ms="unsigned long long", i=Py_ssize_t, out=list)
+               i=Py_ssize_t, out=list)
 cdef list _sids_c(Block b, Py_ssize_t i0, Py_ssize_t i1)
+
+cdef extern from "Python.h":
+    int PY_LITTLE_ENDIAN
+    object _PyLong_FromByteArray(const unsigned char *bytes, size_t n, int little_endian,
+                                 int is_signed)
+
+# Also XACK's ID parser (node/commands/groups.py).
+cdef object _sid_of(unsigned long long ms, unsigned long long seq)
 
 cdef Py_ssize_t _string_count(Block b) except? -2
 

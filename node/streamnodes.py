@@ -563,9 +563,24 @@ def _sids_c(b: Block, i0: int, i1: int) -> list[int]:
     base = b.ms0
     out = []
     for i in range(i0, i1):
-        ms = base + _uget(pm, mw, i)
-        out.append((cython.cast(object, ms) << 64) | _uget(ps, sw, i))
+        out.append(_sid_of(base + _uget(pm, mw, i), _uget(ps, sw, i)))
     return out
+
+
+def _sid_of(ms: int, seq: int) -> int:
+    """The ID `ms << 64 | seq`; compiled, of two C integers, made in one step from their 16
+    native bytes (a shift and an or on Python ints cost about three times as much)."""
+    if not cython.compiled:
+        return ms << 64 | seq
+    buf = cython.declare(cython.ulonglong[2])
+    if PY_LITTLE_ENDIAN:  # noqa: F821 (declared in the .pxd)
+        buf[0] = seq
+        buf[1] = ms
+    else:
+        buf[0] = ms
+        buf[1] = seq
+    return _PyLong_FromByteArray(  # noqa: F821 (declared in the .pxd)
+        cython.cast(cython.p_uchar, buf), 16, PY_LITTLE_ENDIAN, 0)  # noqa: F821
 
 
 def _string_count(b: Block) -> int:

@@ -45,8 +45,10 @@ from node.streamid import (
 if cython.compiled:
     from cython.cimports.cpython.bytes import PyBytes_AS_STRING
     from cython.cimports.node.commands.streams import _ndigits
+    from cython.cimports.node.streamnodes import _sid_of
 else:
     from node.commands.streams import _ndigits
+    from node.streamnodes import _sid_of
 
 _LLONG_MAX = errors.LLONG_MAX
 # XAUTOCLAIM: COUNT is at most LONG_MAX / max(sizeof(streamID), attempts_factor).
@@ -346,7 +348,7 @@ def _plain_ids_c(args: list[bytes]) -> list[int] | None:
         if dash < 0 or dash == n - 1:
             return None
         seq = v
-        out.append(cython.cast(object, ms) << 64 | cython.cast(object, seq))
+        out.append(_sid_of(ms, seq))
     return out
 
 
