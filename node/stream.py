@@ -37,7 +37,8 @@ insertion ordered; owned by node.groups).
   `[f1, v1, f2, v2, ...]`; it is kept by reference, so pass a list nobody mutates later.
   `append_many(sids, field_lists, ...)` appends a run of them in one call (effects replay).
 - `range(start, end, count=None, rev=False)`: iterator of `(sid, fields)` of live entries with
-  `start <= sid <= end`; `range_chunks` yields the same per node as `(sids, field_lists)`.
+  `start <= sid <= end`; `range_chunks` yields the same per node as `(sids, field_lists)`,
+  or `(sids, encode(block, i0, i1))` for a sealed node's span when given an encoder.
   The yielded lists may be shared with the stream: never mutate them, and do not modify the
   stream while iterating.
 - `get(sid)`, `delete(sid)`, `trim(strategy, threshold, approx, limit)`.
@@ -262,15 +263,18 @@ class Stream:
             zip(sids, ents, strict=True)
             for sids, ents in self.range_chunks(start, end, count, rev))
 
-    def range_chunks(self, start: int, end: int, count: int | None = None, rev: bool = False
-                     ) -> Iterator[tuple[list[int], list[list[bytes]]]]:
-        """Like range, one node at a time: (IDs, field lists), for encoders that work in bulk."""
+    def range_chunks(self, start: int, end: int, count: int | None = None, rev: bool = False,
+                     encode: Any = None) -> Iterator[tuple[list[int], Any]]:
+        """Like range, one node at a time: (IDs, field lists), for encoders that work in bulk.
+        With `encode`, a sealed node's forward span without tombstones comes already encoded:
+        (IDs, encode(block, i0, i1)), no field lists built (node/streamnodes.py _live_slice)."""
         if start > end or not self._nodes or (count is not None and count <= 0):
             return iter(())
-        return self._range_rev(start, end, count) if rev else self._range_fwd(start, end, count)
+        return (self._range_rev(start, end, count) if rev
+                else self._range_fwd(start, end, count, encode))
 
-    def _range_fwd(self, start: int, end: int, left: int | None
-                   ) -> Iterator[tuple[list[int], list[list[bytes]]]]:
+    def _range_fwd(self, start: int, end: int, left: int | None, encode: Any = None
+                   ) -> Iterator[tuple[list[int], Any]]:
         nodes = self._nodes
         bi = bisect_right(self._firsts, start) - 1
         if bi < 0:
@@ -287,7 +291,7 @@ class Stream:
             i1 = blk.n if bi < len(nodes) and nodes[bi].first <= end else blk.upper(end)
             if i0 >= i1:
                 continue
-            sids, ents = _live_slice(blk, i0, i1, False, left)
+            sids, ents = _live_slice(blk, i0, i1, False, left, encode)
             if sids:
                 yield sids, ents
                 if left is not None:

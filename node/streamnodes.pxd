@@ -33,8 +33,8 @@ cdef class Tail:
 @cython.locals(t=Tail, b=Block)
 cdef tuple _span(blk, Py_ssize_t i0, Py_ssize_t i1)
 
-@cython.locals(sids=list, ents=list, idx=list, lo=Py_ssize_t, hi=Py_ssize_t)
-cpdef tuple _live_slice(blk, Py_ssize_t i0, Py_ssize_t i1, bint rev, cap)
+@cython.locals(sids=list, ents=list, idx=list, lo=Py_ssize_t, hi=Py_ssize_t, b=Block)
+cpdef tuple _live_slice(blk, Py_ssize_t i0, Py_ssize_t i1, bint rev, cap, encode=*)
 
 cdef int _width(str tc) noexcept
 

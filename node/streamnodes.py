@@ -475,15 +475,20 @@ def _span(blk: Node, i0: int, i1: int) -> tuple[list[int], list[list[bytes]]]:
     return b.sids(i0, i1), b.entries(i0, i1)
 
 
-def _live_slice(blk: Node, i0: int, i1: int, rev: bool, cap: int | None
-                ) -> tuple[list[int], list[list[bytes]]]:
-    """IDs and fields of the live entries among i0..i1-1, in direction order, at most cap."""
+def _live_slice(blk: Node, i0: int, i1: int, rev: bool, cap: int | None, encode: Any = None
+                ) -> tuple[list[int], Any]:
+    """IDs and fields of the live entries among i0..i1-1, in direction order, at most cap.
+    With `encode`, a forward span of a sealed node without tombstones comes as
+    `encode(block, i0, i1)` (bytes) instead of field lists."""
     if blk.ndel == 0:
         if cap is not None and i1 - i0 > cap:
             if rev:
                 i0 = i1 - cap
             else:
                 i1 = i0 + cap
+        if encode is not None and not rev and type(blk) is Block:
+            b = blk
+            return b.sids(i0, i1), encode(b, i0, i1)
         sids, ents = _span(blk, i0, i1)
     else:
         flags = blk.flags

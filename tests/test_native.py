@@ -285,10 +285,12 @@ def test_sealed_node_decoding_matches_what_was_appended() -> None:
     packed bytes (node/streamnodes.py). Every shape the packing chooses (uniform or varied
     string lengths, lengths past 255, millisecond and sequence arrays of 2, 4 and 8 bytes,
     entries with their own field names, tombstones) must give back exactly what was
-    appended, for any slice, and the seeks must agree with bisect on the IDs."""
+    appended, for any slice, the seeks must agree with bisect on the IDs, and a span encoded
+    straight from the bytes must be the reply of its decoded entries."""
     import random
     from bisect import bisect_left, bisect_right
 
+    from node.commands import streams
     from node.stream import Stream
     from node.streamnodes import Block
 
@@ -330,3 +332,15 @@ def test_sealed_node_decoding_matches_what_was_appended() -> None:
                           0, (1 << 128) - 1, 1 << 128, 1 << 140}:
                 assert blk.lower(probe) == bisect_left(ids, probe), probe
                 assert blk.upper(probe) == bisect_right(ids, probe), probe
+            # A read's reply written straight from the packed bytes (encode_span) is the
+            # reply of the decoded entries.
+            for i0 in range(blk.n + 1):
+                for i1 in range(i0, blk.n + 1):
+                    assert streams.encode_span(blk, i0, i1) == streams.encode_entries(
+                        ids[i0:i1], blk.entries(i0, i1))
+        # Served per node, encoded straight from sealed nodes where they have no tombstone.
+        n, body = streams.stream_range_reply(s, 0, 1 << 128, None, False)
+        assert (n, body) == streams.entries_reply(sorted(added.items()))
+        for cap in (1, 2, 5):
+            assert streams.stream_range_reply(s, 0, 1 << 128, cap, False) == (
+                streams.entries_reply(sorted(added.items())[:cap]))

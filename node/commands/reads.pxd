@@ -15,7 +15,7 @@ from node.stream cimport Stream
                history=bint, proto=int)
 cpdef bytes xread(c, argv)
 
-@cython.locals(n=Py_ssize_t, parts=list, moved=bint, listening=bint, sids=list, ents=list)
+@cython.locals(n=Py_ssize_t, parts=list, moved=bint, listening=bint, sids=list, ents=object)
 cpdef tuple serve_new(c, Stream s, ConsumerGroup g, Consumer cons, key, groupname, start,
                       Py_ssize_t count, bint noack, bint claim=*)
 

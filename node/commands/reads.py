@@ -26,7 +26,7 @@ from node.commands.groups import (
     propagate_xclaim,
     xclaim_run_len,
 )
-from node.commands.streams import encode_entries, entry_reply, stream_range_reply
+from node.commands.streams import encode_entries, encode_span, entry_reply, stream_range_reply
 from node.groups import LLONG_MAX, Consumer, ConsumerGroup
 from node.resp import ReplyError, null_array
 from node.stream import Stream
@@ -237,7 +237,8 @@ def serve_new(c: Client, s: Stream, g: ConsumerGroup, cons: Consumer, key: bytes
     recording = getattr(server.effects, "recording", None)
     listening = recording is None or recording() or bool(getattr(server, "taps", None))
     metrics = getattr(server, "metrics", None)  # delivery latency (node/metrics.py)
-    for sids, ents in s.range_chunks(start, MAX_ID, count or None):
+    for sids, ents in s.range_chunks(start, MAX_ID, count or None, False,
+                                     None if claim else encode_span):
         n += len(sids)
         if metrics is not None:
             metrics.streams.observe_delivery(key, groupname, sids, now)
@@ -245,7 +246,7 @@ def serve_new(c: Client, s: Stream, g: ConsumerGroup, cons: Consumer, key: bytes
             parts += [b"*4" + entry_reply(sid, f)[2:] + b":0\r\n:0\r\n"
                       for sid, f in zip(sids, ents, strict=True)]
         else:
-            parts.append(encode_entries(sids, ents))
+            parts.append(ents if type(ents) is bytes else encode_entries(sids, ents))
         if listening:
             for sid in sids:
                 moved |= g.advance(s, sid)

@@ -14,8 +14,9 @@ answers the original ID, adds nothing and emits no effect; an added entry's effe
 `IDMP pid iid` (IDMPAUTO's computed iid) with the final ID, which is all a replica needs to
 record the pair with the same stamp. XCFGSET goes out verbatim when it changes something.
 
-`encode_entries`, `stream_range_reply`, `entries_reply` and `entry_reply` encode stream entries
-(fastest first); the group and read commands reuse them.
+`encode_span` (a sealed node's entries from its packed bytes), `encode_entries`,
+`stream_range_reply`, `entries_reply` and `entry_reply` encode stream entries (fastest first);
+the group and read commands reuse them.
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ from node.streamid import (
     parse_range_id_or_error,
     parse_strict_id_or_error,
 )
+from node.streamnodes import Block
 
 if cython.compiled:
     from cython.cimports.cpython.bytes import PyBytes_AS_STRING, PyBytes_FromStringAndSize
@@ -49,6 +51,7 @@ if cython.compiled:
     from cython.cimports.libc.stdlib import free, malloc
     from cython.cimports.libc.string import memcpy
     from cython.cimports.node.server import Server
+    from cython.cimports.node.streamnodes import _string_count, _string_off, _uget, _width
 
 _WRONG_ARITY_XADD = errors.wrong_arity(b"xadd")
 
@@ -144,36 +147,109 @@ def _encode_entries_c(sids: list[int], ents: list[list[bytes]]) -> bytes:
             ms = sid >> 64
             f = ents[i]
             w = len(f)
-            buf[p] = 42  # *2\r\n$
-            buf[p + 1] = 50
-            buf[p + 2] = 13
-            buf[p + 3] = 10
-            buf[p + 4] = 36
-            p = _put_dec(buf, p + 5, _ndigits(ms) + 1 + _ndigits(seq))
-            buf[p] = 13
-            buf[p + 1] = 10
-            p = _put_dec(buf, p + 2, ms)
-            buf[p] = 45
-            p = _put_dec(buf, p + 1, seq)
-            buf[p] = 13  # \r\n*
-            buf[p + 1] = 10
-            buf[p + 2] = 42
-            p = _put_dec(buf, p + 3, w)
-            buf[p] = 13
-            buf[p + 1] = 10
-            p += 2
+            p = _put_entry_head(buf, p, ms, seq, w)
             for j in range(w):
                 x = f[j]
-                n = len(x)
-                buf[p] = 36
-                p = _put_dec(buf, p + 1, n)
-                buf[p] = 13
-                buf[p + 1] = 10
-                memcpy(buf + p + 2, PyBytes_AS_STRING(x), n)
-                p += n + 2
-                buf[p] = 13
-                buf[p + 1] = 10
-                p += 2
+                p = _put_bulk(buf, p, PyBytes_AS_STRING(x), len(x))
+        return PyBytes_FromStringAndSize(buf, p)
+    finally:
+        free(buf)
+
+
+def _put_entry_head(buf: bytearray, p: int, ms: int, seq: int, w: int) -> int:
+    """`*2\r\n$<n>\r\n<ms>-<seq>\r\n*<w>\r\n` at buf[p:]; returns the position after it."""
+    buf[p] = 42  # *2\r\n$
+    buf[p + 1] = 50
+    buf[p + 2] = 13
+    buf[p + 3] = 10
+    buf[p + 4] = 36
+    p = _put_dec(buf, p + 5, _ndigits(ms) + 1 + _ndigits(seq))
+    buf[p] = 13
+    buf[p + 1] = 10
+    p = _put_dec(buf, p + 2, ms)
+    buf[p] = 45
+    p = _put_dec(buf, p + 1, seq)
+    buf[p] = 13  # \r\n*
+    buf[p + 1] = 10
+    buf[p + 2] = 42
+    p = _put_dec(buf, p + 3, w)
+    buf[p] = 13
+    buf[p + 1] = 10
+    return p + 2
+
+
+def _put_bulk(buf: bytearray, p: int, src: bytes, n: int) -> int:
+    """`$<n>\r\n<src>\r\n` at buf[p:]; returns the position after it."""
+    buf[p] = 36
+    p = _put_dec(buf, p + 1, n)
+    buf[p] = 13
+    buf[p + 1] = 10
+    memcpy(buf + p + 2, src, n)
+    p += n + 2
+    buf[p] = 13
+    buf[p + 1] = 10
+    return p + 2
+
+
+def encode_span(blk: Block, i0: int, i1: int) -> bytes:
+    """encode_entries of a sealed node's entries i0..i1-1 (deleted ones included), for
+    `Stream.range_chunks(..., encode=encode_span)`. Compiled, a node whose entries all have its
+    master fields is written straight from its packed bytes: no list or string object per
+    entry, each field name copied from the node's one master tuple."""
+    if cython.compiled and blk.nfs is None:
+        return _encode_span_c(blk, i0, i1)
+    return encode_entries(blk.sids(i0, i1), blk.entries(i0, i1))
+
+
+def _encode_span_c(b: Block, i0: int, i1: int) -> bytes:
+    master = b.master
+    k = len(master)
+    if i0 < 0:
+        i0 = 0
+    if i1 > b.n:
+        i1 = b.n
+    e0 = i0 * k
+    e1 = i1 * k
+    cnt = _string_count(b)
+    if i0 >= i1 or 0 <= cnt < e1:
+        return encode_entries(b.sids(i0, i1), b.entries(i0, i1))
+    names = 0
+    for j in range(k):
+        xo = master[j]
+        if type(xo) is not bytes:
+            return encode_entries(b.sids(i0, i1), b.entries(i0, i1))
+        names += len(cython.cast(bytes, xo))
+    off = _string_off(b, e0)
+    vbytes = _string_off(b, e1) - off
+    cap = (i1 - i0) * (96 + 48 * k + names) + vbytes  # headers as in _encode_entries_c
+    buf = cython.cast(cython.p_char, malloc(cap + 1))
+    if buf == cython.NULL:
+        raise MemoryError
+    try:
+        pm = PyBytes_AS_STRING(b.msd)
+        mw = _width(b.mtc)
+        ps = PyBytes_AS_STRING(b.seq)
+        sw = _width(b.stc)
+        base = b.ms0
+        pb = PyBytes_AS_STRING(b.blob) + off
+        vlen = b.elen
+        pl = cython.cast(cython.p_char, cython.NULL)
+        lw = 0
+        if b.lens is not None:
+            pl = PyBytes_AS_STRING(b.lens)
+            lw = _width(b.lentc)
+        e = e0
+        p = 0
+        for i in range(i0, i1):
+            p = _put_entry_head(buf, p, base + _uget(pm, mw, i), _uget(ps, sw, i), 2 * k)
+            for j in range(k):
+                x = master[j]
+                p = _put_bulk(buf, p, PyBytes_AS_STRING(x), len(x))
+                if lw:
+                    vlen = _uget(pl, lw, e)
+                p = _put_bulk(buf, p, pb, vlen)
+                pb += vlen
+                e += 1
         return PyBytes_FromStringAndSize(buf, p)
     finally:
         free(buf)
@@ -234,12 +310,13 @@ def entries_reply(entries: Iterable[tuple[int, list[bytes]]]) -> tuple[int, byte
 
 def stream_range_reply(s: Stream, start: int, end: int, count: int | None, rev: bool
                        ) -> tuple[int, bytes]:
-    """(number of entries, encoding) of s.range(start, end, count, rev), encoded per node."""
+    """(number of entries, encoding) of s.range(start, end, count, rev), encoded per node
+    (a sealed node's straight from its bytes: `encode_span`)."""
     n = 0
     parts = []
-    for sids, ents in s.range_chunks(start, end, count, rev):
+    for sids, ents in s.range_chunks(start, end, count, rev, encode_span):
         n += len(sids)
-        parts.append(encode_entries(sids, ents))
+        parts.append(ents if type(ents) is bytes else encode_entries(sids, ents))
     return n, b"".join(parts)
 
 
