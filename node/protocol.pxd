@@ -8,11 +8,14 @@ from node.client cimport Client
 @cython.final
 cdef class RequestBuffer:
     cdef public bytes buf
-    cdef public Py_ssize_t pos
+    cdef public Py_ssize_t pos, end
 
-    @cython.locals(size=Py_ssize_t, i=Py_ssize_t, start=Py_ssize_t, count=Py_ssize_t,
-                   ln=Py_ssize_t, k=Py_ssize_t, base="const unsigned char *", argv=list)
+    @cython.locals(size=Py_ssize_t, i=Py_ssize_t, count=Py_ssize_t, ln=Py_ssize_t,
+                   k=Py_ssize_t, base="const unsigned char *", argv=list)
     cpdef list take(self, Py_ssize_t max_count, Py_ssize_t max_len)
+    @cython.locals(start=Py_ssize_t, v=Py_ssize_t)
+    cdef inline Py_ssize_t _number(self, const unsigned char *base, Py_ssize_t i, Py_ssize_t size,
+                                   Py_ssize_t digits) noexcept
 
 cdef class RespConnection:
     cdef public object server, execute, transport, reader, _span

@@ -134,11 +134,12 @@ class RequestBuffer:
     where it starts, for the hiredis and exact paths that know every case and Redis's errors.
     """
 
-    __slots__ = ("buf", "pos")
+    __slots__ = ("buf", "pos", "end")
 
     def __init__(self) -> None:
         self.buf: bytes | None = None  # the bytes not read yet start at `pos`; None: nothing
         self.pos = 0
+        self.end = 0  # where the line `_number` read ends
 
     def take(self, max_count: int, max_len: int) -> list[bytes] | None:
         """The request at `pos`, advancing past it, if it is complete, plain (`*N` and `$len`
@@ -155,19 +156,10 @@ class RequestBuffer:
             base = buf
         if i >= size or base[i] != 42:  # '*'
             return None
-        i += 1
-        start = i
-        count = 0
-        while i < size and 48 <= base[i] <= 57:
-            count = count * 10 + (base[i] - 48)
-            i += 1
-            if i - start > 5:
-                return None
-        if i == start or base[start] == 48 or count > max_count:
-            return None  # no digits, a leading zero (or *0), more than allowed
-        if i + 1 >= size or base[i] != 13 or base[i + 1] != 10:
+        count = self._number(base, i + 1, size, 5)
+        if count < 1 or count > max_count:
             return None
-        i += 2
+        i = self.end
         # The list at its size at once (no growth by appends); a slot not filled when the
         # request turns out odd is NULL, which freeing the list allows.
         argv: list[bytes] = PyList_New(count) if cython.compiled else [b""] * count
@@ -175,19 +167,10 @@ class RequestBuffer:
         while k < count:
             if i >= size or base[i] != 36:  # '$'
                 return None
-            i += 1
-            start = i
-            ln = 0
-            while i < size and 48 <= base[i] <= 57:
-                ln = ln * 10 + (base[i] - 48)
-                i += 1
-                if i - start > 18:
-                    return None
-            if i == start or (base[start] == 48 and i - start > 1) or ln > max_len:
+            ln = self._number(base, i + 1, size, 18)
+            if ln < 0 or ln > max_len:
                 return None
-            if i + 1 >= size or base[i] != 13 or base[i + 1] != 10:
-                return None
-            i += 2
+            i = self.end
             if i + ln + 2 > size or base[i + ln] != 13 or base[i + ln + 1] != 10:
                 return None
             if cython.compiled:
@@ -200,6 +183,24 @@ class RequestBuffer:
             k += 1
         self.pos = i
         return argv
+
+    def _number(self, base: bytes, i: int, size: int, digits: int) -> int:
+        """The number of the header line at `i` (Redis's strict form: digits, no sign, no
+        leading zero; at most `digits` of them) if its CRLF arrived, `end` set past it;
+        else -1."""
+        start = i
+        v = 0
+        while i < size and 48 <= base[i] <= 57:
+            v = v * 10 + (base[i] - 48)
+            i += 1
+            if i - start > digits:
+                return -1
+        if i == start or (base[start] == 48 and i - start > 1):
+            return -1
+        if i + 1 >= size or base[i] != 13 or base[i + 1] != 10:
+            return -1
+        self.end = i + 2
+        return v
 
 
 class RespConnection:
