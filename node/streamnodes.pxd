@@ -59,6 +59,21 @@ cdef extern from "Python.h":
 # Also XACK's ID parser (node/commands/groups.py).
 cdef object _sid_of(unsigned long long ms, unsigned long long seq)
 
+cdef extern from *:
+    """
+    static int xshard_sid_bytes(PyObject *v, unsigned long long *out) {
+        if (!PyLong_Check(v)) {
+            PyErr_SetString(PyExc_TypeError, "a stream ID is an int");
+            return -1;
+        }
+        return _PyLong_AsByteArray((PyLongObject *)v, (unsigned char *)out, 16,
+                                   PY_LITTLE_ENDIAN, 0);
+    }
+    """
+    int xshard_sid_bytes(object v, unsigned long long *out) except -1
+
+cdef unsigned long long _sid_ms(object sid) except? 0
+
 cdef Py_ssize_t _string_count(Block b) except? -2
 
 @cython.locals(pl="const char *", lw=int, off=Py_ssize_t, j=Py_ssize_t)

@@ -588,6 +588,16 @@ def _sid_of(ms: int, seq: int) -> int:
         cython.cast(cython.p_uchar, buf), 16, PY_LITTLE_ENDIAN, 0)  # noqa: F821
 
 
+def _sid_ms(sid: int) -> int:
+    """`sid >> 64`; compiled, a C integer read from the int's 16 bytes (no Python int made:
+    with PyLong_AsUnsignedLongLongMask for the sequence, an ID's two halves cost no shift)."""
+    if not cython.compiled:
+        return sid >> 64
+    buf = cython.declare(cython.ulonglong[2])
+    xshard_sid_bytes(sid, buf)  # noqa: F821 (declared in the .pxd)
+    return buf[1] if PY_LITTLE_ENDIAN else buf[0]  # noqa: F821
+
+
 def _string_count(b: Block) -> int:
     """How many strings the blob holds as far as its lengths say (bounds for the C loops)."""
     if b.lens is not None:

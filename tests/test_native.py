@@ -231,8 +231,9 @@ def test_compiled_entry_encoder_matches_the_interpreted_one() -> None:
 
 def test_group_id_codecs_match_the_general_parser() -> None:
     """XACK's IDs are parsed by a C loop compiled and by a regex interpreted; both must agree
-    with the general strict parser (same IDs, same error), and the offset counted for the
-    XCLAIMs of a `>` read nobody listens to must be the length of the effects it skips."""
+    with the general strict parser (same IDs, same error), the offset counted for the
+    XCLAIMs of a `>` read nobody listens to must be the length of the effects it skips, and
+    the effects' IDs written by C loops must read as format_id writes them."""
     import random
 
     from node.commands import groups
@@ -278,6 +279,7 @@ def test_group_id_codecs_match_the_general_parser() -> None:
                                        b"%d" % now, b"RETRYCOUNT", b"1", b"FORCE", b"JUSTID",
                                        b"LASTID", format_id(s)])) for s in sids)
         assert groups.xclaim_run_len(key, group, cons, now, sids) == want
+        assert [groups._id_text(s) for s in sids] == [format_id(s) for s in sids]
 
 
 def test_sealed_node_decoding_matches_what_was_appended() -> None:

@@ -11,6 +11,9 @@ cdef Py_ssize_t _arg_len(Py_ssize_t n) except -1
 
 cdef Py_ssize_t _id_len(object sid) except -1
 
+@cython.locals(p=Py_ssize_t)
+cpdef bytes _id_text(object sid)
+
 @cython.locals(fixed=Py_ssize_t, total=Py_ssize_t, n=Py_ssize_t)
 cpdef Py_ssize_t xclaim_run_len(key, groupname, consumer, now_ms, list sids) except -1
 

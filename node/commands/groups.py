@@ -43,9 +43,10 @@ from node.streamid import (
 )
 
 if cython.compiled:
-    from cython.cimports.cpython.bytes import PyBytes_AS_STRING
-    from cython.cimports.node.commands.streams import _ndigits
-    from cython.cimports.node.streamnodes import _sid_of
+    from cython.cimports.cpython.bytes import PyBytes_AS_STRING, PyBytes_FromStringAndSize
+    from cython.cimports.cpython.long import PyLong_AsUnsignedLongLongMask
+    from cython.cimports.node.commands.streams import _ndigits, _put_dec
+    from cython.cimports.node.streamnodes import _sid_ms, _sid_of
 else:
     from node.commands.streams import _ndigits
     from node.streamnodes import _sid_of
@@ -94,11 +95,11 @@ def propagate_xclaim(c: Client, key: bytes, groupname: bytes, g: ConsumerGroup, 
     needed (FORCE), deletes it if the entry no longer exists, and moves the group's last ID
     forward only. JUSTID avoids reading the entry on the replica.
     """
+    ids = _id_text(sid)
     last = g.last_id
-    c.server.propagate([b"XCLAIM", key, groupname, nack[2], b"0",
-                        b"%d-%d" % (sid >> 64, sid & SEQ_MAX), b"TIME", b"%d" % nack[0],
-                        b"RETRYCOUNT", b"%d" % nack[1], b"FORCE", b"JUSTID", b"LASTID",
-                        b"%d-%d" % (last >> 64, last & SEQ_MAX)])
+    c.server.propagate([b"XCLAIM", key, groupname, nack[2], b"0", ids, b"TIME",
+                        b"%d" % nack[0], b"RETRYCOUNT", b"%d" % nack[1], b"FORCE", b"JUSTID",
+                        b"LASTID", ids if last == sid else _id_text(last)])
 
 
 def _arg_len(n: int) -> int:
@@ -109,8 +110,22 @@ def _arg_len(n: int) -> int:
 
 
 def _id_len(sid: int) -> int:
-    """Characters of `ms-seq` (3 to 41), compiled: two C loops, no string."""
+    """Characters of `ms-seq` (3 to 41), compiled: two C loops, no string or shift."""
+    if cython.compiled:
+        return _ndigits(_sid_ms(sid)) + 1 + _ndigits(PyLong_AsUnsignedLongLongMask(sid))
     return _ndigits(sid >> 64) + 1 + _ndigits(sid & SEQ_MAX)
+
+
+def _id_text(sid: int) -> bytes:
+    """`ms-seq`; compiled, written by C loops into a stack buffer (format_id, node/streamid.py,
+    is an interpreted call and a `%` format)."""
+    if not cython.compiled:
+        return b"%d-%d" % (sid >> 64, sid & SEQ_MAX)
+    buf = cython.declare(cython.char[48])
+    p = _put_dec(buf, 0, _sid_ms(sid))
+    buf[p] = 45
+    p = _put_dec(buf, p + 1, PyLong_AsUnsignedLongLongMask(sid))
+    return PyBytes_FromStringAndSize(buf, p)
 
 
 def xclaim_run_len(key: bytes, groupname: bytes, consumer: bytes, now_ms: int,
@@ -142,9 +157,8 @@ def _named(nack: Nack, cons: Consumer) -> Nack:
 def propagate_group_id(c: Client, key: bytes, groupname: bytes, g: ConsumerGroup) -> None:
     """XGROUP SETID key group last-id ENTRIESREAD n: the group cursor, exactly."""
     er = -1 if g.entries_read is None else g.entries_read
-    last = g.last_id  # formatted here: format_id is an interpreted call (node/streamid.py)
-    c.server.propagate([b"XGROUP", b"SETID", key, groupname,
-                        b"%d-%d" % (last >> 64, last & SEQ_MAX), b"ENTRIESREAD", b"%d" % er])
+    c.server.propagate([b"XGROUP", b"SETID", key, groupname, _id_text(g.last_id),
+                        b"ENTRIESREAD", b"%d" % er])
 
 
 def propagate_consumer_creation(c: Client, key: bytes, groupname: bytes, name: bytes) -> None:

@@ -12,7 +12,7 @@ from node.stream cimport Stream
                nkeys=Py_ssize_t, claim="long long", idx=Py_ssize_t, db=Keyspace, s=Stream,
                g=ConsumerGroup, cons=Consumer, streams=list, groups=list, ids=list,
                dollars=list, parts=list, served=Py_ssize_t, n=Py_ssize_t, n2=Py_ssize_t,
-               history=bint, proto=int)
+               history=bint, proto=int, klen=Py_ssize_t)
 cpdef bytes xread(c, argv)
 
 @cython.locals(n=Py_ssize_t, parts=list, moved=bint, listening=bint, sids=list, ents=object)

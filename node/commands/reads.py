@@ -26,7 +26,13 @@ from node.commands.groups import (
     propagate_xclaim,
     xclaim_run_len,
 )
-from node.commands.streams import encode_entries, encode_span, entry_reply, stream_range_reply
+from node.commands.streams import (
+    _fields_hdr,
+    encode_entries,
+    encode_span,
+    entry_reply,
+    stream_range_reply,
+)
 from node.groups import LLONG_MAX, Consumer, ConsumerGroup
 from node.resp import ReplyError, null_array
 from node.stream import Stream
@@ -34,6 +40,13 @@ from node.streamid import MAX_ID, format_id, parse_id_or_error
 
 # ">" is stored as the maximal ID, as Redis does (an explicit max ID therefore acts as ">").
 _NEW = MAX_ID
+
+# A read's reply headers, formatted once: [key, entries] (RESP2) or a map entry (RESP3) for
+# keys under 256 bytes, and the outer array or map for up to 15 streams.
+_KEY2 = [b"*2\r\n$%d\r\n" % n for n in range(256)]
+_KEY3 = [b"$%d\r\n" % n for n in range(256)]
+_ARRAY2 = [b"*%d\r\n" % n for n in range(16)]
+_MAP3 = [b"%%%d\r\n" % n for n in range(16)]
 
 
 XReadOptions = tuple[int, int, bool, int, int, bytes | None, bytes, int, int]
@@ -200,10 +213,13 @@ def xread(c: Client, argv: list[bytes]) -> bytes:
         key = keys[idx]
         served += 1
         # [key, entries] (RESP2) or a map entry (RESP3), the entries copied once, by the join.
-        parts += [b"*2\r\n$%d\r\n" % len(key) if proto == 2 else b"$%d\r\n" % len(key),
-                  key, b"\r\n*%d\r\n" % n, body]
+        klen = len(key)
+        parts += [(_KEY2 if proto == 2 else _KEY3)[klen] if klen < 256 else
+                  (b"*2\r\n$%d\r\n" if proto == 2 else b"$%d\r\n") % klen,
+                  key, _fields_hdr(n), body]
     if served:
-        parts[0] = (b"*%d\r\n" if proto == 2 else b"%%%d\r\n") % served
+        parts[0] = ((_ARRAY2 if proto == 2 else _MAP3)[served] if served < 16 else
+                    (b"*%d\r\n" if proto == 2 else b"%%%d\r\n") % served)
         return b"".join(parts)
 
     if timeout != -1:
