@@ -47,6 +47,7 @@ COMPILED = [
     "node.protocol",
     "node.resp",
     "node.server",
+    "node.slots",
     "node.stream",
     "node.streamnodes",
     # The router's relay: parse (node.protocol), route, forward, relay the reply.

@@ -8,6 +8,12 @@ from __future__ import annotations
 
 from binascii import crc_hqx
 
+import cython
+
+if cython.compiled:
+    from cython.cimports.cpython.bytes import PyBytes_AS_STRING
+    from cython.cimports.libc.string import memchr
+
 SLOTS = 16384
 
 
@@ -15,6 +21,16 @@ def key_slot(key: bytes) -> int:
     """The slot of a key. Only the text between the first '{' and the next '}' is hashed,
     unless that is empty (then the whole key is)."""
     # binascii.crc_hqx is CRC-16/XMODEM (poly 0x1021, initial 0), the CRC16 of Redis Cluster.
+    if cython.compiled and type(key) is bytes:  # the router's per-request case: memchr
+        n = len(key)
+        base = PyBytes_AS_STRING(key)
+        q = cython.cast(cython.p_char, memchr(base, 123, n))  # b"{"
+        if q != cython.NULL:
+            s = q - base
+            q = cython.cast(cython.p_char, memchr(q + 1, 125, n - s - 1))  # b"}"
+            if q != cython.NULL and q - base > s + 1:
+                key = key[s + 1:q - base]
+        return crc_hqx(key, 0) & 16383
     s = key.find(b"{")
     if s >= 0:
         e = key.find(b"}", s + 1)

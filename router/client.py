@@ -16,6 +16,7 @@ from node.client import Client
 from node.protocol import RespConnection
 
 if TYPE_CHECKING:
+    from router.outbox import Outbox
     from router.proxy import Router
     from router.upstream import Upstream
 
@@ -42,11 +43,12 @@ class RouterClient(Client):
 class ClientConn(RespConnection):
     """One client socket of the router: requests run in order, replies leave in order."""
 
-    __slots__ = ("router", "cells", "_close_after", "_out", "_queued")
+    __slots__ = ("router", "outbox", "cells", "_close_after", "_out", "_queued")
 
     def __init__(self, router: Router) -> None:
         super().__init__(router, self._submit)
         self.router = router
+        self.outbox: Outbox = router.outbox
         self.cells: deque[Cell] = deque()
         self._close_after = False
         self._out: list[bytes] = []  # replies in order, written at the end of the iteration
@@ -65,7 +67,7 @@ class ClientConn(RespConnection):
         """Run the requests that are ready; a request for an idle node leaves before this
         returns instead of at the end of the loop iteration (router/outbox.py)."""
         n = RespConnection._process(self)
-        outbox = self.router.outbox
+        outbox = self.outbox
         if outbox.urgent:
             outbox.now()
         return n
@@ -85,7 +87,7 @@ class ClientConn(RespConnection):
                 out.append(cells.popleft()[0])
             if not self._queued:
                 self._queued = True
-                self.router.outbox.add(self)
+                self.outbox.add(self)
             if self._read_paused and len(cells) < MAX_CELLS // 2 and not self._halt \
                     and not self._close_after \
                     and (self.client is None or self.client.blocked is None):

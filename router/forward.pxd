@@ -1,8 +1,22 @@
 # Cython declarations for router/forward.py (pure-Python mode; node/native.py, setup.py).
 # A Forward is made for every relayed request and is its reply callback.
 
+cimport cython
+
+from router.client cimport ClientConn, RouterClient
+from router.upstream cimport Pool, Upstream
+
+cdef double _clock() noexcept
+
 cdef class Forward:
-    cdef public object router, c, data, slot, cell, done, addr, added
+    cdef public object router, data, slot, cell, done, addr, added
+    cdef public RouterClient c
     cdef public bint write
     cdef public Py_ssize_t attempt
     cdef public double deadline, sent
+
+    @cython.locals(c=RouterClient, pool=Pool, up=Upstream, replica=bint)
+    cpdef send(self, object addr=*, Upstream up=*)
+
+    @cython.locals(conn=ClientConn)
+    cpdef _finish(self, object r)

@@ -5,9 +5,13 @@ cimport cython
 
 from router.forward cimport Forward
 
+@cython.locals(i=Py_ssize_t, n=Py_ssize_t, b=double)
+cdef Py_ssize_t _bucket(tuple bounds, double v)
+
 cdef class UpstreamStats:
-    cdef public object router, times, errors, _nodes, _by_addr
+    cdef public object router, _nodes, _by_addr
+    cdef public dict times, errors
     cdef public Py_ssize_t clusterdown_waits
 
-    @cython.locals(dt=double, h=object)
-    cpdef replied(self, Forward f, object r)
+    @cython.locals(h=object)
+    cpdef replied(self, Forward f, bytes r, double dt)

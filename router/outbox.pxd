@@ -4,3 +4,6 @@ cdef class Outbox:
     cdef public object loop
     cdef public list pending
     cdef public bint scheduled, urgent
+
+    cpdef add(self, object w)
+    cpdef now(self)

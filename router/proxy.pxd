@@ -6,6 +6,7 @@
 cimport cython
 
 from router.client cimport ClientConn, RouterClient
+from router.forward cimport Forward
 from router.outbox cimport Outbox
 from router.routes cimport Route
 
@@ -23,5 +24,5 @@ cdef class Router:
     @cython.locals(conn=ClientConn, name=bytes, route=Route, n=Py_ssize_t)
     cpdef dispatch(self, RouterClient c, list argv, list cell, object raw=*)
 
-    @cython.locals(conn=ClientConn, fk=Py_ssize_t)
+    @cython.locals(conn=ClientConn, fk=Py_ssize_t, f=Forward)
     cpdef _keyed(self, RouterClient c, list argv, Route route, list cell, object raw)

@@ -265,8 +265,9 @@ class Router:
                raw: bytes | None) -> None:
         fk = route.fixed_key
         if fk and fk < len(argv) and not route.blocking:  # one key, no BLOCK: XADD, GET...
-            return Forward(self, c, raw or encode_command(argv), key_slot(argv[fk]),
-                           route.write, cell).send()
+            f = Forward(self, c, raw or encode_command(argv), key_slot(argv[fk]), route.write,
+                        cell)
+            return f.send()
         conn: ClientConn = c.conn  # type: ignore[assignment]
         positions = command_table.get_keys(argv)
         if not positions:  # a syntax the key specs do not fit: any node phrases the error
@@ -289,7 +290,8 @@ class Router:
             if options is not None and options[0] >= 0:
                 return BlockedRead(self, c, argv, options[7], options[0], slot, route.write,
                                    cell, dollars=dollar_ids(argv, options), raw=raw).start()
-        return Forward(self, c, raw or encode_command(argv), slot, route.write, cell).send()
+        f = Forward(self, c, raw or encode_command(argv), slot, route.write, cell)
+        return f.send()
 
     # --- clients --------------------------------------------------------------------------------
     def add_client(self, conn: RespConnection, addr: str, laddr: str) -> RouterClient:

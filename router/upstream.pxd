@@ -1,5 +1,8 @@
 # Cython declarations for router/upstream.py (pure-Python mode; node/native.py, setup.py).
-# Methods stay `def`: uvloop calls the protocol methods, the router the rest.
+# Methods stay `def` where uvloop calls them (the protocol methods); `send` and `Pool.get`
+# run per relayed request and are called as C by router/forward.py.
+
+cimport cython
 
 from router.outbox cimport Outbox
 
@@ -8,3 +11,13 @@ cdef class Upstream:
     cdef public bint closed, _queued
     cdef public list _out
     cdef public Outbox _outbox
+
+    cpdef send(self, object data, object cb)
+
+cdef class Pool:
+    cdef public object loop, ssl, outbox, host, port, setup, dedicated, idle
+    cdef public Py_ssize_t size
+    cdef public list conns
+
+    @cython.locals(i=Py_ssize_t, c=Upstream)
+    cpdef Upstream get(self, object client_id)
