@@ -52,7 +52,8 @@ repo = REPO_ROOT  # the checkout whose code the servers run (--repo)
 FIELDS = [tok for i in range(1, 6) for tok in (f"f{i}", f"value{i:05d}")]
 XADD = ["XADD", "s", "*", *FIELDS]
 SCALE = {"xrange": 0.1, "xreadgroup-xack": 0.1, "aof-replay": 30}
-SCENARIOS = ["xadd-p1", "xadd-p16", "xreadgroup-xack", "xrange", "router-xadd", "aof-replay"]
+SCENARIOS = ["xadd-p1", "xadd-p16", "xreadgroup-xack", "xrange", "router-xadd", "router-xadd-p16",
+             "aof-replay"]
 
 
 # Only what runs inside uvloop's socket-read callback is counted: the request path of both
@@ -155,7 +156,7 @@ def measure(name: str, n: int, env: dict[str, str], work: Path) -> tuple[float, 
     if name == "aof-replay":
         return _aof_replay(n, env, d)
     helper = None
-    if name == "router-xadd":
+    if name.startswith("router-"):
         nport = free_port()
         helper = subprocess.Popen(_node_argv(nport, d), cwd=repo, env=env,
                                   stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
@@ -180,6 +181,7 @@ def measure(name: str, n: int, env: dict[str, str], work: Path) -> tuple[float, 
                     c.call("XGROUP", "CREATE", "s", "g", "0")
                 _readgroup_ack(port, 20)
         warm = {"xadd-p1": (XADD, 1), "xadd-p16": (XADD, 16), "router-xadd": (XADD, 1),
+                "router-xadd-p16": (XADD, 16),
                 "xrange": (["XRANGE", "s", "-", "+", "COUNT", "100"], 1)}
         if name in warm:
             cmd, p = warm[name]
