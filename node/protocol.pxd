@@ -21,7 +21,7 @@ cdef class RespConnection:
     cdef public object server, execute, transport, reader, _span
     cdef public Client client
     cdef public bytes _slow
-    cdef public bint _boundary, _closing, _write_paused, _read_paused, _halt
+    cdef public bint _boundary, _closing, _write_paused, _read_paused, _halt, _own_process
     cdef public Py_ssize_t _span_len, _done, _stalls, _pending
     cdef public object _big, raw
     cdef public RequestBuffer _requests
@@ -31,9 +31,12 @@ cdef class RespConnection:
                    max_bulk=Py_ssize_t, n=Py_ssize_t, turn=Py_ssize_t, most=Py_ssize_t,
                    argv=list)
     cdef Py_ssize_t _run_requests(self, Client c, list out) except -1
+    cdef Py_ssize_t _run(self) except -1
     @cython.locals(requests=RequestBuffer)
     cdef void _after_requests(self) except *
     cdef void _wait_for_more(self) except *
+
+cdef bint _starts_request(object data) except -1
 
 cpdef bint _all_bulk(list argv)
 

@@ -104,6 +104,13 @@ def _big_count(data: bytes) -> bool:
     return False
 
 
+def _starts_request(data: bytes) -> bool:
+    """`data[:1] == b"*"` without making the slice."""
+    if cython.compiled and type(data) is bytes:
+        return len(data) > 0 and PyBytes_AS_STRING(data)[0] == 42
+    return data[:1] == b"*"
+
+
 def _tail(parts: list[bytes]) -> bytes:
     """The last 8 bytes of `parts` joined: a `*N` line may come in pieces of any size."""
     t = parts[-1][-8:]
@@ -212,7 +219,7 @@ class RespConnection:
 
     __slots__ = ("server", "execute", "transport", "reader", "client", "_slow", "_boundary",
                  "_span", "_span_len", "_done", "_closing", "_write_paused", "_read_paused",
-                 "_stalls", "_halt", "_pending", "_big", "_requests", "raw")
+                 "_stalls", "_halt", "_pending", "_big", "_requests", "_own_process", "raw")
 
     def __init__(self, server: ConnectionOwner,
                  execute: Callable[[Client, list[bytes]], bytes | None]) -> None:
@@ -240,6 +247,8 @@ class RespConnection:
         # is in hiredis) while the client cannot run them: blocked, stalled, or a deep pipeline
         # yielding to the loop.
         self._requests = RequestBuffer()
+        # This class's `_process` runs (no subclass override): the read path calls its body.
+        self._own_process = type(self)._process is RespConnection._process
         # The bytes of the request being executed when one read held exactly it, else None
         # (set before every execute): the router relays those instead of encoding the
         # request again (router/client.py).
@@ -289,7 +298,8 @@ class RespConnection:
     def data_received(self, data: bytes) -> None:
         if self._closing:
             return
-        self.server.stats.net_input_bytes += len(data)
+        stats = self.server.stats
+        stats.net_input_bytes += len(data)
         requests = self._requests
         waiting = requests.buf
         if waiting is not None:  # the client could not run them yet: the new bytes go after
@@ -297,7 +307,7 @@ class RespConnection:
             requests.pos = 0
             self._after_requests()
             return
-        if self._boundary and not self._slow and self._big is None and data[:1] == b"*":
+        if self._boundary and not self._slow and self._big is None and _starts_request(data):
             requests.buf = data
             requests.pos = 0
             self._boundary = False
@@ -334,7 +344,10 @@ class RespConnection:
     def _after_requests(self) -> None:
         """Run a read that began at a request boundary (`_requests`), then see to what is left
         of it, as `data_received` does for bytes fed to hiredis."""
-        self._process()
+        if self._own_process:
+            self._run()
+        else:
+            self._process()
         requests = self._requests
         if requests.buf is not None:  # whole requests the client cannot run now
             self._pending = len(requests.buf) - requests.pos
@@ -377,7 +390,12 @@ class RespConnection:
     def _process(self) -> int:
         """Run every complete command that is ready, then write the replies at once.
 
-        Returns how many commands hiredis produced."""
+        Returns how many commands ran."""
+        return self._run()
+
+    def _run(self) -> int:
+        """`_process` itself: called directly (as C) where a subclass does not override
+        `_process` (the node's connections; the router's adds its outbox)."""
         c = self.client
         if c is None or self._closing:
             return 0

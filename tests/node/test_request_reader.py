@@ -224,3 +224,18 @@ def test_requests_behind_a_blocked_one_wait_for_it(inproc: InprocNode) -> None:
         b"$5\r\nafter\r\n$5\r\nlater\r\n"), out
     t.close()
     inproc._turns(1)
+
+
+def test_read_path_runs_an_overriding_process() -> None:
+    """A read calls `_process` itself where a subclass overrides it (the router flushes its
+    outbox there), and the base's body directly where none does."""
+    from node.protocol import RespConnection
+    from node.server import Connection
+
+    class Overriding(RespConnection):
+        def _process(self) -> int:
+            return RespConnection._process(self)
+
+    assert RespConnection(None, None)._own_process  # type: ignore[arg-type]
+    assert not Overriding(None, None)._own_process  # type: ignore[arg-type]
+    assert Connection._process is RespConnection._process  # the node: the direct path
