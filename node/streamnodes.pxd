@@ -76,6 +76,8 @@ cdef unsigned long long _sid_ms(object sid) except? 0
 
 cdef Py_ssize_t _string_count(Block b) except? -2
 
+cdef const char *_lens_ptr(Block b) noexcept
+
 @cython.locals(pl="const char *", lw=int, off=Py_ssize_t, j=Py_ssize_t)
 cdef Py_ssize_t _string_off(Block b, Py_ssize_t e) except? -1
 

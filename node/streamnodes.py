@@ -557,10 +557,8 @@ def _bound_c(b: Block, msd: int, sq: int, right: bool) -> int:
 
 def _sids_c(b: Block, i0: int, i1: int) -> list[int]:
     """Block.sids: IDs of entries i0..i1-1 (clamped to the node)."""
-    if i0 < 0:
-        i0 = 0
-    if i1 > b.n:
-        i1 = b.n
+    i0 = max(i0, 0)
+    i1 = min(i1, b.n)
     pm = PyBytes_AS_STRING(b.msd)
     mw = _width(b.mtc)
     ps = PyBytes_AS_STRING(b.seq)
@@ -607,6 +605,13 @@ def _string_count(b: Block) -> int:
     return -1  # every string is empty: any count
 
 
+def _lens_ptr(b: Block) -> bytes | None:
+    """The string length array (NULL when every string has length elen)."""
+    if b.lens is None:
+        return cython.NULL
+    return PyBytes_AS_STRING(b.lens)
+
+
 def _string_off(b: Block, e: int) -> int:
     """Offset in the blob of stored string e."""
     if b.lens is None:
@@ -630,11 +635,8 @@ def _strings_c(b: Block, e0: int, e1: int) -> list[bytes]:
     pb = PyBytes_AS_STRING(b.blob)
     off = _string_off(b, e0)
     w = b.elen
-    pl = cython.cast(cython.p_char, cython.NULL)
-    lw = 0
-    if b.lens is not None:
-        pl = PyBytes_AS_STRING(b.lens)
-        lw = _width(b.lentc)
+    pl = _lens_ptr(b)
+    lw = _width(b.lentc) if pl else 0
     for e in range(e0, e1):
         if lw:
             w = _uget(pl, lw, e)
@@ -648,10 +650,8 @@ def _same_entries_c(b: Block, i0: int, i1: int) -> list[list[bytes]]:
     built once, the master names shared, the values cut straight from the blob."""
     master = b.master
     k = len(master)
-    if i0 < 0:
-        i0 = 0
-    if i1 > b.n:
-        i1 = b.n
+    i0 = max(i0, 0)
+    i1 = min(i1, b.n)
     cnt = _string_count(b)
     if 0 <= cnt < i1 * k:
         i1 = cnt // k if k else i0
@@ -662,11 +662,8 @@ def _same_entries_c(b: Block, i0: int, i1: int) -> list[list[bytes]]:
     e = i0 * k
     off = _string_off(b, e)
     w = b.elen
-    pl = cython.cast(cython.p_char, cython.NULL)
-    lw = 0
-    if b.lens is not None:
-        pl = PyBytes_AS_STRING(b.lens)
-        lw = _width(b.lentc)
+    pl = _lens_ptr(b)
+    lw = _width(b.lentc) if pl else 0
     for _i in range(i0, i1):
         ent = [None] * (2 * k)
         for j in range(k):

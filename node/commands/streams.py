@@ -51,7 +51,13 @@ if cython.compiled:
     from cython.cimports.libc.stdlib import free, malloc
     from cython.cimports.libc.string import memcpy
     from cython.cimports.node.server import Server
-    from cython.cimports.node.streamnodes import _string_count, _string_off, _uget, _width
+    from cython.cimports.node.streamnodes import (
+        _lens_ptr,
+        _string_count,
+        _string_off,
+        _uget,
+        _width,
+    )
 
 _WRONG_ARITY_XADD = errors.wrong_arity(b"xadd")
 
@@ -204,10 +210,8 @@ def encode_span(blk: Block, i0: int, i1: int) -> bytes:
 def _encode_span_c(b: Block, i0: int, i1: int) -> bytes:
     master = b.master
     k = len(master)
-    if i0 < 0:
-        i0 = 0
-    if i1 > b.n:
-        i1 = b.n
+    i0 = max(i0, 0)
+    i1 = min(i1, b.n)
     e0 = i0 * k
     e1 = i1 * k
     cnt = _string_count(b)
@@ -233,11 +237,8 @@ def _encode_span_c(b: Block, i0: int, i1: int) -> bytes:
         base = b.ms0
         pb = PyBytes_AS_STRING(b.blob) + off
         vlen = b.elen
-        pl = cython.cast(cython.p_char, cython.NULL)
-        lw = 0
-        if b.lens is not None:
-            pl = PyBytes_AS_STRING(b.lens)
-            lw = _width(b.lentc)
+        pl = _lens_ptr(b)
+        lw = _width(b.lentc) if pl else 0
         e = e0
         p = 0
         for i in range(i0, i1):
