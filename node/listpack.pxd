@@ -6,3 +6,5 @@ import cython
 @cython.locals(s=Py_ssize_t, n=Py_ssize_t, c0=int, b=bytes, t=bytes, z=Py_ssize_t,
                lo=Py_ssize_t, hi=Py_ssize_t, i=Py_ssize_t, end=Py_ssize_t)
 cpdef Py_ssize_t _sum_esz(list items, Py_ssize_t start=*, Py_ssize_t step=*) except -1
+
+cpdef int _isz(long long v) noexcept

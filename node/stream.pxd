@@ -1,14 +1,27 @@
 # Cython declarations for node/stream.py (pure-Python mode; node/native.py, setup.py).
-# IDs are 128-bit Python ints (ms << 64 | seq), so they stay `object`; counters are C ints.
+# An ID is a 128-bit Python int (ms << 64 | seq) where other code needs one; the stream's last
+# ID is two C uint64 fields, so XADD computes and checks IDs without Python-int arithmetic.
 
 import cython
 
-from node.listpack cimport _sum_esz
+from libc.stdint cimport uint64_t
+
+from node.listpack cimport _isz, _sum_esz
 from node.streamnodes cimport Tail
+
+cdef extern from "Python.h":
+    object _PyLong_FromByteArray(const unsigned char *b, size_t n, int little_endian, int signed)
+
+cdef Py_ssize_t _LP_MAX
+cdef unsigned long long _U64_MAX
+
+@cython.locals(buf="unsigned char[16]", i=int)
+cdef object _make_id(unsigned long long ms, unsigned long long seq)
 
 cdef class Stream:
     cdef public Py_ssize_t length
-    cdef public object last_id, first_id, max_deleted_entry_id, entries_added
+    cdef public uint64_t last_ms, last_seq
+    cdef public object first_id, max_deleted_entry_id, entries_added
     cdef public dict groups
     cdef public object idmp
     cdef public list _firsts, _nodes
@@ -17,8 +30,14 @@ cdef class Stream:
 
     cpdef next_auto_id(self, now_ms)
 
-    # XADD's hot path: the open tail's counters and lists as C fields and typed locals.
+    cpdef append(self, sid, list fields, Py_ssize_t max_entries, Py_ssize_t max_bytes)
+    cpdef append_id(self, unsigned long long ms, unsigned long long seq, list fields,
+                    Py_ssize_t max_entries, Py_ssize_t max_bytes)
+
+    # XADD's hot path: the ID parts, the open tail's counters and lists as C values.
     @cython.locals(t=Tail, tot=Py_ssize_t, live=Py_ssize_t, ndel=Py_ssize_t, size=Py_ssize_t,
                    k=Py_ssize_t, nf=Py_ssize_t, n=Py_ssize_t, vals=list, nf2=Py_ssize_t,
-                   j=Py_ssize_t, x=bytes, same=bint, master=list)
-    cpdef append(self, sid, list fields, Py_ssize_t max_entries, Py_ssize_t max_bytes)
+                   j=Py_ssize_t, x=bytes, same=bint, master=list, ms0="unsigned long long",
+                   seq0="unsigned long long", msd="unsigned long long")
+    cdef _append(self, unsigned long long ms, unsigned long long seq, sid, list fields,
+                 Py_ssize_t max_entries, Py_ssize_t max_bytes)

@@ -4,7 +4,10 @@ Data only: no RESP, no client, no config lookups. Errors are typed exceptions (`
 `ElementsTooLarge`) and the command layer chooses the reply text, as t_stream.c does with
 EDOM/ERANGE.
 
-IDs are ints `ms << 64 | seq` everywhere, so comparing two IDs is one int comparison.
+IDs are ints `ms << 64 | seq` everywhere, so comparing two IDs is one int comparison. The
+stream's own last ID is kept as its two parts (`last_ms`, `last_seq`; `last_id` is the int), so
+that XADD can make, check and reply with an ID without 128-bit int arithmetic (compiled, they
+are C uint64 fields and `append_id` takes the parts as C ints).
 
 Layout
 ------
@@ -35,6 +38,7 @@ insertion ordered; owned by node.groups).
 - `next_auto_id(now_ms)` / `next_seq_id(ms)`: IDs for `*` and `ms-*`.
 - `append(sid, fields, max_entries, max_bytes)`: `fields` is the flat list
   `[f1, v1, f2, v2, ...]`; it is kept by reference, so pass a list nobody mutates later.
+  `append_id(ms, seq, fields, ...)` is the same with the ID as its parts (XADD's fast path).
   `append_many(sids, field_lists, ...)` appends a run of them in one call (effects replay).
 - `range(start, end, count=None, rev=False)`: iterator of `(sid, fields)` of live entries with
   `start <= sid <= end`; `range_chunks` yields the same per node as `(sids, field_lists)`,
@@ -54,6 +58,8 @@ from collections.abc import Iterator
 from itertools import chain
 from typing import Any
 
+import cython
+
 from node.listpack import _isz, _s64, _sum_esz
 from node.streamid import MAX_ID, SEQ_MAX
 from node.streamnodes import Block, Node, Tail, _live_slice
@@ -61,6 +67,23 @@ from node.streamnodes import Block, Node, Tail, _live_slice
 __all__ = ["Stream", "IDTooSmall", "ElementsTooLarge", "LP_MAX_SIZE"]
 
 LP_MAX_SIZE = 1 << 30  # STREAM_LISTPACK_MAX_SIZE
+_LP_MAX = LP_MAX_SIZE  # the same, a C constant compiled
+_U64_MAX = SEQ_MAX  # a C constant compiled
+
+if cython.compiled:
+    from cython.cimports.cpython.long import PyLong_AsUnsignedLongLongMask
+
+
+def _make_id(ms: int, seq: int) -> int:
+    """The int of the ID ms-seq. Compiled, one int is built from the 16 bytes of the two
+    parts (no shift and no `|` of Python ints)."""
+    if cython.compiled:
+        for i in range(8):
+            buf[i] = cython.cast(cython.uchar, seq >> (8 * i))  # noqa: F821
+            buf[8 + i] = cython.cast(cython.uchar, ms >> (8 * i))  # noqa: F821
+        return _PyLong_FromByteArray(buf, 16, 1, 0)  # noqa: F821
+    return cython.cast(object, ms) << 64 | seq
+
 
 class IDTooSmall(Exception):
     """EDOM: the ID is not greater than the stream's last ID (or `ms-*` has no sequence left)."""
@@ -74,12 +97,13 @@ class ElementsTooLarge(Exception):
 class Stream:
     """A Redis stream. See the module docstring for the API and the node layout."""
 
-    __slots__ = ("length", "last_id", "first_id", "max_deleted_entry_id", "entries_added",
+    __slots__ = ("length", "last_ms", "last_seq", "first_id", "max_deleted_entry_id", "entries_added",
                  "groups", "idmp", "_firsts", "_nodes", "_tail", "__weakref__")
 
     def __init__(self) -> None:
         self.length = 0  # live entries
-        self.last_id = 0  # the greatest ID ever added (or set by XSETID)
+        self.last_ms = 0  # the greatest ID ever added (or set by XSETID): its ms
+        self.last_seq = 0  # and its sequence
         self.first_id = 0  # first live entry, 0 when empty
         self.max_deleted_entry_id = 0  # greatest ID deleted by XDEL (or XSETID MAXDELETEDID)
         self.entries_added = 0  # all entries ever added (or XSETID ENTRIESADDED)
@@ -93,12 +117,27 @@ class Stream:
         return f"<Stream length={self.length} nodes={len(self._nodes)}>"
 
     # -- IDs ------------------------------------------------------------------------------
+    @property
+    def last_id(self) -> int:
+        """The greatest ID ever added (or set by XSETID), as an int."""
+        return _make_id(self.last_ms, self.last_seq)
+
+    @last_id.setter
+    def last_id(self, sid: int) -> None:
+        if not 0 <= sid <= MAX_ID:
+            raise ValueError("stream ID out of range")
+        self.last_ms = sid >> 64
+        self.last_seq = sid & SEQ_MAX
+
     def next_auto_id(self, now_ms: int) -> int:
         """streamNextID: the ID for `*`. The caller checks exhaustion (last_id == MAX_ID)."""
-        last = self.last_id
-        if now_ms > last >> 64:
-            return now_ms << 64
-        return last + 1 if last != MAX_ID else 0
+        if now_ms > self.last_ms:
+            return _make_id(now_ms, 0)
+        if self.last_seq != _U64_MAX:
+            return _make_id(self.last_ms, self.last_seq + 1)
+        if self.last_ms != _U64_MAX:
+            return _make_id(self.last_ms + 1, 0)
+        return 0
 
     def next_seq_id(self, ms: int) -> int:
         """The ID for `ms-*`: the next sequence in the last ID's millisecond, else ms-0.
@@ -106,29 +145,43 @@ class Stream:
         Raises IDTooSmall when that millisecond has no sequence left. (Redis 7.0 replied with
         the ERANGE text there by accident; 7.2+ sets EDOM, which we follow.)
         """
-        last = self.last_id
-        if last >> 64 == ms:
-            if last & SEQ_MAX == SEQ_MAX:
+        if self.last_ms == ms:
+            if self.last_seq == _U64_MAX:
                 raise IDTooSmall
-            return last + 1
-        return ms << 64
+            return _make_id(ms, self.last_seq + 1)
+        return _make_id(ms, 0)
 
     # -- append ---------------------------------------------------------------------------
     def append(self, sid: int, fields: list[bytes], max_entries: int, max_bytes: int) -> None:
-        """streamAppendItem with a known ID; the node split follows Redis byte for byte.
+        """streamAppendItem with a known ID (0 <= sid <= MAX_ID); the node split follows Redis
+        byte for byte."""
+        if cython.compiled:
+            self._append(sid >> 64, PyLong_AsUnsignedLongLongMask(sid), sid, fields,
+                         max_entries, max_bytes)
+        else:
+            self._append(sid >> 64, sid & SEQ_MAX, sid, fields, max_entries, max_bytes)
 
-        This is XADD's hot path: the open tail takes the entry with a few list appends plus
+    def append_id(self, ms: int, seq: int, fields: list[bytes], max_entries: int,
+                  max_bytes: int) -> None:
+        """`append` of the ID ms-seq."""
+        self._append(ms, seq, None, fields, max_entries, max_bytes)
+
+    def _append(self, ms: int, seq: int, sid: int | None, fields: list[bytes],
+                max_entries: int, max_bytes: int) -> None:
+        """This is XADD's hot path: the open tail takes the entry with a few list appends plus
         the exact listpack size of the entry, which decides where Redis would split nodes.
-        """
-        if sid <= self.last_id:
+        `sid` is the int of ms-seq, or None to make it here."""
+        if ms < self.last_ms or (ms == self.last_ms and seq <= self.last_seq):
             raise IDTooSmall
         nf2 = len(fields)
         tot = 0
         for j in range(nf2):
             x = fields[j]  # bytes (typed compiled: anything else is a TypeError, like join)
             tot += len(x)
-        if tot > LP_MAX_SIZE:
+        if tot > LP_MAX_SIZE:  # a module global, so that a test can lower it
             raise ElementsTooLarge
+        if sid is None:
+            sid = _make_id(ms, seq)
         t = self._tail
         if t is None:
             if self._nodes:
@@ -140,9 +193,8 @@ class Stream:
             live = t.live
             ndel = t.ndel
             if ((max_entries and len(t.sids) >= max_entries)
-                    or t.lp_rest + (2 if live < 128 else _isz(live))
-                    + (2 if ndel < 128 else _isz(ndel)) + tot
-                    >= (max_bytes if 0 < max_bytes <= LP_MAX_SIZE else LP_MAX_SIZE)):
+                    or t.lp_rest + _isz(live) + _isz(ndel) + tot
+                    >= (max_bytes if 0 < max_bytes <= _LP_MAX else _LP_MAX)):
                 self._seal()
                 t = None
         if t is None:
@@ -150,12 +202,16 @@ class Stream:
             self._nodes.append(t)
             self._firsts.append(sid)
         else:
-            # flags (2 bytes) + ms delta + seq delta + values or fields + lp-count
-            seq = sid & SEQ_MAX
-            msd = (sid >> 64) - t.ms0
-            seqd = seq - t.seq0
-            size = (4 if msd < 128 else 2 + _isz(_s64(msd))) + (
-                2 if 0 <= seqd < 128 else (3 if -4096 <= seqd < 4096 else _isz(_s64(seqd))))
+            # flags (2 bytes) + ms delta + seq delta (int64 as Redis stores them: compiled, the
+            # uint64 differences cast) + values or fields + lp-count
+            ms0 = t.ms0
+            seq0 = t.seq0
+            msd = ms - ms0  # >= 0: the node's first ID is below this one
+            if cython.compiled:
+                size = (2 + _isz(cython.cast(cython.longlong, msd))
+                        + _isz(cython.cast(cython.longlong, seq - seq0)))
+            else:
+                size = 2 + _isz(_s64(msd)) + _isz(_s64(seq - seq0))
             k = t.k
             same = nf2 == 2 * k
             if same:  # the master entry's field names (compared in place, no slices)
@@ -185,7 +241,8 @@ class Stream:
             t.live += 1
         n = self.length = self.length + 1
         self.entries_added += 1
-        self.last_id = sid
+        self.last_ms = ms
+        self.last_seq = seq
         if n == 1:
             self.first_id = sid
 

@@ -36,10 +36,14 @@ cdef int _ndigits(unsigned long long v) noexcept
 @cython.locals(end=Py_ssize_t, i=Py_ssize_t)
 cdef Py_ssize_t _put_dec(char *buf, Py_ssize_t p, unsigned long long v) noexcept
 
+cdef unsigned long long _U64_MAX
+
 @cython.locals(p=Py_ssize_t, n=Py_ssize_t, q=Py_ssize_t)
-cdef bytes _id_bulk(sid)
+cdef bytes _id_bulk(unsigned long long ms, unsigned long long seq)
 
 # XADD's fast path: the stream and the key space as extension types (C field reads, cpdef calls).
 @cython.locals(argc=Py_ssize_t, i=Py_ssize_t, approx=bint, db=Keyspace, s=Stream, opt=bytes,
-               idarg=bytes, ids=bytes, reply=bytes, node=Server)
+               idarg=bytes, ids=bytes, reply=bytes, node=Server, auto=bint,
+               ms="unsigned long long", seq="unsigned long long", now="unsigned long long",
+               off=Py_ssize_t)
 cpdef bytes xadd(c, list argv)

@@ -60,6 +60,7 @@ if cython.compiled:
     )
 
 _WRONG_ARITY_XADD = errors.wrong_arity(b"xadd")
+_U64_MAX = SEQ_MAX  # a C constant compiled
 
 
 # --- reply encoding ------------------------------------------------------------------------
@@ -276,13 +277,13 @@ def _put_dec(buf: bytearray, p: int, v: int) -> int:
             return end
 
 
-def _id_bulk(sid: int) -> bytes:
+def _id_bulk(ms: int, seq: int) -> bytes:
     """XADD's reply `$<n>\r\n<ms>-<seq>\r\n` written into one C buffer (compiled only): the ID
     at offset 8, then its `$<n>\r\n` header right before it (n < 100)."""
     buf = cython.declare(cython.char[64])
-    p = _put_dec(buf, 8, sid >> 64)
+    p = _put_dec(buf, 8, ms)
     buf[p] = 45
-    p = _put_dec(buf, p + 1, PyLong_AsUnsignedLongLongMask(sid))
+    p = _put_dec(buf, p + 1, seq)
     n = p - 8
     q = 4 if n < 10 else 3
     buf[q] = 36
@@ -464,19 +465,22 @@ def xadd(c: Client, argv: list[bytes]) -> bytes:
         if maxlen is None or maxlen < 0:
             return _xadd_general(c, argv)
         i += 1
+    # The ID is kept as its two parts (C uint64 compiled) up to the reply: no 128-bit int.
     idarg = argv[i]
-    if idarg == b"*":
-        sid = -1
-    else:
+    auto = idarg == b"*"
+    ms = 0
+    seq = 0
+    if not auto:
         # `ms-seq` in plain digits (what effects carry); anything else is parsed in full.
         msb, _, seqb = idarg.partition(b"-")
         if not (msb.isdigit() and seqb.isdigit() and len(idarg) < 128):
             return _xadd_general(c, argv)
-        ms = int(msb)
-        seq = int(seqb)
-        if ms > SEQ_MAX or seq > SEQ_MAX or not (ms or seq):
+        msi = int(msb)
+        seqi = int(seqb)
+        if msi > SEQ_MAX or seqi > SEQ_MAX or not (msi or seqi):
             return _xadd_general(c, argv)
-        sid = ms << 64 | seq
+        ms = msi
+        seq = seqi
     if argc - i < 3 or not (argc - i) & 1:
         return _xadd_general(c, argv)
     srv = c.server
@@ -486,22 +490,31 @@ def xadd(c: Client, argv: list[bytes]) -> bytes:
     db = srv.db if node is None else node.db
     key = argv[1]
     s = db.get_stream(key)
-    if s is None or s.last_id == MAX_ID:
+    if s is None or (s.last_ms == _U64_MAX and s.last_seq == _U64_MAX):
         return _xadd_general(c, argv)
-    if sid < 0:
-        sid = s.next_auto_id(srv.now_ms() if node is None else node.now_ms())
+    if auto:  # streamNextID (exhaustion is _xadd_general's)
+        now = srv.now_ms() if node is None else node.now_ms()
+        if now > s.last_ms:
+            ms = now
+        elif s.last_seq != _U64_MAX:
+            ms = s.last_ms
+            seq = s.last_seq + 1
+        else:
+            ms = s.last_ms + 1
     cfg = srv.config if node is None else node.config
     try:
-        s.append(sid, argv[i + 1:], cfg.stream_node_max_entries, cfg.stream_node_max_bytes)
+        s.append_id(ms, seq, argv[i + 1:], cfg.stream_node_max_entries,
+                    cfg.stream_node_max_bytes)
     except IDTooSmall:
         raise ReplyError(errors.XADD_ID_TOO_SMALL) from None
     except ElementsTooLarge:
         raise ReplyError(errors.XADD_TOO_LARGE) from None
     if cython.compiled:
-        reply = _id_bulk(sid)
-        ids = reply[4 if reply[2] == 13 else 5:len(reply) - 2]
+        reply = _id_bulk(ms, seq)
+        off = 4 if reply[2] == 13 else 5
+        ids = PyBytes_FromStringAndSize(PyBytes_AS_STRING(reply) + off, len(reply) - 2 - off)
     else:
-        ids = b"%d-%d" % (sid >> 64, sid & SEQ_MAX)
+        ids = b"%d-%d" % (ms, seq)
         reply = _BULK_HDR[len(ids)] + ids + b"\r\n"
     db.changed(key, True)
     if maxlen >= 0:
