@@ -124,7 +124,14 @@ def _sum_esz(items: list[bytes], start: int = 0, step: int = 1) -> int:
                     if z:
                         s += z
                         continue
-        s += n + 2 if n < 64 else (_SSZ[n] if n < 4096 else _ssz(n))
+        # (statements, not one conditional expression: compiled, a Python operand anywhere in
+        # an expression makes the whole sum Python ints)
+        if n < 64:
+            s += n + 2
+        elif n < 4096:
+            s += _SSZ[n]
+        else:
+            s += _ssz(n)
     return s
 
 

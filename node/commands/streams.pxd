@@ -3,6 +3,7 @@
 
 import cython
 
+from node.client cimport Client as _CClient
 from node.keyspace cimport Keyspace
 from node.server cimport Server
 from node.stream cimport Stream

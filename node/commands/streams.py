@@ -50,6 +50,7 @@ if cython.compiled:
     from cython.cimports.cpython.long import PyLong_AsUnsignedLongLongMask
     from cython.cimports.libc.stdlib import free, malloc
     from cython.cimports.libc.string import memcpy
+    from cython.cimports.node.client import Client as _CClient
     from cython.cimports.node.server import Server
     from cython.cimports.node.streamnodes import (
         _lens_ptr,
@@ -483,9 +484,9 @@ def xadd(c: Client, argv: list[bytes]) -> bytes:
         seq = seqi
     if argc - i < 3 or not (argc - i) & 1:
         return _xadd_general(c, argv)
-    srv = c.server
-    # A node's Server is read by C fields and cpdef calls; other contexts (the in-process
-    # key space of tests/support/inproc.py) by name, as interpreted.
+    # A node's Client and Server are read by C fields and cpdef calls; other contexts (the
+    # in-process key space of tests/support/inproc.py) by name, as interpreted.
+    srv = cython.cast(_CClient, c).server if cython.compiled and type(c) is _CClient else c.server
     node = cython.cast(Server, srv) if cython.compiled and type(srv) is Server else None
     db = srv.db if node is None else node.db
     key = argv[1]
