@@ -24,12 +24,13 @@ cdef class RespConnection:
     cdef public bint _boundary, _closing, _write_paused, _read_paused, _halt, _own_process
     cdef public Py_ssize_t _span_len, _done, _stalls, _pending
     cdef public object _big, raw
+    cdef public bint keep_spans
     cdef public RequestBuffer _requests
     cdef dict __dict__
 
     @cython.locals(requests=RequestBuffer, buf=bytes, size=Py_ssize_t, pos=Py_ssize_t,
                    max_bulk=Py_ssize_t, n=Py_ssize_t, turn=Py_ssize_t, most=Py_ssize_t,
-                   argv=list)
+                   argv=list, end=Py_ssize_t)
     cdef Py_ssize_t _run_requests(self, Client c, list out) except -1
     cdef Py_ssize_t _run(self) except -1
     @cython.locals(requests=RequestBuffer)

@@ -219,10 +219,12 @@ class RespConnection:
 
     __slots__ = ("server", "execute", "transport", "reader", "client", "_slow", "_boundary",
                  "_span", "_span_len", "_done", "_closing", "_write_paused", "_read_paused",
-                 "_stalls", "_halt", "_pending", "_big", "_requests", "_own_process", "raw")
+                 "_stalls", "_halt", "_pending", "_big", "_requests", "_own_process", "raw",
+                 "keep_spans")
 
     def __init__(self, server: ConnectionOwner,
-                 execute: Callable[[Client, list[bytes]], bytes | None]) -> None:
+                 execute: Callable[[Client, list[bytes]], bytes | None],
+                 keep_spans: bool = False) -> None:
         self.server = server
         # Runs one command: its reply, or None when the reply comes later (a blocked client
         # on the node, every request on the router).
@@ -249,10 +251,12 @@ class RespConnection:
         self._requests = RequestBuffer()
         # This class's `_process` runs (no subclass override): the read path calls its body.
         self._own_process = type(self)._process is RespConnection._process
-        # The bytes of the request being executed when one read held exactly it, else None
-        # (set before every execute): the router relays those instead of encoding the
-        # request again (router/client.py).
+        # The bytes of the request being executed when one read held exactly it, or (with
+        # keep_spans) when the request reader took it from a read, else None (set before every
+        # execute): the router relays those instead of encoding the request again
+        # (router/client.py).
         self.raw: bytes | None = None
+        self.keep_spans = keep_spans  # raw also for each request of a pipeline (the router)
 
     # --- asyncio callbacks --------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -500,8 +504,13 @@ class RespConnection:
                 self._hand_over(buf[pos:] if pos else buf, out)
                 break
             n += 1
-            # The router relays a read that held exactly this request as it came.
-            self.raw = buf if pos == 0 and requests.pos == size else None
+            # The router relays a read that held exactly this request as it came, and with
+            # keep_spans each request of a pipeline as its own bytes.
+            end = requests.pos
+            if pos == 0 and end == size:
+                self.raw = buf
+            else:
+                self.raw = buf[pos:end] if self.keep_spans else None
             reply = execute(c, argv)
             if reply is not None:
                 out.append(reply)

@@ -46,7 +46,8 @@ class ClientConn(RespConnection):
     __slots__ = ("router", "outbox", "cells", "_close_after", "_out", "_queued")
 
     def __init__(self, router: Router) -> None:
-        super().__init__(router, self._submit)
+        # keep_spans: each request of a pipeline is relayed as its bytes (self.raw)
+        super().__init__(router, self._submit, keep_spans=True)
         self.router = router
         self.outbox: Outbox = router.outbox
         self.cells: deque[Cell] = deque()
