@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import time
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 from node import errors
@@ -34,7 +34,7 @@ def type_name(value: Any) -> bytes:
 
 class Keyspace:
     __slots__ = ("data", "expires", "watchers", "server", "expired_keys", "_expire_cursor",
-                 "slots", "expiry_paused")
+                 "slots", "expiry_paused", "_waiting")
 
     def __init__(self, server: DataContext) -> None:
         self.data: dict[bytes, Any] = {}
@@ -47,6 +47,9 @@ class Keyspace:
         # the effect stream stands still while a switchover waits for the replica.
         self.expiry_paused = False
         self._expire_cursor: Iterator[tuple[bytes, int]] = iter(())
+        # The blocking manager's never-replaced dict of waiting clients by key, taken at the
+        # first write (the server makes its key space before its blocking manager).
+        self._waiting: Mapping[bytes, object] | None = None
 
     # --- lookup -----------------------------------------------------------------------------
     def get(self, key: bytes) -> Any:
@@ -144,14 +147,17 @@ class Keyspace:
 
     def changed(self, key: bytes, ready: bool = False) -> None:
         """Every modification calls this: it breaks WATCHes and can wake blocked readers."""
-        w = self.watchers.get(key)
-        if w:
-            for c in w:
-                c.dirty_cas = True
+        if self.watchers:
+            w = self.watchers.get(key)
+            if w:
+                for c in w:
+                    c.dirty_cas = True
         if ready:
-            b = self.server.blocking
-            if b.waiting:  # (signal_ready is a no-op with nobody waiting: no call per write)
-                b.signal_ready(key)
+            waiting = self._waiting
+            if waiting is None:
+                waiting = self._waiting = self.server.blocking.waiting
+            if waiting:  # (signal_ready is a no-op with nobody waiting: no call per write)
+                self.server.blocking.signal_ready(key)
 
     def flush(self) -> int:
         n = len(self.data)

@@ -37,6 +37,7 @@ __all__ = ["COMPILED", "PURE_ENV", "compiled", "install", "is_stale", "pure_forc
 # router's are here too: it imports `node` first, so this finder covers them.
 COMPILED = [
     "node.client",
+    "node.cmdstats",
     "node.commands.groups",
     "node.commands.reads",
     "node.commands.streams",

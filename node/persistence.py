@@ -53,9 +53,10 @@ log = logging.getLogger("xshard.node")
 
 # -- the persistence engine --------------------------------------------------------------------
 class _MisconfField:
-    """A field MISCONF depends on: setting it refreshes `Persistence.healthy`, the one field
-    Server.check_misconf reads per write (the four read by name cost a compiled XADD ~0.6k
-    instructions). The value stays in the instance's `__dict__` under the same name."""
+    """A field MISCONF depends on: setting it refreshes `Persistence.healthy` and its copy on
+    the server, `Server.persistence_healthy`, the one C field Server.check_misconf reads per
+    write (the four read by name cost a compiled XADD ~0.6k instructions). The value stays in
+    the instance's `__dict__` under the same name."""
 
     def __set_name__(self, owner: type, name: str) -> None:
         self.name = name
@@ -66,9 +67,10 @@ class _MisconfField:
     def __set__(self, obj: Any, value: str | None) -> None:
         d = obj.__dict__
         d[self.name] = value
-        d["healthy"] = (d.get("write_error") is None and d.get("fsync_error") is None
-                        and d.get("manifest_error") is None
-                        and d.get("last_bgsave_status") != "err")
+        d["healthy"] = healthy = (d.get("write_error") is None and d.get("fsync_error") is None
+                                  and d.get("manifest_error") is None
+                                  and d.get("last_bgsave_status") != "err")
+        obj.server.persistence_healthy = healthy
 
 
 class Persistence:

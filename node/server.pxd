@@ -6,6 +6,7 @@
 import cython
 
 from node.client cimport Client
+from node.cmdstats cimport CommandStats
 from node.effects cimport EffectLog
 
 cdef long long _clock_ns(bint wall) noexcept
@@ -13,22 +14,38 @@ cdef long long _clock_ns(bint wall) noexcept
 @cython.locals(n=int)
 cdef int _bit_length(long long v) noexcept
 
+cdef class Command:
+    cdef public bytes name
+    cdef public object handler
+    cdef public int arity, write
+
 cdef class Server:
-    cdef public object config, config_file, loop, db, blocking, stats, clients
+    cdef public object config, config_file, loop, db, blocking, clients
+    cdef public CommandStats stats
     cdef public EffectLog effects
     cdef public object next_client_id, start_time, run_id, dirty, role, peak_memory
     cdef public bint active_expire_enabled
-    cdef public object cmd_time_ms, tcp_server, pauses, taps, move_stats, reply_gate
+    cdef public object cmd_time_ms
+    cdef public Py_ssize_t slow_usec
+    cdef public object tcp_server, pauses, taps, move_stats, reply_gate
     cdef public object persistence, replication, child_saver, agent, cluster
-    cdef public object config_listeners, shutdown_hook, slowlog, latency, monitors, metrics
-    cdef public object slow_usec, acl, memory_limit, oom
+    cdef public object config_listeners, shutdown_hook, slowlog, latency, metrics
+    cdef public dict monitors
+    cdef public object acl, memory_limit
+    cdef public bint oom
+    # The write checks' inputs, kept in step where they change (node/server.py __init__).
+    cdef public bint persistence_healthy, following, replica_read_only
+    cdef public Py_ssize_t min_replicas_to_write, min_replicas_max_lag
     cdef public object tls_server, tls_context, tls_client_context
-    cdef public dict _dispatch, _calls
+    cdef public dict _dispatch, _spelled, _calls, _ready
+    cdef public object _last_spelling
+    cdef public Command _last_command
+    cdef public bint pauses_held
     cdef dict __dict__
     cdef object __weakref__
 
     # The command path: a real Client (C field reads), direct calls between these methods.
-    @cython.locals(n=Py_ssize_t, write=object)
+    @cython.locals(n=Py_ssize_t, arity=int, write=int, cmd=Command, raw=object)
     cpdef execute(self, Client c, argv)
     cpdef refusal(self, Client c, argv, name, bint write)
     @cython.locals(t0="long long", ns="long long", usec="long long", effects=EffectLog)

@@ -91,6 +91,22 @@ def _queues_a_write(c: Client) -> bool:
     return any(command_table.is_write_argv(a, a[0].lower()) for a in c.multi_queue)
 
 
+class Command:
+    """One dispatch-table entry: what execute() needs of a command without asking the command
+    table per request (compiled, its fields are C fields: node/server.pxd).
+
+    `arity` is 0 for a container (its subcommand decides, command_table.check_arity), `write`
+    -1 where it is judged per request (containers, EXEC)."""
+
+    __slots__ = ("name", "handler", "arity", "write")
+
+    def __init__(self, name: bytes, handler: Handler, arity: int, write: int) -> None:
+        self.name = name
+        self.handler = handler
+        self.arity = arity
+        self.write = write
+
+
 class ReplyGate(Protocol):
     def hold(self, conn: Connection, data: bytes) -> bool:
         """Take `data` to send later (after an fsync); False means send it now."""
@@ -133,6 +149,7 @@ class Server:
         self.tls_server: asyncio.AbstractServer | None = None
         self.tls_context: ssl.SSLContext | None = None
         self.tls_client_context: ssl.SSLContext | None = None
+        self.pauses_held = False  # bool(self.pauses), kept by WritePauses
         self.pauses = WritePauses(self)  # keys and slots whose writes wait (MIGRATE, slot moves)
         self.taps: list[Callable[[list[bytes]], None]] = []  # effect followers (slot moves)
         self.move_stats = MoveStats()
@@ -155,18 +172,34 @@ class Server:
         self.oom = False  # used memory is over maxmemory (node/memlimit.py keeps it)
         self.memory_limit = MemoryLimit(self)
         self.metrics: NodeCollector | None = None  # with --metrics-port (node/metrics.py)
-        # Only commands with both a handler and a command-table entry are served. The arity
-        # and the write flag of a plain command ride along so that execute() checks them
-        # without a call; containers (arity None) always go through command_table.check_arity,
-        # and they and EXEC (write None) are judged per request.
-        self._dispatch: dict[bytes, tuple[Handler, int | None, bool | None]] = {}
+        # Only commands with both a handler and a command-table entry are served, each by one
+        # Command. `_dispatch` holds them by lower-case name, `_spelled` by the spellings
+        # clients send (lower and upper case) so that execute() finds most commands without
+        # lowering the name first.
+        self._dispatch: dict[bytes, Command] = {}
+        self._spelled: dict[bytes, Command] = {}
         for name, handler in load_all().items():
             spec = command_table.lookup(name)
             if spec is not None:
                 plain = not spec.subcommands
-                self._dispatch[name] = (
-                    handler, spec.arity if plain else None,
-                    command_table.is_write(name) if plain and name != b"exec" else None)
+                write = (-1 if not plain or name == b"exec"
+                         else int(command_table.is_write(name)))
+                cmd = Command(name, handler, spec.arity if plain else 0, write)
+                self._dispatch[name] = self._spelled[name] = self._spelled[name.upper()] = cmd
+        # The spelling of the last command execute() found, and its Command.
+        self._last_spelling: bytes | None = None
+        self._last_command: Command | None = None
+        # The write checks' inputs as fields, kept in step where they change: CONFIG SET (the
+        # listener below), Persistence's error fields, following a primary (ReplicaSide).
+        self.persistence_healthy = True
+        self.following = False
+        self.min_replicas_to_write = self.min_replicas_max_lag = 0
+        self.replica_read_only = True
+        self.config_listeners.append(self._write_check_settings)
+        self._write_check_settings("")
+        # Keys made ready for blocked clients (the never-replaced dict of node/blocking.py),
+        # read by call() per command.
+        self._ready: dict[bytes, None] = self.blocking.ready
 
     # --- the command path ---------------------------------------------------------------------
     def now_ms(self) -> int:
@@ -189,13 +222,20 @@ class Server:
         The checks come in Redis processCommand's order: unknown command, arity, AUTH, ACL,
         cluster redirection, then for writes the fence, MISCONF, NOREPLICAS and READONLY; inside MULTI
         the command is queued only once it passed them all."""
-        name = argv[0].lower()
-        entry = self._dispatch.get(name)
-        if entry is None:
-            return self.reject(c, None, errors.unknown_command(argv[0], argv[1:]))
-        handler, arity, write = entry
+        raw = argv[0]
+        cmd = self._last_command
+        if cmd is None or raw != self._last_spelling:  # a pipeline repeats its command
+            cmd = self._spelled.get(raw)
+            if cmd is not None:
+                self._last_spelling, self._last_command = raw, cmd
+            else:
+                cmd = self._dispatch.get(raw.lower())
+                if cmd is None:
+                    return self.reject(c, None, errors.unknown_command(raw, argv[1:]))
+        name = cmd.name
         n = len(argv)
-        if arity is None or (n != arity if arity > 0 else n < -arity):
+        arity = cmd.arity
+        if arity == 0 or (n != arity if arity > 0 else n < -arity):
             err = command_table.check_arity(argv, name)
             if err is not None:
                 return self.reject(c, name, err, argv)
@@ -220,7 +260,8 @@ class Server:
                     return self._refuse(name, err, argv)
             # EXEC counts as a write when it would run one: a transaction queued before a
             # fence (or a disk error) must not commit after it.
-            if write is None:
+            write = cmd.write
+            if write < 0:
                 write = command_table.is_write_argv(argv, name) or (
                     name == b"exec" and c.in_multi and _queues_a_write(c))
             if write or self.oom:
@@ -230,12 +271,12 @@ class Server:
         if c.in_multi and name not in _MULTI_IMMEDIATE:
             c.multi_queue.append(argv)
             return QUEUED
-        p = self.pauses  # bool(p), read field by field: __bool__ is an interpreted call
-        if (p.keys or p.slots or p.mode) and not c.is_master and p.holds(c, argv, name):
+        # bool(self.pauses) as a C field (WritePauses keeps it): __bool__ is an interpreted call.
+        if self.pauses_held and not c.is_master and self.pauses.holds(c, argv, name):
             if c.blocked is None:
-                p.postpone(c, argv)
+                self.pauses.postpone(c, argv)
             return None
-        return self.call(c, argv, name, handler)
+        return self.call(c, argv, name, cmd.handler)
 
     def reject(self, c: Client, name: bytes | None, message: bytes,
                argv: list[bytes] | None = None) -> bytes:
@@ -267,10 +308,13 @@ class Server:
         if err is None and self.oom:
             err = self.memory_limit.check(c, argv, name)
         if err is None and write:
-            if self.persistence is not None:
+            if not self.persistence_healthy:
                 err = self.check_misconf()
             if err is None and self.replication is not None:
-                err = self.check_noreplicas() or self.check_readonly()
+                if self.min_replicas_to_write:
+                    err = self.check_noreplicas()
+                if err is None and self.following:
+                    err = self.check_readonly()
         return err
 
     def check_fence(self) -> bytes | None:
@@ -280,26 +324,25 @@ class Server:
     def check_misconf(self) -> bytes | None:
         """MISCONF while the AOF cannot be written or the last snapshot failed.
 
-        The healthy case is one field kept by Persistence's setters of the error fields:
-        `Persistence.misconf` is an interpreted call that every write would otherwise pay for."""
+        The healthy case is one C field, `persistence_healthy`, kept by Persistence's setters
+        of its error fields (`Persistence.healthy`): `Persistence.misconf` is an interpreted
+        call that every write would otherwise pay for."""
         p = self.persistence
-        if p is None or p.healthy:
+        if p is None or self.persistence_healthy or p.healthy:
             return None
         return p.misconf()
 
     def check_noreplicas(self) -> bytes | None:
         """NOREPLICAS on a primary with fewer good replicas than min-replicas-to-write."""
-        r, cfg = self.replication, self.config
-        if (r is not None and cfg.min_replicas_to_write and cfg.min_replicas_max_lag
-                and not r.is_replica and r.good_replicas() < cfg.min_replicas_to_write):
+        r = self.replication
+        if (r is not None and self.min_replicas_to_write and self.min_replicas_max_lag
+                and not self.following and r.good_replicas() < self.min_replicas_to_write):
             return errors.NOREPLICAS
         return None
 
     def check_readonly(self) -> bytes | None:
         """READONLY on a replica (replica-read-only yes): its data comes from its primary."""
-        r = self.replication
-        # r.replica.master_host is `is_replica`, read without the interpreted property call.
-        if r is not None and r.replica.master_host is not None and self.config.replica_read_only:
+        if self.replication is not None and self.following and self.replica_read_only:
             return errors.READONLY
         return None
 
@@ -348,7 +391,8 @@ class Server:
             if st is not None:
                 st[0] += 1
                 st[1] += usec
-                st[3] += failed
+                if failed:
+                    st[3] += 1
                 st[4 + _bit_length(ns)] += 1  # the latency histogram (node/cmdstats.py)
             self.stats.total_commands += 1
             if usec >= self.slow_usec:
@@ -357,7 +401,7 @@ class Server:
                 feed_monitors(self.monitors, c, argv if b is None else b.original)
         if effects.offset != offset:
             c.woff = effects.offset
-        if self.blocking.ready and not c.in_exec:
+        if self._ready and not c.in_exec:
             self.blocking.serve_ready()
         return reply
 
@@ -390,6 +434,13 @@ class Server:
         elif setting == "acllog-max-len":
             self.acl.log_max = self.config.acllog_max_len
 
+    def _write_check_settings(self, setting: str) -> None:
+        """The settings the write checks read, as fields (any CONFIG SET refreshes them)."""
+        cfg = self.config
+        self.min_replicas_to_write = cfg.min_replicas_to_write
+        self.min_replicas_max_lag = cfg.min_replicas_max_lag
+        self.replica_read_only = cfg.replica_read_only
+
     def _slow_threshold(self, setting: str) -> None:
         if setting and setting not in ("slowlog-log-slower-than", "slowlog-max-len",
                                        "latency-monitor-threshold"):
@@ -399,7 +450,7 @@ class Server:
         self.slow_usec = min((x for x in limits if x is not None), default=1 << 62)
 
     def handler(self, name: bytes) -> Handler:
-        return self._dispatch[name][0]
+        return self._dispatch[name].handler
 
     def rerun_blocked(self, c: Client, argv: list[bytes]) -> bytes | None:
         """Re-run a blocked client's command after a key it waits on became ready."""
@@ -412,10 +463,10 @@ class Server:
             if reply is not None:
                 c.unblocked(reply)
             return None
-        entry = self._dispatch[argv[0].lower()]
+        cmd = self._dispatch[argv[0].lower()]
         c.rerunning = True
         try:
-            return self.call(c, argv, argv[0].lower(), entry[0])
+            return self.call(c, argv, cmd.name, cmd.handler)
         finally:
             c.rerunning = False
 

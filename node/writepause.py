@@ -64,6 +64,7 @@ class WritePauses:
         loop = self.server.loop
         end = loop.time() + timeout_ms / 1000
         self.mode = max(self.mode, mode)
+        self._refresh()
         self.server.db.expiry_paused = True
         if end > self._end:
             self._end = end
@@ -77,6 +78,7 @@ class WritePauses:
             self._timer.cancel()
             self._timer = None
         self.mode = 0
+        self._refresh()
         self._end = 0.0
         self.server.db.expiry_paused = False
         self._release()
@@ -85,6 +87,7 @@ class WritePauses:
     def pause_keys(self, keys: list[bytes]) -> None:
         for k in keys:
             self.keys[k] = self.keys.get(k, 0) + 1
+        self._refresh()
 
     def resume_keys(self, keys: list[bytes]) -> None:
         for k in keys:
@@ -93,11 +96,13 @@ class WritePauses:
                 self.keys[k] = n
             else:
                 self.keys.pop(k, None)
+        self._refresh()
         self._release()
 
     def pause_slot(self, slot: int) -> None:
         n = self.slots.get(slot, 0)
         self.slots[slot] = n + 1
+        self._refresh()
         if not n:
             self._since[slot] = time.perf_counter()
 
@@ -108,11 +113,17 @@ class WritePauses:
             self.slots[slot] = n
             return 0.0
         self.slots.pop(slot, None)
+        self._refresh()
         t0 = self._since.pop(slot, None)
         ms = (time.perf_counter() - t0) * 1000 if t0 is not None else 0.0
         self.longest_ms = max(self.longest_ms, ms)
         self._release()
         return ms
+
+    def _refresh(self) -> None:
+        """Keep `Server.pauses_held` (a C field execute() reads per command) equal to
+        bool(self) after every change of the keys, slots or mode."""
+        self.server.pauses_held = bool(self.keys or self.slots or self.mode)
 
     def _release(self) -> None:
         blocking = self.server.blocking

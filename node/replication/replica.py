@@ -261,7 +261,7 @@ class ReplicaSide:
         self.repl = repl
         self.server = repl.server
         self.loop = repl.loop
-        self.master_host: str | None = None
+        self._master_host: str | None = None
         self.master_port = 0
         self.link: MasterLink | None = None
         self.link_up_since = 0.0
@@ -271,6 +271,18 @@ class ReplicaSide:
         self.applier: EffectApplier | None = None
         self.ack_requested = False
         self.last_ack_sent = 0.0
+
+    @property
+    def master_host(self) -> str | None:
+        """The primary followed (replicaof), or None on a primary."""
+        return self._master_host
+
+    @master_host.setter
+    def master_host(self, host: str | None) -> None:
+        # The write path reads whether the node follows a primary as a C field of the server
+        # (READONLY, NOREPLICAS: Server.refusal), kept in step here.
+        self._master_host = host
+        self.server.following = host is not None
 
     @property
     def connected(self) -> bool:

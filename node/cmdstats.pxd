@@ -1,0 +1,11 @@
+# Cython declarations for node/cmdstats.py (pure-Python mode; node/native.py, setup.py).
+# The totals are C fields: Server.call counts every command into `total_commands` without an
+# attribute lookup or a new int; Python code (INFO, RESETSTAT, the router) sees plain ints.
+
+cdef class CommandStats:
+    cdef public dict calls, errors
+    cdef public Py_ssize_t total_commands, total_error_replies, total_connections
+    cdef public Py_ssize_t rejected_connections, net_input_bytes, net_output_bytes
+    cdef public Py_ssize_t net_repl_input_bytes, net_repl_output_bytes
+    cdef public Py_ssize_t qbuf_disconnections, obuf_disconnections
+    cdef public object _samples
