@@ -1,6 +1,11 @@
 # Cython declarations for node/cmdstats.py (pure-Python mode; node/native.py, setup.py).
-# The totals are C fields: Server.call counts every command into `total_commands` without an
-# attribute lookup or a new int; Python code (INFO, RESETSTAT, the router) sees plain ints.
+# The totals and a command's counters are C fields: Server.call counts every command without
+# an attribute lookup or a new int for them; Python code (INFO, metrics, RESETSTAT, the router)
+# sees plain ints.
+
+cdef class CallStats:
+    cdef public Py_ssize_t calls, usec, rejected, failed
+    cdef public list hist
 
 cdef class CommandStats:
     cdef public dict calls, errors

@@ -1,12 +1,11 @@
 """Per-command counters and latency histograms: INFO commandstats, latencystats, errorstats.
 
-Each command seen gets one flat list, made once and updated in place by the dispatch path
-(node/server.py Server.call), so counting a call makes no object but the counters' ints:
+Each command seen gets one `CallStats`, made once and updated in place by the dispatch path
+(node/server.py Server.call): `calls`, `usec`, `rejected`, `failed` (C fields compiled, so
+counting a call makes no object for them) and `hist`, a list of 64 counts:
 
-    [calls, usec, rejected_calls, failed_calls, b0, b1, ... b63]
-
-`b<j>` counts the calls whose run time in nanoseconds has bit length j: the hot path does one
-`st[HIST + ns.bit_length()] += 1` (no shift, no new int). Read, they form Redis's buckets:
+`hist[j]` counts the calls whose run time in nanoseconds has bit length j: the hot path does one
+`st.hist[ns.bit_length()] += 1` (no shift). Read, they form Redis's buckets:
 bucket 0 is b0..b10 (under 1024 ns), bucket i > 0 is b(10+i) (under 1024 * 2**i ns), so the
 bounds are 1.024, 2.048, 4.096 ... us: what Redis's LATENCY HISTOGRAM reports (its HdrHistogram
 iterated from 1024 ns in powers of two: 1, 2, 4, 8, 16, 32, 65, 131 ... us). Redis keeps a
@@ -19,8 +18,8 @@ Read API (for INFO and the metrics endpoint; nothing else reads the lists):
   of calls at or below each bound (the last one is every timed call), and the summed run time.
 - `CommandStats.percentiles(command, (50.0, 99.0, 99.9))` gives microseconds, as
   latencystats prints them.
-- `CommandStats.calls` maps a command name to its list (CALLS, USEC, REJECTED, FAILED); a
-  subcommand has its own ('config|get'), as in Redis, and a container's bare name has none.
+- `CommandStats.calls` maps a command name to its `CallStats`; a subcommand has its own
+  ('config|get'), as in Redis, and a container's bare name has none.
 """
 
 from __future__ import annotations
@@ -31,7 +30,6 @@ from collections.abc import Iterator, Sequence
 
 from node import command_table
 
-CALLS, USEC, REJECTED, FAILED, HIST = 0, 1, 2, 3, 4
 NBUCKETS = 64
 # The exported buckets: 1.024 us ... 1024 * 2**25 ns (about 34.4 s), then +Inf. Slower calls
 # only land in +Inf; the bounds stay fixed so that a Prometheus series never changes buckets.
@@ -45,15 +43,29 @@ def slot(usec: int) -> int:
     return (usec * 1000).bit_length()
 
 
-def buckets(st: list[int]) -> list[int]:
+def buckets(st: CallStats) -> list[int]:
     """A command's calls per Redis bucket (0: under 1024 ns, i: under 1024 * 2**i ns)."""
-    h = st[HIST:]
+    h = st.hist
     return [sum(h[:11]), *h[11:]]
 
 
 def bound_usec(i: int) -> int:
     """Bucket i's upper bound in whole microseconds, as LATENCY HISTOGRAM names it."""
     return (1024 << i) // 1000
+
+
+class CallStats:
+    """One command's counters: INFO commandstats' calls, usec, rejected_calls and
+    failed_calls, and its run-time histogram (`hist`, see the module docstring)."""
+
+    __slots__ = ("calls", "usec", "rejected", "failed", "hist")
+
+    def __init__(self) -> None:
+        self.calls = 0
+        self.usec = 0
+        self.rejected = 0
+        self.failed = 0
+        self.hist: list[int] = [0] * NBUCKETS
 
 
 class CommandStats:
@@ -65,7 +77,7 @@ class CommandStats:
                  "obuf_disconnections", "_samples")
 
     def __init__(self) -> None:
-        self.calls: dict[bytes, list[int]] = {}  # name -> [calls, usec, rejected, failed, h...]
+        self.calls: dict[bytes, CallStats] = {}  # command name -> its counters
         self.errors: dict[bytes, int] = {}  # error code (ERR, WRONGTYPE ...) -> replies
         self.total_commands = 0
         self.total_error_replies = 0
@@ -86,14 +98,14 @@ class CommandStats:
         code = message.split(b" ", 1)[0]
         self.errors[code] = self.errors.get(code, 0) + 1
 
-    def entry(self, name: bytes) -> list[int]:
+    def entry(self, name: bytes) -> CallStats:
         """The counters of command `name` (lower case, `container|sub` not split), made once."""
         e = self.calls.get(name)
         if e is None:
-            e = self.calls[name] = [0] * (HIST + NBUCKETS)
+            e = self.calls[name] = CallStats()
         return e
 
-    def entry_argv(self, name: bytes, argv: list[bytes]) -> list[int] | None:
+    def entry_argv(self, name: bytes, argv: list[bytes]) -> CallStats | None:
         """The counters `argv` counts under: a subcommand's own ('config|get'), as Redis keeps
         them. The dispatch path calls this only when `calls.get(name)` missed, which is always
         the case for a container, so plain commands pay nothing for it. None for an unknown
@@ -101,14 +113,14 @@ class CommandStats:
         key = command_table.stat_name(argv, name)
         return None if key is None else self.entry(key)
 
-    def timed(self, argv: list[bytes], usec: int) -> list[int] | None:
+    def timed(self, argv: list[bytes], usec: int) -> CallStats | None:
         """Count one call of `argv` that ran for `usec` (paths off the hot one use this)."""
         st = self.entry_argv(argv[0].lower(), argv)
         if st is None:
             return None
-        st[CALLS] += 1
-        st[USEC] += usec
-        st[HIST + slot(usec)] += 1
+        st.calls += 1
+        st.usec += usec
+        st.hist[slot(usec)] += 1
         self.total_commands += 1
         return st
 
@@ -118,9 +130,9 @@ class CommandStats:
         if n <= 0:
             return
         st = self.entry(name)
-        st[CALLS] += n
-        st[USEC] += usec
-        st[HIST + slot(usec // n)] += n
+        st.calls += n
+        st.usec += usec
+        st.hist[slot(usec // n)] += n
         self.total_commands += n
 
     def reset(self) -> None:
@@ -162,7 +174,7 @@ class CommandStats:
                 acc += h[i]
                 cum.append(acc)
             cum.append(acc + sum(h[MAX_EXP + 1:]))
-            yield name.decode(errors="replace"), BOUNDS, cum, st[USEC] / 1e6
+            yield name.decode(errors="replace"), BOUNDS, cum, st.usec / 1e6
 
     def percentiles(self, name: bytes, ps: Sequence[float]) -> list[float]:
         """The `ps` percentiles of `name`'s run time in microseconds, interpolated linearly

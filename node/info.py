@@ -226,7 +226,7 @@ def errorstats_fields(stats: CommandStats) -> list[tuple[str, object]]:
 def _commandstats(s: Server) -> list[tuple[str, object]]:
     out = []
     for name, st in sorted(s.stats.calls.items()):
-        calls, usec, rejected, failed = st[:4]
+        calls, usec, rejected, failed = st.calls, st.usec, st.rejected, st.failed
         per = usec / calls if calls else 0
         out.append((f"cmdstat_{name.decode(errors='replace')}",
                      f"calls={calls},usec={usec},usec_per_call={per:.2f},"

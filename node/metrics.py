@@ -25,7 +25,6 @@ from prometheus_client.core import (
 )
 
 from node import histogram
-from node.cmdstats import CALLS, FAILED, REJECTED
 from node.histogram import Histogram
 from node.streammetrics import StreamMetrics, exposition
 
@@ -122,7 +121,7 @@ class NodeCollector:
                                    "command (INFO commandstats rejected_calls + failed_calls).",
                                    labels=["command"])
         for name, st in sorted(self.server.stats.calls.items()):
-            n, rejected, failed = st[CALLS], st[REJECTED], st[FAILED]
+            n, rejected, failed = st.calls, st.rejected, st.failed
             cmd = name.decode(errors="replace")
             calls.add_metric([cmd], n)
             errs.add_metric([cmd], rejected + failed)

@@ -6,7 +6,7 @@
 import cython
 
 from node.client cimport Client
-from node.cmdstats cimport CommandStats
+from node.cmdstats cimport CallStats, CommandStats
 from node.effects cimport EffectLog
 
 cdef long long _clock_ns(bint wall) noexcept
@@ -48,7 +48,8 @@ cdef class Server:
     @cython.locals(n=Py_ssize_t, arity=int, write=int, cmd=Command, raw=object)
     cpdef execute(self, Client c, argv)
     cpdef refusal(self, Client c, argv, name, bint write)
-    @cython.locals(t0="long long", ns="long long", usec="long long", effects=EffectLog)
+    @cython.locals(t0="long long", ns="long long", usec="long long", effects=EffectLog,
+                   st=CallStats, failed=int)
     cpdef call(self, Client c, argv, name, handler)
     cpdef check_fence(self)
     cpdef check_misconf(self)

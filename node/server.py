@@ -23,7 +23,7 @@ from node import command_table, errors, tls
 from node.acl import Acl
 from node.blocking import Blocked, BlockingManager
 from node.client import Client
-from node.cmdstats import CommandStats
+from node.cmdstats import CallStats, CommandStats
 from node.commands import Handler, load_all
 from node.config import Config
 from node.effects import EffectLog
@@ -127,7 +127,7 @@ class Server:
         self.stats = CommandStats()
         # Its per-command dict, read by call() as a C field (stats is never replaced; RESETSTAT
         # clears the dict in place).
-        self._calls: dict[bytes, list[int]] = self.stats.calls
+        self._calls: dict[bytes, CallStats] = self.stats.calls
         self.slowlog = SlowLog(config)
         self.latency = LatencyMonitor(config)
         self.clients: dict[int, Client] = {}
@@ -297,7 +297,7 @@ class Server:
         if name is not None:
             st = self.stats.entry_argv(name, argv or [name])
             if st is not None:
-                st[2] += 1
+                st.rejected += 1
         return b"-%s\r\n" % message
 
     # --- write checks (processCommand, in Redis's order) ----------------------------------------
@@ -389,11 +389,10 @@ class Server:
             if st is None:  # a new command, or a container ('config|get' counts apart)
                 st = self.stats.entry_argv(name, argv)
             if st is not None:
-                st[0] += 1
-                st[1] += usec
-                if failed:
-                    st[3] += 1
-                st[4 + _bit_length(ns)] += 1  # the latency histogram (node/cmdstats.py)
+                st.calls += 1
+                st.usec += usec
+                st.failed += failed
+                st.hist[_bit_length(ns)] += 1  # the latency histogram (node/cmdstats.py)
             self.stats.total_commands += 1
             if usec >= self.slow_usec:
                 self.slow_command(c, argv if b is None else b.original, name, usec)
@@ -417,7 +416,7 @@ class Server:
         if reply[:1] == b"-":
             self.stats.error(reply[1:].rstrip(b"\r\n"))
             if st is not None:
-                st[2] += 1
+                st.rejected += 1
 
     def slow_command(self, c: Client, argv: list[bytes], name: bytes, usec: int) -> None:
         """A command at or over slow_usec: SLOWLOG and the latency monitor's command events

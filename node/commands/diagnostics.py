@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 from node import command_table, errors
 from node.client import Client
-from node.cmdstats import bound_usec, buckets
+from node.cmdstats import CallStats, bound_usec, buckets
 from node.commands import command, help_or_unknown_subcommand
 from node.info import memory_figures
 from node.resp import OK, Map, ReplyError, encode, integer
@@ -99,7 +99,7 @@ def latency(c: Client, argv: list[bytes]) -> bytes:
     return help_or_unknown_subcommand(c, argv, b"LATENCY", LATENCY_HELP)
 
 
-def histograms(calls: dict[bytes, list[int]], names: list[bytes]) -> Map:
+def histograms(calls: dict[bytes, CallStats], names: list[bytes]) -> Map:
     """LATENCY HISTOGRAM: per command that ran, its timed calls and the cumulative count at
     bucket bound (in whole us: 1, 2, 4 ... 32, 65, 131 ...) where the count grew (Redis's
     fillCommandCDF).
