@@ -532,13 +532,14 @@ class Persistence:
             return self._aux()
 
         def done(ok: bool, _aux: dict[str, Any]) -> None:
-            self.rewrite_in_progress = False
             self.last_rewrite_time = int(time.time() - self.rewrite_started)
             tmp_base = os.path.join(self.aof_dir, f".rewrite-{seq[0]}.base.xsnap")
             if generation != self.generation:  # the data set it saved was replaced since
+                self.rewrite_in_progress = False
                 _unlink(tmp_base)
                 return
             if not ok or not self.config.appendonly:
+                self.rewrite_in_progress = False
                 self.error_count += not ok
                 self.last_rewrite_status = "err"
                 _unlink(tmp_base)
