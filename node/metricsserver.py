@@ -55,7 +55,10 @@ class MetricsServer:
         app.router.add_get("/metrics", self._metrics)
         app.router.add_get("/healthz", self._healthz)
         app.router.add_get("/readyz", self._readyz)
-        self.runner = web.AppRunner(app, access_log=None, handle_signals=False)
+        # A probe or scrape in flight must not hold the process's shutdown (aiohttp waits up
+        # to 60 s for running handlers by default).
+        self.runner = web.AppRunner(app, access_log=None, handle_signals=False,
+                                    shutdown_timeout=1.0)
         await self.runner.setup()
         site = web.TCPSite(self.runner, host, port, reuse_address=True)
         await site.start()

@@ -13,6 +13,7 @@ import sys
 from node.config import Config
 
 log = logging.getLogger("xshard.router")
+SHUTDOWN_TIMEOUT = 10.0  # seconds for the metrics server and etcd to let go at shutdown
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -172,9 +173,19 @@ async def _serve(args: argparse.Namespace) -> int:
         log.info("xshard router ready to accept connections tls on %s:%d", args.bind,
                  args.tls_port)
     await stop.wait()
-    if metrics is not None:
-        await metrics.stop()
-    if source is not None:
-        await source.stop()
+
+    async def detach() -> None:
+        if metrics is not None:
+            await metrics.stop()
+        if source is not None:
+            await source.stop()
+
+    # A kubelet kills what has not exited 30 s after SIGTERM: however etcd or a scraper
+    # behaves (etcd may be stopping too), the router closes within a bounded time.
+    try:
+        await asyncio.wait_for(detach(), SHUTDOWN_TIMEOUT)
+    except TimeoutError:
+        log.warning("shutdown: metrics and etcd not detached within %.0f s; closing anyway",
+                    SHUTDOWN_TIMEOUT)
     router.close()
     return 0
