@@ -18,6 +18,10 @@ AOF replay is measured in CPU time (not under callgrind: too slow to start), as 
 difference between two starts of a node whose appendonly file holds N and 2N XADD effects
 (start-up and imports cancel out).
 
+Every node starts with `--slowlog-log-slower-than -1` (the slowlog off, as redis-server
+accepts it): under callgrind on a loaded machine a few commands take over the default 10 ms,
+and logging them added 0.3-0.7k instructions per XADD that the command itself does not cost.
+
 `--pure` sets XSHARD_PURE_PYTHON=1 in the server, so the interpreted path is measured even
 where the compiled modules are built; `--repo` runs the servers from another checkout (the
 "before" column).
@@ -123,8 +127,9 @@ def _totals(path: Path) -> int | None:
 
 
 def _node_argv(port: int, d: Path, *extra: str) -> list[str]:
+    """A node's command line, the slowlog off (see the docstring at the top)."""
     return [sys.executable, "-m", "control.cli", "node", "--port", str(port), "--dir", str(d),
-            *extra]
+            "--slowlog-log-slower-than", "-1", *extra]
 
 
 def _bench(port: int, n: int, pipeline: int, cmd: list[str], clients: int = 50) -> None:
