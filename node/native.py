@@ -38,6 +38,7 @@ __all__ = ["COMPILED", "PURE_ENV", "compiled", "install", "is_stale", "pure_forc
 COMPILED = [
     "node.client",
     "node.cmdstats",
+    "node.commands.entryreplies",
     "node.commands.groups",
     "node.commands.reads",
     "node.commands.streams",

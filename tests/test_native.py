@@ -211,7 +211,7 @@ def test_compiled_entry_encoder_matches_the_interpreted_one() -> None:
     hand anything but lists of bytes to the interpreted encoder."""
     import random
 
-    from node.commands import streams
+    from node.commands import entryreplies
 
     rnd = random.Random(7)
     edge = [0, 1, 9, 10, (1 << 64) - 1, 1 << 63]
@@ -221,12 +221,13 @@ def test_compiled_entry_encoder_matches_the_interpreted_one() -> None:
                 | rnd.choice(edge + [rnd.getrandbits(64)]) for _ in range(m)]
         ents = [[rnd.randbytes(rnd.choice([0, 1, 9, 10, 99, 100, 255, 256, 5000]))
                  for _ in range(rnd.choice([0, 2, 3, 10]))] for _ in range(m)]
-        want = b"".join(streams.entry_reply(s, f) for s, f in zip(sids, ents, strict=True))
-        assert streams.encode_entries(sids, ents) == want
-        assert streams._encode_entries_py(sids, ents) == want
+        want = b"".join(entryreplies.entry_reply(s, f) for s, f in zip(sids, ents, strict=True))
+        assert entryreplies.encode_entries(sids, ents) == want
+        assert entryreplies._encode_entries_py(sids, ents) == want
     odd = [[b"f", bytearray(b"v")], (b"f", b"v")]
-    assert streams.encode_entries([1 << 64, 2 << 64], odd) == (
-        streams.entry_reply(1 << 64, [b"f", b"v"]) + streams.entry_reply(2 << 64, [b"f", b"v"]))
+    assert entryreplies.encode_entries([1 << 64, 2 << 64], odd) == (
+        entryreplies.entry_reply(1 << 64, [b"f", b"v"])
+        + entryreplies.entry_reply(2 << 64, [b"f", b"v"]))
 
 
 def test_group_id_codecs_match_the_general_parser() -> None:
@@ -292,7 +293,7 @@ def test_sealed_node_decoding_matches_what_was_appended() -> None:
     import random
     from bisect import bisect_left, bisect_right
 
-    from node.commands import streams
+    from node.commands import entryreplies
     from node.stream import Stream
     from node.streamnodes import Block
 
@@ -338,11 +339,11 @@ def test_sealed_node_decoding_matches_what_was_appended() -> None:
             # reply of the decoded entries.
             for i0 in range(blk.n + 1):
                 for i1 in range(i0, blk.n + 1):
-                    assert streams.encode_span(blk, i0, i1) == streams.encode_entries(
+                    assert entryreplies.encode_span(blk, i0, i1) == entryreplies.encode_entries(
                         ids[i0:i1], blk.entries(i0, i1))
         # Served per node, encoded straight from sealed nodes where they have no tombstone.
-        n, body = streams.stream_range_reply(s, 0, 1 << 128, None, False)
-        assert (n, body) == streams.entries_reply(sorted(added.items()))
+        n, body = entryreplies.stream_range_reply(s, 0, 1 << 128, None, False)
+        assert (n, body) == entryreplies.entries_reply(sorted(added.items()))
         for cap in (1, 2, 5):
-            assert streams.stream_range_reply(s, 0, 1 << 128, cap, False) == (
-                streams.entries_reply(sorted(added.items())[:cap]))
+            assert entryreplies.stream_range_reply(s, 0, 1 << 128, cap, False) == (
+                entryreplies.entries_reply(sorted(added.items())[:cap]))

@@ -26,7 +26,8 @@ from node import command_table as table
 from node import errors
 from node.client import Client
 from node.commands import command
-from node.commands.streams import entry_reply, ids_reply, parse_policy_and_ids
+from node.commands.entryreplies import entry_reply
+from node.commands.streams import ids_reply, parse_policy_and_ids
 from node.errors import string2ll
 from node.groups import Consumer, ConsumerGroup, Nack, create_group
 from node.references import delete_entry
@@ -45,10 +46,10 @@ from node.streamid import (
 if cython.compiled:
     from cython.cimports.cpython.bytes import PyBytes_AS_STRING, PyBytes_FromStringAndSize
     from cython.cimports.cpython.long import PyLong_AsUnsignedLongLongMask
-    from cython.cimports.node.commands.streams import _ndigits, _put_dec
+    from cython.cimports.node.commands.entryreplies import _ndigits, _put_dec
     from cython.cimports.node.streamnodes import _sid_ms, _sid_of
 else:
-    from node.commands.streams import _ndigits
+    from node.commands.entryreplies import _ndigits
     from node.streamnodes import _sid_of
 
 _LLONG_MAX = errors.LLONG_MAX

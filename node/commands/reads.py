@@ -20,18 +20,18 @@ from node import errors
 from node.blocking import Blocked
 from node.client import Client
 from node.commands import command
+from node.commands.entryreplies import (
+    encode_entries,
+    encode_span,
+    entry_reply,
+    fields_hdr,
+    stream_range_reply,
+)
 from node.commands.groups import (
     lookup_or_create_consumer,
     propagate_group_id,
     propagate_xclaim,
     xclaim_run_len,
-)
-from node.commands.streams import (
-    _fields_hdr,
-    encode_entries,
-    encode_span,
-    entry_reply,
-    stream_range_reply,
 )
 from node.groups import LLONG_MAX, Consumer, ConsumerGroup
 from node.resp import ReplyError, null_array
@@ -216,7 +216,7 @@ def xread(c: Client, argv: list[bytes]) -> bytes:
         klen = len(key)
         parts += [(_KEY2 if proto == 2 else _KEY3)[klen] if klen < 256 else
                   (b"*2\r\n$%d\r\n" if proto == 2 else b"$%d\r\n") % klen,
-                  key, _fields_hdr(n), body]
+                  key, fields_hdr(n), body]
     if served:
         parts[0] = ((_ARRAY2 if proto == 2 else _MAP3)[served] if served < 16 else
                     (b"*%d\r\n" if proto == 2 else b"%%%d\r\n") % served)

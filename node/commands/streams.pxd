@@ -1,5 +1,5 @@
 # Cython declarations for node/commands/streams.py (pure-Python mode; node/native.py, setup.py).
-# The reply encoder of stream entries writes into one C buffer (see _encode_entries_c).
+# XADD's fast path is typed; its reply is written by node.commands.entryreplies.id_bulk.
 
 import cython
 
@@ -7,40 +7,8 @@ from node.client cimport Client as _CClient
 from node.keyspace cimport Keyspace
 from node.server cimport Server
 from node.stream cimport Stream
-from node.streamnodes cimport Block
-
-cpdef bytes encode_entries(list sids, list ents)
-
-@cython.locals(m=Py_ssize_t, cap=Py_ssize_t, i=Py_ssize_t, j=Py_ssize_t, w=Py_ssize_t,
-               n=Py_ssize_t, p=Py_ssize_t, buf="char *", f=list, x=bytes, fo=object, xo=object,
-               seq="unsigned long long", ms="unsigned long long")
-cdef bytes _encode_entries_c(list sids, list ents)
-
-cdef Py_ssize_t _put_entry_head(char *buf, Py_ssize_t p, unsigned long long ms,
-                                unsigned long long seq, Py_ssize_t w) noexcept
-
-cdef Py_ssize_t _put_bulk(char *buf, Py_ssize_t p, const char *src, Py_ssize_t n) noexcept
-
-cpdef bytes encode_span(Block blk, Py_ssize_t i0, Py_ssize_t i1)
-
-@cython.locals(master=tuple, k=Py_ssize_t, e0=Py_ssize_t, e1=Py_ssize_t, cnt=Py_ssize_t,
-               names=Py_ssize_t, j=Py_ssize_t, xo=object, x=bytes, off=Py_ssize_t,
-               vbytes=Py_ssize_t, cap=Py_ssize_t, buf="char *", pm="const char *", mw=int,
-               ps="const char *", sw=int, base="unsigned long long", pb="const char *",
-               vlen=Py_ssize_t, pl="const char *", lw=int, e=Py_ssize_t, p=Py_ssize_t,
-               i=Py_ssize_t)
-cdef bytes _encode_span_c(Block b, Py_ssize_t i0, Py_ssize_t i1)
-
-@cython.locals(n=int)
-cdef int _ndigits(unsigned long long v) noexcept
-
-@cython.locals(end=Py_ssize_t, i=Py_ssize_t)
-cdef Py_ssize_t _put_dec(char *buf, Py_ssize_t p, unsigned long long v) noexcept
 
 cdef unsigned long long _U64_MAX
-
-@cython.locals(p=Py_ssize_t, n=Py_ssize_t, q=Py_ssize_t)
-cdef bytes _id_bulk(unsigned long long ms, unsigned long long seq)
 
 # XADD's fast path: the stream and the key space as extension types (C field reads, cpdef calls).
 @cython.locals(argc=Py_ssize_t, i=Py_ssize_t, approx=bint, db=Keyspace, s=Stream, opt=bytes,

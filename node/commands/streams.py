@@ -14,21 +14,18 @@ answers the original ID, adds nothing and emits no effect; an added entry's effe
 `IDMP pid iid` (IDMPAUTO's computed iid) with the final ID, which is all a replica needs to
 record the pair with the same stamp. XCFGSET goes out verbatim when it changes something.
 
-`encode_span` (a sealed node's entries from its packed bytes), `encode_entries`,
-`stream_range_reply`, `entries_reply` and `entry_reply` encode stream entries (fastest first);
-the group and read commands reuse them.
+XRANGE and XREVRANGE encode their entries with node.commands.entryreplies, as the read and
+group commands do.
 """
 
 from __future__ import annotations
-
-from collections.abc import Iterable
-from itertools import chain
 
 import cython
 
 from node import errors
 from node.client import Client
 from node.commands import command
+from node.commands.entryreplies import stream_range_reply
 from node.errors import string2ll, string2ull
 from node.idmp import MAX_DURATION, MAX_MAXSIZE, IdmpMap, auto_iid
 from node.references import ACKED, DELREF, KEEPREF, POLICIES, delete_entry
@@ -43,284 +40,17 @@ from node.streamid import (
     parse_range_id_or_error,
     parse_strict_id_or_error,
 )
-from node.streamnodes import Block
 
 if cython.compiled:
     from cython.cimports.cpython.bytes import PyBytes_AS_STRING, PyBytes_FromStringAndSize
-    from cython.cimports.cpython.long import PyLong_AsUnsignedLongLongMask
-    from cython.cimports.libc.stdlib import free, malloc
-    from cython.cimports.libc.string import memcpy
     from cython.cimports.node.client import Client as _CClient
+    from cython.cimports.node.commands.entryreplies import id_bulk
     from cython.cimports.node.server import Server
-    from cython.cimports.node.streamnodes import (
-        _lens_ptr,
-        _string_count,
-        _string_off,
-        _uget,
-        _width,
-    )
+else:
+    from node.commands.entryreplies import id_bulk
 
 _WRONG_ARITY_XADD = errors.wrong_arity(b"xadd")
 _U64_MAX = SEQ_MAX  # a C constant compiled
-
-
-# --- reply encoding ------------------------------------------------------------------------
-# An entry is [id, [field, value, ...]], the same in RESP2 and RESP3. Encoding a range is the
-# larger part of XRANGE's cost, so it is done in bulk: C-level maps over all the strings of a
-# chunk and precomputed headers, assembled with slice assignments and one join (about 2x
-# faster than formatting every bulk string with %).
-_CRLF = b"\r\n"
-_BULK_HDR = [b"$%d\r\n" % n for n in range(4096)]
-_ENTRY_HDR = [b"*2\r\n$%d\r\n" % n for n in range(48)]  # an ID has at most 41 characters
-_FIELDS_HDR = [b"\r\n*%d\r\n" % n for n in range(256)]
-
-
-def _fields_hdr(n: int) -> bytes:
-    return _FIELDS_HDR[n] if n < 256 else b"\r\n*%d\r\n" % n
-
-
-def encode_entries(sids: list[int], ents: list[list[bytes]]) -> bytes:
-    """The encoded entries (no array header) for parallel lists of IDs and field lists."""
-    return (_encode_entries_c if cython.compiled else _encode_entries_py)(sids, ents)
-
-
-def _encode_entries_py(sids: list[int], ents: list[list[bytes]]) -> bytes:
-    """encode_entries interpreted: C-level maps over all the strings and one join."""
-    m = len(sids)
-    if m < 4:  # the bulk machinery only pays off from a few entries on
-        return b"".join([entry_reply(sid, f) for sid, f in zip(sids, ents, strict=True)])
-    flat = list(chain.from_iterable(ents))
-    lens = list(map(len, flat))
-    try:
-        pre = list(map(_BULK_HDR.__getitem__, lens))
-    except IndexError:
-        pre = [b"$%d\r\n" % n for n in lens]
-    ids = [b"%d-%d" % (x >> 64, x & SEQ_MAX) for x in sids]
-    widths = list(map(len, ents))
-    w = widths[0]
-    if widths.count(w) == m:
-        step = 3 + 3 * w
-        out = [_CRLF] * (m * step)
-        out[0::step] = map(_ENTRY_HDR.__getitem__, map(len, ids))
-        out[1::step] = ids
-        out[2::step] = [_fields_hdr(w)] * m
-        for j in range(w):
-            out[3 + 3 * j::step] = pre[j::w]
-            out[4 + 3 * j::step] = flat[j::w]
-        return b"".join(out)
-    out = []
-    p = 0
-    for i in range(m):
-        x = ids[i]
-        w = widths[i]
-        seg = [_CRLF] * (3 + 3 * w)
-        seg[0] = _ENTRY_HDR[len(x)]
-        seg[1] = x
-        seg[2] = _fields_hdr(w)
-        seg[3::3] = pre[p:p + w]
-        seg[4::3] = flat[p:p + w]
-        out += seg
-        p += w
-    return b"".join(out)
-
-
-# Compiled, the reply is written straight into one buffer: no object per string, length or
-# header (about 20x fewer instructions than the maps and join above for XRANGE COUNT 100).
-# Anything but lists of bytes goes to the interpreted encoder.
-def _encode_entries_c(sids: list[int], ents: list[list[bytes]]) -> bytes:
-    m = len(sids)
-    if len(ents) != m:
-        raise ValueError("encode_entries: IDs and entries differ in number")
-    cap = 0
-    for i in range(m):
-        fo = ents[i]
-        if type(fo) is not list:
-            return _encode_entries_py(sids, ents)
-        f = fo
-        w = len(f)
-        cap += 96 + 24 * w  # headers: an ID has at most 41 digits, a length at most 20
-        for j in range(w):
-            xo = f[j]
-            if type(xo) is not bytes:
-                return _encode_entries_py(sids, ents)
-            cap += len(cython.cast(bytes, xo))
-    buf = cython.cast(cython.p_char, malloc(cap + 1))
-    if buf == cython.NULL:
-        raise MemoryError
-    try:
-        p = 0
-        for i in range(m):
-            sid = sids[i]
-            seq = PyLong_AsUnsignedLongLongMask(sid)
-            ms = sid >> 64
-            f = ents[i]
-            w = len(f)
-            p = _put_entry_head(buf, p, ms, seq, w)
-            for j in range(w):
-                x = f[j]
-                p = _put_bulk(buf, p, PyBytes_AS_STRING(x), len(x))
-        return PyBytes_FromStringAndSize(buf, p)
-    finally:
-        free(buf)
-
-
-def _put_entry_head(buf: bytearray, p: int, ms: int, seq: int, w: int) -> int:
-    """`*2\r\n$<n>\r\n<ms>-<seq>\r\n*<w>\r\n` at buf[p:]; returns the position after it."""
-    buf[p] = 42  # *2\r\n$
-    buf[p + 1] = 50
-    buf[p + 2] = 13
-    buf[p + 3] = 10
-    buf[p + 4] = 36
-    p = _put_dec(buf, p + 5, _ndigits(ms) + 1 + _ndigits(seq))
-    buf[p] = 13
-    buf[p + 1] = 10
-    p = _put_dec(buf, p + 2, ms)
-    buf[p] = 45
-    p = _put_dec(buf, p + 1, seq)
-    buf[p] = 13  # \r\n*
-    buf[p + 1] = 10
-    buf[p + 2] = 42
-    p = _put_dec(buf, p + 3, w)
-    buf[p] = 13
-    buf[p + 1] = 10
-    return p + 2
-
-
-def _put_bulk(buf: bytearray, p: int, src: bytes, n: int) -> int:
-    """`$<n>\r\n<src>\r\n` at buf[p:]; returns the position after it."""
-    buf[p] = 36
-    p = _put_dec(buf, p + 1, n)
-    buf[p] = 13
-    buf[p + 1] = 10
-    memcpy(buf + p + 2, src, n)
-    p += n + 2
-    buf[p] = 13
-    buf[p + 1] = 10
-    return p + 2
-
-
-def encode_span(blk: Block, i0: int, i1: int) -> bytes:
-    """encode_entries of a sealed node's entries i0..i1-1 (deleted ones included), for
-    `Stream.range_chunks(..., encode=encode_span)`. Compiled, a node whose entries all have its
-    master fields is written straight from its packed bytes: no list or string object per
-    entry, each field name copied from the node's one master tuple."""
-    if cython.compiled and blk.nfs is None:
-        return _encode_span_c(blk, i0, i1)
-    return encode_entries(blk.sids(i0, i1), blk.entries(i0, i1))
-
-
-def _encode_span_c(b: Block, i0: int, i1: int) -> bytes:
-    master = b.master
-    k = len(master)
-    i0 = max(i0, 0)
-    i1 = min(i1, b.n)
-    e0 = i0 * k
-    e1 = i1 * k
-    cnt = _string_count(b)
-    if i0 >= i1 or 0 <= cnt < e1:
-        return encode_entries(b.sids(i0, i1), b.entries(i0, i1))
-    names = 0
-    for j in range(k):
-        xo = master[j]
-        if type(xo) is not bytes:
-            return encode_entries(b.sids(i0, i1), b.entries(i0, i1))
-        names += len(cython.cast(bytes, xo))
-    off = _string_off(b, e0)
-    vbytes = _string_off(b, e1) - off
-    cap = (i1 - i0) * (96 + 48 * k + names) + vbytes  # headers as in _encode_entries_c
-    buf = cython.cast(cython.p_char, malloc(cap + 1))
-    if buf == cython.NULL:
-        raise MemoryError
-    try:
-        pm = PyBytes_AS_STRING(b.msd)
-        mw = _width(b.mtc)
-        ps = PyBytes_AS_STRING(b.seq)
-        sw = _width(b.stc)
-        base = b.ms0
-        pb = PyBytes_AS_STRING(b.blob) + off
-        vlen = b.elen
-        pl = _lens_ptr(b)
-        lw = _width(b.lentc) if pl else 0
-        e = e0
-        p = 0
-        for i in range(i0, i1):
-            p = _put_entry_head(buf, p, base + _uget(pm, mw, i), _uget(ps, sw, i), 2 * k)
-            for j in range(k):
-                x = master[j]
-                p = _put_bulk(buf, p, PyBytes_AS_STRING(x), len(x))
-                if lw:
-                    vlen = _uget(pl, lw, e)
-                p = _put_bulk(buf, p, pb, vlen)
-                pb += vlen
-                e += 1
-        return PyBytes_FromStringAndSize(buf, p)
-    finally:
-        free(buf)
-
-
-def _ndigits(v: int) -> int:
-    n = 1
-    while v >= 10:
-        v //= 10
-        n += 1
-    return n
-
-
-def _put_dec(buf: bytearray, p: int, v: int) -> int:
-    """Write v in decimal at buf[p:]; returns the position after it."""
-    end = p + _ndigits(v)
-    i = end
-    while True:
-        i -= 1
-        buf[i] = 48 + v % 10
-        v //= 10
-        if v == 0:
-            return end
-
-
-def _id_bulk(ms: int, seq: int) -> bytes:
-    """XADD's reply `$<n>\r\n<ms>-<seq>\r\n` written into one C buffer (compiled only): the ID
-    at offset 8, then its `$<n>\r\n` header right before it (n < 100)."""
-    buf = cython.declare(cython.char[64])
-    p = _put_dec(buf, 8, ms)
-    buf[p] = 45
-    p = _put_dec(buf, p + 1, seq)
-    n = p - 8
-    q = 4 if n < 10 else 3
-    buf[q] = 36
-    _put_dec(buf, q + 1, n)
-    buf[6] = 13
-    buf[7] = 10
-    buf[p] = 13
-    buf[p + 1] = 10
-    return PyBytes_FromStringAndSize(buf + q, p + 2 - q)
-
-
-def entry_reply(sid: int, fields: list[bytes]) -> bytes:
-    """One entry: [id, [field, value, ...]]."""
-    ids = b"%d-%d" % (sid >> 64, sid & SEQ_MAX)
-    return b"*2\r\n$%d\r\n%s\r\n*%d\r\n%s" % (
-        len(ids), ids, len(fields), b"".join([b"$%d\r\n%s\r\n" % (len(x), x) for x in fields]))
-
-
-def entries_reply(entries: Iterable[tuple[int, list[bytes]]]) -> tuple[int, bytes]:
-    """(number of entries, their encoding without the array header) for (id, fields) pairs."""
-    pairs = list(entries)
-    if not pairs:
-        return 0, b""
-    return len(pairs), encode_entries([p[0] for p in pairs], [p[1] for p in pairs])
-
-
-def stream_range_reply(s: Stream, start: int, end: int, count: int | None, rev: bool
-                       ) -> tuple[int, bytes]:
-    """(number of entries, encoding) of s.range(start, end, count, rev), encoded per node
-    (a sealed node's straight from its bytes: `encode_span`)."""
-    n = 0
-    parts = []
-    for sids, ents in s.range_chunks(start, end, count, rev, encode_span):
-        n += len(sids)
-        parts.append(ents if type(ents) is bytes else encode_entries(sids, ents))
-    return n, b"".join(parts)
 
 
 # --- ID parsing ----------------------------------------------------------------------------
@@ -510,13 +240,12 @@ def xadd(c: Client, argv: list[bytes]) -> bytes:
         raise ReplyError(errors.XADD_ID_TOO_SMALL) from None
     except ElementsTooLarge:
         raise ReplyError(errors.XADD_TOO_LARGE) from None
+    reply = id_bulk(ms, seq)
+    off = 4 if reply[2] == 13 else 5  # the ID after `$<n>\r\n`
     if cython.compiled:
-        reply = _id_bulk(ms, seq)
-        off = 4 if reply[2] == 13 else 5
         ids = PyBytes_FromStringAndSize(PyBytes_AS_STRING(reply) + off, len(reply) - 2 - off)
     else:
-        ids = b"%d-%d" % (ms, seq)
-        reply = _BULK_HDR[len(ids)] + ids + b"\r\n"
+        ids = reply[off:-2]
     db.changed(key, True)
     if maxlen >= 0:
         if approx:

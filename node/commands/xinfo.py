@@ -15,8 +15,8 @@ from typing import Any
 from node import errors
 from node.client import Client
 from node.commands import command
+from node.commands.entryreplies import entry_reply
 from node.commands.groups import help_reply, subcommand_syntax_error
-from node.commands.streams import entry_reply
 from node.groups import sorted_groups
 from node.resp import Map, Raw, ReplyError, encode
 from node.stream import Stream
