@@ -56,7 +56,7 @@ repo = REPO_ROOT  # the checkout whose code the servers run (--repo)
 FIELDS = [tok for i in range(1, 6) for tok in (f"f{i}", f"value{i:05d}")]
 XADD = ["XADD", "s", "*", *FIELDS]
 SCALE = {"xrange": 0.1, "xreadgroup-xack": 0.1, "aof-replay": 30}
-SCENARIOS = ["xadd-p1", "xadd-p16", "xreadgroup-xack", "xrange", "router-xadd", "router-xadd-p16",
+SCENARIOS = ["xadd-p1", "xadd-p4", "xadd-p16", "xreadgroup-xack", "xrange", "router-xadd", "router-xadd-p16",
              "aof-replay"]
 
 
@@ -185,7 +185,7 @@ def measure(name: str, n: int, env: dict[str, str], work: Path) -> tuple[float, 
                 with Conn(port) as c:
                     c.call("XGROUP", "CREATE", "s", "g", "0")
                 _readgroup_ack(port, 20)
-        warm = {"xadd-p1": (XADD, 1), "xadd-p16": (XADD, 16), "router-xadd": (XADD, 1),
+        warm = {"xadd-p1": (XADD, 1), "xadd-p4": (XADD, 4), "xadd-p16": (XADD, 16), "router-xadd": (XADD, 1),
                 "router-xadd-p16": (XADD, 16),
                 "xrange": (["XRANGE", "s", "-", "+", "COUNT", "100"], 1)}
         if name in warm:

@@ -4,6 +4,7 @@
 cimport cython
 
 from node.client cimport Client
+from node.cmdstats cimport CommandStats
 
 @cython.final
 cdef class RequestBuffer:
@@ -26,6 +27,7 @@ cdef class RespConnection:
     cdef public object _big, raw
     cdef public bint keep_spans
     cdef public RequestBuffer _requests
+    cdef public CommandStats _stats
     cdef dict __dict__
 
     @cython.locals(requests=RequestBuffer, buf=bytes, size=Py_ssize_t, pos=Py_ssize_t,
@@ -36,6 +38,8 @@ cdef class RespConnection:
     @cython.locals(requests=RequestBuffer)
     cdef void _after_requests(self) except *
     cdef void _wait_for_more(self) except *
+    # The node's connection overrides it as C (node/server.pxd), the router's too.
+    cpdef _write(self, data)
 
 cdef bint _starts_request(object data) except -1
 

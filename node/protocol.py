@@ -53,6 +53,7 @@ if cython.compiled:
 
 if TYPE_CHECKING:
     from node.client import Client
+    from node.cmdstats import CommandStats
     from node.context import ConnectionOwner
 
 __all__ = ["RespConnection", "set_nodelay"]
@@ -72,6 +73,10 @@ BIG_REQUEST = 100_000  # a request declaring more elements than this is collecte
 # The request reader (`take_request`) takes counts of at most 5 digits (so under BIG_REQUEST and
 # never a `_BIG_COUNT`) and lengths of at most 18 digits (no overflow).
 _TAKE_COUNT = 99_999
+# proto-max-bulk-len's floor (node/config.py): a read shorter than this holds no whole bulk
+# string over the limit, so the request reader bounds lengths by the read's size instead of
+# reading the setting (two attribute lookups) per read.
+_MIN_BULK_LIMIT = 1024 * 1024
 
 
 def set_nodelay(transport: asyncio.BaseTransport) -> None:
@@ -220,7 +225,7 @@ class RespConnection:
     __slots__ = ("server", "execute", "transport", "reader", "client", "_slow", "_boundary",
                  "_span", "_span_len", "_done", "_closing", "_write_paused", "_read_paused",
                  "_stalls", "_halt", "_pending", "_big", "_requests", "_own_process", "raw",
-                 "keep_spans")
+                 "keep_spans", "_stats")
 
     def __init__(self, server: ConnectionOwner,
                  execute: Callable[[Client, list[bytes]], bytes | None],
@@ -257,6 +262,8 @@ class RespConnection:
         # (router/client.py).
         self.raw: bytes | None = None
         self.keep_spans = keep_spans  # raw also for each request of a pipeline (the router)
+        # The owner's counters (never replaced), read per read as C fields compiled.
+        self._stats: CommandStats | None = server.stats if server is not None else None
 
     # --- asyncio callbacks --------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -302,8 +309,9 @@ class RespConnection:
     def data_received(self, data: bytes) -> None:
         if self._closing:
             return
-        stats = self.server.stats
-        stats.net_input_bytes += len(data)
+        stats = self._stats
+        if stats is not None:
+            stats.net_input_bytes += len(data)
         requests = self._requests
         waiting = requests.buf
         if waiting is not None:  # the client could not run them yet: the new bytes go after
@@ -414,7 +422,7 @@ class RespConnection:
             if self._requests.buf is not None or self._boundary:
                 # Every request of the read ran, or the client cannot run more now.
                 if out:
-                    self._write(b"".join(out))
+                    self._write(out[0] if len(out) == 1 else b"".join(out))
                 if c.close_after_reply:
                     self.finish()
                 return n
@@ -478,7 +486,9 @@ class RespConnection:
         buf = requests.buf
         assert buf is not None
         size = len(buf)
-        max_bulk = self.server.config.proto_max_bulk_len
+        # Under the setting's floor the read's size bounds every length it can hold whole (a
+        # longer declared length is incomplete either way and goes on to hiredis).
+        max_bulk = size if size < _MIN_BULK_LIMIT else self.server.config.proto_max_bulk_len
         execute = self.execute
         n = 0
         turn = _MAX_COMMANDS_PER_TURN

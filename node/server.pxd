@@ -1,13 +1,14 @@
 # Cython declarations for node/server.py (pure-Python mode; node/native.py, setup.py).
 # Server is an extension type with every attribute of its __init__ declared; `__dict__` keeps
-# attributes other parts attach working. Connection stays a Python subclass of
-# node.protocol.RespConnection (its methods override the base's).
+# attributes other parts attach working. Connection is an extension subclass of
+# node.protocol.RespConnection: a read's reply batch reaches the socket by C calls.
 
 import cython
 
 from node.client cimport Client
 from node.cmdstats cimport CallStats, CommandStats
 from node.effects cimport EffectLog
+from node.protocol cimport RespConnection
 
 cdef long long _clock_ns(bint wall) noexcept
 
@@ -57,3 +58,10 @@ cdef class Server:
     cpdef check_readonly(self)
     cpdef propagate(self, argv)
     cpdef now_ms(self)
+
+cdef class Connection(RespConnection):
+    cdef public object held
+    cdef public Server srv
+
+    cpdef _write(self, data)
+    cpdef send(self, data)

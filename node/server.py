@@ -522,18 +522,18 @@ class Connection(RespConnection):
     """One client socket of the node (node/protocol.py does the parsing and flow control):
     replies may wait for an fsync (`appendfsync always`), and output-buffer limits apply."""
 
-    __slots__ = ("held",)
+    __slots__ = ("held", "srv")
 
     def __init__(self, server: Server) -> None:
         super().__init__(server, server.execute)
-        self.server: Server = server
+        self.srv = server  # `server`, typed: C field reads on the reply path when compiled
         self.held: list[tuple[int, bytes]] | None = None  # replies waiting for an fsync
 
     def _write(self, data: bytes) -> None:
         t = self.transport
         if t is None or self._closing:
             return
-        gate = self.server.reply_gate
+        gate = self.srv.reply_gate
         if gate is not None and gate.hold(self, data):
             return
         self.send(data)
@@ -543,7 +543,7 @@ class Connection(RespConnection):
         t = self.transport
         if t is None or self._closing:
             return
-        self.server.stats.net_output_bytes += len(data)
+        self.srv.stats.net_output_bytes += len(data)
         t.write(data)
         if self._write_paused:
             self.check_output_limit()
@@ -553,12 +553,12 @@ class Connection(RespConnection):
         t, c = self.transport, self.client
         if t is None or c is None or self._closing:
             return
-        over, c.obuf_soft_since = self.server.config.obuf_over_limit(
+        over, c.obuf_soft_since = self.srv.config.obuf_over_limit(
             "normal", t.get_write_buffer_size(), c.obuf_soft_since, time.monotonic())
         if over:
             log.warning("Client id=%d addr=%s scheduled to be closed ASAP for overcoming of "
                         "output buffer limits.", c.id, c.addr)
-            self.server.stats.obuf_disconnections += 1
+            self.srv.stats.obuf_disconnections += 1
             self.close(force=True)
 
     def on_unblocked(self, reply: bytes) -> None:
@@ -569,4 +569,4 @@ class Connection(RespConnection):
         self._resume_reading()
         # Commands pipelined behind the blocked one run now, outside the releasing client's
         # command so that its reply order is not disturbed.
-        self.server.loop.call_soon(self._process)
+        self.srv.loop.call_soon(self._process)

@@ -14,3 +14,4 @@ cdef class ClientConn(RespConnection):
     cdef public Outbox outbox
 
     cpdef fill(self, list cell, object data)
+    cpdef _write(self, data)
