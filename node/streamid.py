@@ -25,6 +25,16 @@ def parse_id(b: bytes, missing_seq: int = 0, strict: bool = False) -> int | None
 
     `missing_seq` is the sequence of a bare `ms` (0 for a start, SEQ_MAX for an end); `strict`
     refuses the `-` and `+` shorthands (streamParseStrictIDOrReply)."""
+    # The form every effect and most clients send, `digits-digits`, in three C calls: for
+    # plain digits string2ull is strtoull, whatever the leading zeros (a replica parses an ID
+    # in every XCLAIM, XACK and XGROUP SETID it applies, and this module runs interpreted).
+    msb, dash, seqb = b.partition(b"-")
+    if dash and msb.isdigit() and seqb.isdigit() and len(b) <= 127:
+        ms = int(msb)
+        seq = int(seqb)
+        if ms > ULLONG_MAX or seq > ULLONG_MAX:
+            return None
+        return ms << 64 | seq
     if len(b) > 127:
         return None
     if not strict:

@@ -96,6 +96,8 @@ def propagate_xclaim(c: Client, key: bytes, groupname: bytes, g: ConsumerGroup, 
     needed (FORCE), deletes it if the entry no longer exists, and moves the group's last ID
     forward only. JUSTID avoids reading the entry on the replica.
     """
+    if c.server.effects.replaying:
+        return  # applying effects (a replica, AOF loading) emits none: skip building it
     ids = _id_text(sid)
     last = g.last_id
     c.server.propagate([b"XCLAIM", key, groupname, nack[2], b"0", ids, b"TIME",
@@ -633,8 +635,10 @@ def xclaim(c: Client, argv: list[bytes]) -> bytes:
     out: list[bytes] = []
     for sid in ids:
         nack = pel.get(sid)
-        fields = s.get(sid)
-        if fields is None:
+        # JUSTID (every XCLAIM effect a replica applies) needs to know only that the entry
+        # lives, not its fields.
+        fields = None if justid else s.get(sid)
+        if (sid not in s) if justid else fields is None:
             # The entry is gone: drop its NACK (and say so to replicas).
             if nack is not None:
                 c.server.dirty += 1
