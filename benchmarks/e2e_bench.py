@@ -30,7 +30,14 @@ in front of 3 such nodes).
 
 The result is the histogram (p50, p99, p99.9, the share under 1/2/5 ms) side by side, and the
 offered and achieved rates: a target that could not keep up shows it there, not as a lower
-latency. Results go to benchmarks/E2E_RESULTS.md (or --output) with the machine's load.
+latency. Below it, the CPU time (user + system) and the read/write system calls of every
+server process of a target per entry sent (/proc/PID/stat and io): what each part costs,
+which on 2 shared CPUs decides how long the others queue behind it. Results go to
+benchmarks/E2E_RESULTS.md (or --output) with the machine's load.
+
+`--path N` measures instead the length of the delivery path without any queueing: one
+consumer blocked, one XADD at a time (a few ms apart), N times, and prints the delivery's
+p10/p50/p90 (send to the consumer's read) and the XADD reply's p50.
 """
 
 from __future__ import annotations
@@ -119,6 +126,57 @@ def _consumer(port: int, name: bytes, stop_at: float, out: mp.Queue) -> None:
         c.send((b"XACK", KEY, b"g", *ids))
         c.read()
     out.put(("lat", lats))
+
+
+def path_length(port: int, n: int) -> dict[str, float]:
+    """One delivery at a time: the path's length with nothing queued in front of it."""
+    admin = _Sock(port)
+    admin.send((b"DEL", KEY), (b"XGROUP", b"CREATE", KEY, b"g", b"$", b"MKSTREAM"))
+    admin.read(2)
+    cons, prod = _Sock(port), _Sock(port)
+    lat: list[int] = []
+    ack: list[int] = []
+    for _ in range(n):
+        cons.send((b"XREADGROUP", b"GROUP", b"g", b"c", b"COUNT", b"100", b"BLOCK", b"1000",
+                   b"STREAMS", KEY, b">"))
+        time.sleep(0.003)  # the read is parked on the server before the entry comes
+        t0 = time.monotonic_ns()
+        prod.send((b"XADD", KEY, b"*", b"t", b"%d" % t0, *PAYLOAD))
+        r = cons.read()[0]
+        lat.append(time.monotonic_ns() - t0)
+        prod.read()
+        ack.append(time.monotonic_ns() - t0)
+        cons.send((b"XACK", KEY, b"g", r[0][1][0][0]))
+        cons.read()
+    lat.sort()
+    ack.sort()
+    return {"p10": lat[n // 10] / 1e3, "p50": lat[n // 2] / 1e3, "p90": lat[n * 9 // 10] / 1e3,
+            "xadd_p50": ack[n // 2] / 1e3}
+
+
+def _proc_cost(pid: int) -> tuple[float, float, int, int]:
+    """(user s, system s, read calls, write calls) of a process so far (/proc)."""
+    with open(f"/proc/{pid}/stat") as f:
+        data = f.read()
+    fields = data[data.rindex(")") + 2:].split()
+    with open(f"/proc/{pid}/io") as f:
+        io = dict(line.split(": ") for line in f.read().splitlines())
+    tck = os.sysconf("SC_CLK_TCK")
+    return int(fields[11]) / tck, int(fields[12]) / tck, int(io["syscr"]), int(io["syscw"])
+
+
+def process_costs(procs: Procs, before: dict[int, tuple], entries: int) -> list[str]:
+    """Per server process: CPU us and read/write calls per entry since `before`."""
+    lines = []
+    for p in procs.procs:
+        args = [str(x) for x in p.args]
+        name = Path(args[args.index("--dir") + 1]).name if "--dir" in args else "router"
+        u0, s0, r0, w0 = before[p.pid]
+        u1, s1, r1, w1 = _proc_cost(p.pid)
+        n = max(entries, 1)
+        lines.append(f"{name}: user {(u1 - u0) / n * 1e6:.1f} + sys {(s1 - s0) / n * 1e6:.1f} "
+                     f"us, {(r1 - r0) / n:.2f} reads + {(w1 - w0) / n:.2f} writes per entry")
+    return lines
 
 
 def run_load(port: int, rate: int, seconds: float, consumers: int, producers: int
@@ -223,23 +281,39 @@ def main(argv: list[str] | None = None) -> int:
                     help=f"comma-separated, of {','.join(TARGETS + PARTS)}")
     ap.add_argument("--quick", action="store_true", help="1 s at 1000/s, 2 consumers")
     ap.add_argument("--output", default="", help="append the result here (markdown)")
+    ap.add_argument("--path", type=int, default=0,
+                    help="instead: N deliveries one at a time (the path without queueing)")
     a = ap.parse_args(argv)
     if a.quick:
         a.rate, a.seconds, a.consumers, a.producers = 1000, 1.0, 2, 1
     load_before = os.getloadavg()
     results: dict[str, dict[str, float]] = {}
+    costs: list[str] = []
     for kind in a.targets.split(","):
         procs = Procs()
         try:
             port = start_target(procs, kind)
+            if a.path:
+                results[kind] = path_length(port, a.path)
+                continue
+            before = {p.pid: _proc_cost(p.pid) for p in procs.procs}
             results[kind] = run_load(port, a.rate, a.seconds, a.consumers, a.producers)
+            costs += [f"- {kind} {x}" for x in process_costs(procs, before,
+                                                              int(results[kind]["sent"]))]
         finally:
             procs.stop()
     load_after = os.getloadavg()
-    head = (f"{a.rate} entries/s offered by {a.producers} producer processes, {a.consumers} "
-            f"consumer processes in one group, {a.seconds:.0f} s per target; load average "
-            f"{load_before[0]:.1f} before, {load_after[0]:.1f} after, {os.cpu_count()} CPUs")
-    text = table(results)
+    load = (f"load average {load_before[0]:.1f} before, {load_after[0]:.1f} after, "
+            f"{os.cpu_count()} CPUs")
+    if a.path:
+        head = f"{a.path} deliveries one at a time (1 consumer, 1 producer), us; {load}"
+        text = "\n".join(f"- {k}: p10 {r['p10']:.0f}, p50 {r['p50']:.0f}, p90 {r['p90']:.0f}; "
+                         f"XADD reply p50 {r['xadd_p50']:.0f}" for k, r in results.items())
+    else:
+        head = (f"{a.rate} entries/s offered by {a.producers} producer processes, "
+                f"{a.consumers} consumer processes in one group, {a.seconds:.0f} s per "
+                f"target; {load}")
+        text = table(results) + "\n\nServer processes, per entry sent:\n" + "\n".join(costs)
     print(head)
     print(text)
     if a.output:

@@ -7,7 +7,10 @@ it applies every effect and publishes the received bytes to its own effect log (
 and AOF listen there). The stream here is N live `XADD key ms-seq f1 v1 ... f5 v5` effects,
 recorded from a real Server, cut two ways: `live` one effect per feed (a replica of a primary
 at a few thousand writes/s receives them one read at a time) and `bulk` 64 KiB reads (a
-replica catching up). The replica has a listener on its effect log, as one with a backlog.
+replica catching up). `group` is the effects of one delivery of a consumer group as
+e2e_bench.py makes them (an XADD, a blocked XREADGROUP served with it: XCLAIM and XGROUP
+SETID, then its XACK), fed as the primary writes them: the first three in one read, the XACK
+in the next; it prints CPU per delivered entry. The replica has a listener on its effect log, as one with a backlog.
 Prints the best of `rounds` CPU times per effect (time.process_time), which moves less with
 the machine's load than wall time; run it from two checkouts to compare them.
 """
@@ -45,6 +48,27 @@ def record(n: int) -> list[bytes]:
     return out
 
 
+def record_group(n: int) -> list[bytes]:
+    """N deliveries as the primary writes them: [XADD + XCLAIM + SETID, XACK] each."""
+    srv = Server(Config())
+    out: list[bytes] = []
+    srv.effects.listen(out.append)
+    c = Client(srv, None, 1)
+    srv.execute(c, [b"XGROUP", b"CREATE", b"s", b"g", b"$", b"MKSTREAM"])
+    chunks: list[bytes] = [b"".join(out)]
+    for i in range(n):
+        out.clear()
+        sid = b"%d-1" % (1700000000000 + i)
+        srv.execute(c, [b"XADD", b"s", sid, *FIELDS])
+        srv.execute(c, [b"XREADGROUP", b"GROUP", b"g", b"c%d" % (i % 10), b"COUNT", b"100",
+                        b"STREAMS", b"s", b">"])
+        chunks.append(b"".join(out))
+        out.clear()
+        srv.execute(c, [b"XACK", b"s", b"g", sid])
+        chunks.append(b"".join(out))
+    return chunks
+
+
 def apply_cpu(chunks: list[bytes], n: int) -> float:
     """CPU seconds per effect to apply and republish `chunks` on a fresh replica."""
     srv = Server(Config())
@@ -72,9 +96,12 @@ def main(argv: list[str] | None = None) -> int:
             "bulk": [stream[i:i + 65536] for i in range(0, len(stream), 65536)]}
     print(f"{Path(__file__).resolve().parent.parent}: "
           f"{'compiled' if compiled() else 'interpreted'}, {a.n} effects")
+    cuts["group"] = record_group(a.n // 4)
     for name, chunks in cuts.items():
-        best = min(apply_cpu(chunks, a.n) for _ in range(a.rounds))
-        print(f"{name:5s} {best * 1e6:6.2f} us CPU per effect ({1 / best / 1000:.0f}k/s)")
+        n = a.n // 4 if name == "group" else a.n
+        what = "delivered entry" if name == "group" else "effect"
+        best = min(apply_cpu(chunks, n) for _ in range(a.rounds))
+        print(f"{name:5s} {best * 1e6:6.2f} us CPU per {what} ({1 / best / 1000:.0f}k/s)")
     return 0
 
 
