@@ -6,6 +6,9 @@ cimport cython
 @cython.locals(n=Py_ssize_t, k=Py_ssize_t, parts=list, heads=list)
 cpdef bytes encode_command(argv)
 
+# reply_scan frames every reply the router relays (router/upstream.py calls it as C).
+cpdef tuple reply_scan(object buf, Py_ssize_t pos, Py_ssize_t need=*)
+
 @cython.locals(n=Py_ssize_t, base="const char *", q="const char *", e=Py_ssize_t,
                t=cython.uchar, i=Py_ssize_t, neg=bint, v=Py_ssize_t, d=int, end=Py_ssize_t)
 cdef object _scan_bytes(bytes buf, Py_ssize_t pos, Py_ssize_t need)

@@ -1,17 +1,33 @@
 # Cython declarations for router/client.py (pure-Python mode; node/native.py, setup.py).
 
+cimport cython
+
 from node.client cimport Client
+from node.cmdstats cimport CommandStats
 from node.protocol cimport RespConnection
+from router.metrics cimport UpstreamStats
 from router.outbox cimport Outbox
+from router.upstream cimport Pool
+
+cdef Py_ssize_t _MAX_CELLS
 
 cdef class RouterClient(Client):
-    cdef public object written, txn_slot, watch_conn, watch_slot
+    cdef public object written, wrote_last, txn_slot, watch_conn, watch_slot
+
+cdef class RouterCore:
+    cdef public CommandStats stats
+    cdef public UpstreamStats upstream
+
+    cpdef dispatch(self, RouterClient c, list argv, list cell, object raw=*)
+    cpdef Pool primary_pool(self, Py_ssize_t slot, int proto)
 
 cdef class ClientConn(RespConnection):
-    cdef public object router, cells
-    cdef public list _out
+    cdef public RouterCore router
+    cdef public list cells, _out
+    cdef public Py_ssize_t _head
     cdef public bint _close_after, _queued
     cdef public Outbox outbox
 
+    @cython.locals(cells=list, head=Py_ssize_t, n=Py_ssize_t, out=list, first=list)
     cpdef fill(self, list cell, object data)
     cpdef _write(self, data)

@@ -9,32 +9,56 @@ stalls the connection; the requests behind it wait in the parser, and in the ker
 
 from __future__ import annotations
 
-from collections import deque
 from typing import TYPE_CHECKING, Any
+
+import cython
 
 from node.client import Client
 from node.protocol import RespConnection
 
 if TYPE_CHECKING:
+    from node.cmdstats import CommandStats
+    from router.metrics import UpstreamStats
     from router.outbox import Outbox
     from router.proxy import Router
-    from router.upstream import Upstream
+    from router.upstream import Pool, Upstream
 
-__all__ = ["RouterClient", "ClientConn", "Cell", "MAX_CELLS"]
+__all__ = ["RouterCore", "RouterClient", "ClientConn", "Cell", "MAX_CELLS"]
 
 Cell = list  # [reply bytes or None]
 MAX_CELLS = 20000  # pending replies per client before its reading pauses
+_MAX_CELLS = cython.declare(cython.Py_ssize_t, MAX_CELLS)  # (compiled: a C constant)
+
+
+class RouterCore:
+    """What every relayed request calls on the router (router/proxy.py `Router` is the one
+    implementation). Compiled (router/client.pxd) it is an extension type that the client
+    connections and forwarded requests hold typed, so these are C calls and C fields."""
+
+    __slots__ = ("stats", "upstream")
+    stats: CommandStats  # client requests and bytes (INFO stats)
+    upstream: UpstreamStats  # round trips to the nodes (router/metrics.py)
+
+    def dispatch(self, c: RouterClient, argv: list[bytes], cell: Cell,
+                 raw: bytes | None = None) -> None:
+        raise NotImplementedError
+
+    def primary_pool(self, slot: int, proto: int) -> Pool | None:
+        raise NotImplementedError
 
 
 class RouterClient(Client):
     """A client of the router: a node client plus what routing needs to remember."""
 
-    __slots__ = ("written", "txn_slot", "watch_conn", "watch_slot")
+    __slots__ = ("written", "wrote_last", "txn_slot", "watch_conn", "watch_slot")
     conn: ClientConn | None
 
     def __init__(self, *args: Any) -> None:
         super().__init__(*args)
         self.written: set[tuple[str, int]] = set()  # nodes written since the last WAIT
+        # An address known to be in `written` (the last one a write went to): a write to the
+        # same node skips the set lookup. Reset wherever `written` loses an address.
+        self.wrote_last: tuple[str, int] | None = None
         self.txn_slot: int | None = None  # the slot of the open transaction, once known
         self.watch_conn: Upstream | None = None  # WATCH pins the slot's node until EXEC
         self.watch_slot: int | None = None
@@ -43,14 +67,17 @@ class RouterClient(Client):
 class ClientConn(RespConnection):
     """One client socket of the router: requests run in order, replies leave in order."""
 
-    __slots__ = ("router", "outbox", "cells", "_close_after", "_out", "_queued")
+    __slots__ = ("router", "outbox", "cells", "_head", "_close_after", "_out", "_queued")
 
     def __init__(self, router: Router) -> None:
         # keep_spans: each request of a pipeline is relayed as its bytes (self.raw)
         super().__init__(router, self._submit, keep_spans=True)
         self.router = router
         self.outbox: Outbox = router.outbox
-        self.cells: deque[Cell] = deque()
+        # The cells in request order from `_head` on (a list and an index: appending and
+        # taking from the front are C operations compiled, where a deque's are method calls).
+        self.cells: list[Cell] = []
+        self._head = 0
         self._close_after = False
         self._out: list[bytes] = []  # replies in order, written at the end of the iteration
         self._queued = False  # registered with the router's outbox (router/outbox.py)
@@ -58,19 +85,19 @@ class ClientConn(RespConnection):
     def _submit(self, c: Client, argv: list[bytes]) -> None:
         """Run one request; its reply goes into its cell whenever it is ready."""
         cell: Cell = [None]
-        self.cells.append(cell)
+        cells = self.cells
+        cells.append(cell)
         # self.raw: the request's own bytes, when known (node/protocol.py)
         self.router.dispatch(c, argv, cell, self.raw)  # type: ignore[arg-type]
-        if len(self.cells) > MAX_CELLS:
+        if len(cells) - self._head > _MAX_CELLS:
             self._pause_reading()
 
     def _process(self) -> int:
         """Run the requests that are ready; a request for an idle node leaves before this
         returns instead of at the end of the loop iteration (router/outbox.py)."""
         n = RespConnection._process(self)
-        outbox = self.outbox
-        if outbox.urgent:
-            outbox.now()
+        if self.outbox.urgent:
+            self.outbox.now()
         return n
 
     def new_cell(self) -> Cell:
@@ -82,14 +109,27 @@ class ClientConn(RespConnection):
         """A reply is ready: send it, and every reply after it that was waiting for it."""
         cell[0] = data
         cells = self.cells
-        if cells and cells[0] is cell:
+        head = self._head
+        n = len(cells)
+        if head < n and cells[head] is cell:
             out = self._out
-            while cells and cells[0][0] is not None:
-                out.append(cells.popleft()[0])
+            while head < n:
+                first = cells[head]
+                if first[0] is None:
+                    break
+                out.append(first[0])
+                head += 1
+            if head == n:
+                del cells[:]
+                head = 0
+            elif head >= 1024 and head * 2 >= n:  # a pipeline that never drains
+                del cells[:head]
+                head = 0
+            self._head = head
             if not self._queued:
                 self._queued = True
                 self.outbox.add(self)
-            if self._read_paused and len(cells) < MAX_CELLS // 2 and not self._halt \
+            if self._read_paused and len(cells) - head < _MAX_CELLS // 2 and not self._halt \
                     and not self._close_after \
                     and (self.client is None or self.client.blocked is None):
                 self._resume_reading()
@@ -105,7 +145,7 @@ class ClientConn(RespConnection):
                 data = out[0] if len(out) == 1 else b"".join(out)
                 self.router.stats.net_output_bytes += len(data)
                 self.transport.write(data)
-        if self._close_after and not self.cells:
+        if self._close_after and self._head == len(self.cells):
             self.close()
 
     def _write(self, data: bytes) -> None:
@@ -125,7 +165,7 @@ class ClientConn(RespConnection):
     def finish(self) -> None:
         """Close once every request in flight is answered."""
         self._close_after = True
-        if not self.cells and not self._queued:
+        if self._head == len(self.cells) and not self._queued:
             self.close()
 
     def on_unblocked(self, reply: bytes) -> None:

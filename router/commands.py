@@ -68,6 +68,7 @@ def wait(router: Router, c: RouterClient, argv: list[bytes], cell: Cell) -> None
     pinned = bool(c.written)
     targets = sorted(c.written) or router.primaries()
     c.written = set()
+    c.wrote_last = None
     zero = integer(0) if len(argv) == 3 else encode([0, 0], c.proto)
     if not targets:
         return _conn(c).fill(cell, zero)

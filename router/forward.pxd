@@ -3,20 +3,24 @@
 
 cimport cython
 
-from router.client cimport ClientConn, RouterClient
-from router.upstream cimport Pool, Upstream
+from router.client cimport ClientConn, RouterClient, RouterCore
+from router.upstream cimport Pool, Upstream, Waiter
 
 cdef double _clock() noexcept
 
-cdef class Forward:
-    cdef public object router, data, slot, cell, done, addr, added
+cdef class Forward(Waiter):
+    cdef public object data, slot, cell, done, addr, added
+    cdef public RouterCore router
     cdef public RouterClient c
     cdef public bint write
     cdef public Py_ssize_t attempt
     cdef public double deadline, sent
 
-    @cython.locals(c=RouterClient, pool=Pool, up=Upstream, replica=bint)
+    @cython.locals(router=RouterCore, c=RouterClient, pool=Pool, up=Upstream, replica=bint)
     cpdef send(self, object addr=*, Upstream up=*)
+
+    @cython.locals(router=RouterCore)
+    cpdef reply(self, bytes r)
 
     @cython.locals(conn=ClientConn)
     cpdef _finish(self, object r)

@@ -28,6 +28,7 @@ import hiredis
 
 from node import errors
 from node.resp import encode_command, error, error_code, null_array, parse_redirect
+from router.upstream import RETRYABLE, Waiter
 
 if cython.compiled:
     from cython.cimports.posix.time import CLOCK_MONOTONIC, clock_gettime, timespec
@@ -43,7 +44,6 @@ MAX_REDIRECTS = 5  # -ASK
 FAST_REDIRECTS = 2  # -MOVED followed at once; after that, again every REDIRECT_DELAY
 REDIRECT_DELAY = 0.005
 RETRY_DELAY = 0.05  # seconds between tries while a shard has no primary
-RETRYABLE = frozenset((b"CLUSTERDOWN", b"TRYAGAIN", b"LOADING", b"MASTERDOWN"))
 _ASKING = encode_command([b"ASKING"])
 
 Cell = list  # [reply bytes or None]: one client request's place in its reply order
@@ -64,7 +64,7 @@ def _clock() -> float:
     return perf_counter()
 
 
-class Forward:
+class Forward(Waiter):
     """One request to the owner of `slot` (or to an address); see the module docstring."""
 
     __slots__ = ("router", "c", "data", "slot", "write", "cell", "done", "attempt", "deadline",
@@ -89,25 +89,34 @@ class Forward:
         if up is None:
             router, c = self.router, self.c
             replica = c.readonly and not self.write
-            if addr is None:
-                addr = router.node_for(self.slot, replica) if self.slot is not None else None
-                if addr is None:
+            if addr is None and not replica and self.slot is not None:
+                pool = router.primary_pool(self.slot, c.proto)  # the common case, cached
+                if pool is None:
                     return self._retry(error(errors.SLOT_NOT_SERVED))
-            if self.write and addr not in c.written:
-                c.written.add(addr)
-                self.added = addr
-            pool = router.pool(addr, c.proto, replica and addr not in router.primaries())
+                addr = pool.addr
+            else:
+                if addr is None:
+                    addr = router.node_for(self.slot, replica) if self.slot is not None else None
+                    if addr is None:
+                        return self._retry(error(errors.SLOT_NOT_SERVED))
+                pool = router.pool(addr, c.proto, replica and addr not in router.primaries())
+            if self.write and addr is not c.wrote_last:
+                if addr not in c.written:
+                    c.written.add(addr)
+                    self.added = addr
+                c.wrote_last = addr
             up = pool.get(c.id)
         self.addr = addr
         self.sent = _clock()
         up.send(self.data, self)
         return None
 
-    def __call__(self, r: bytes | None) -> None:
-        self.router.upstream.replied(self, r, _clock() - self.sent)
+    def reply(self, r: bytes | None) -> None:
+        """The node answered (None: the connection was lost first)."""
+        self.router.upstream.replied(self.slot, self.addr, r, _clock() - self.sent)
         if r is None:
             return self._retry(error(errors.CLUSTERDOWN))
-        if r[:1] == b"-":
+        if len(r) > 0 and r[0] == 45:  # b"-"
             redirect = parse_redirect(r)
             if redirect is not None:
                 kind, _slot, host, port = redirect
@@ -117,6 +126,7 @@ class Forward:
                     router.redirects["moved"] += 1
                     if self.added is not None:  # the write did not run there: WAIT skips it
                         self.c.written.discard(self.added)
+                        self.c.wrote_last = None
                         self.added = None
                     if self.attempt <= FAST_REDIRECTS:
                         return self.send(addr=(host, port))

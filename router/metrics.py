@@ -11,10 +11,9 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from node import histogram
 from node.histogram import Histogram
 from node.resp import error_code
-from router.forward import RETRYABLE
+from router.upstream import RETRYABLE
 
 if TYPE_CHECKING:
-    from router.forward import Forward
     from router.proxy import Router
 
 
@@ -29,42 +28,64 @@ def _bucket(bounds: tuple[float, ...], v: float) -> int:
     return i
 
 
+class RoundTrips:
+    """One shard's round trips: a Histogram's buckets as C fields (router/metrics.pxd), counted
+    per relayed reply; `histogram()` is the Histogram a scrape exports."""
+
+    __slots__ = ("bounds", "counts", "sum")
+
+    def __init__(self) -> None:
+        self.bounds: tuple[float, ...] = histogram.LATENCY_BOUNDS
+        self.counts: list[int] = [0] * (len(self.bounds) + 1)
+        self.sum = 0.0
+
+    def histogram(self) -> Histogram:
+        h = Histogram(self.bounds)
+        h.counts = list(self.counts)
+        h.sum = self.sum
+        return h
+
+
 class UpstreamStats:
     """Observed by every `Forward` reply (router/forward.py): its round trip, by shard, and
     whether the shard failed it (connection lost, or an error that makes the router wait)."""
 
-    __slots__ = ("router", "times", "errors", "clusterdown_waits", "_nodes", "_by_addr")
+    __slots__ = ("router", "slot_owner", "times", "errors", "clusterdown_waits", "_nodes",
+                 "_by_addr")
 
     def __init__(self, router: Router) -> None:
         self.router = router
-        self.times: dict[str, Histogram] = {}
+        self.slot_owner: list[str | None] = router.map.owner  # (Router.set_topology keeps it)
+        self.times: dict[str, RoundTrips] = {}
         self.errors: dict[str, int] = {}
         self.clusterdown_waits = 0  # requests that had to wait for a shard to get a primary
         self._nodes: object = None
         self._by_addr: dict[tuple[str, int], str] = {}
 
-    def replied(self, f: Forward, r: bytes | None, dt: float) -> None:
-        """`f` got `r` after `dt` seconds. Called per relayed reply: compiled
-        (router/metrics.pxd), with Histogram.observe inlined, it costs no interpreted call."""
-        slot = f.slot
-        shard = (self.router.map.owner[slot] or "none") if slot is not None else self.shard_of(f)
+    def replied(self, slot: int | None, addr: tuple[str, int] | None, r: bytes | None,
+                dt: float) -> None:
+        """A request for `slot` (or, without one, sent to `addr`) got `r` after `dt` seconds.
+        Called per relayed reply: compiled (router/metrics.pxd), with Histogram.observe
+        inlined, it costs no interpreted call."""
+        shard = (self.slot_owner[slot] or "none") if slot is not None \
+            else self.shard_of(slot, addr)
         h = self.times.get(shard)
         if h is None:
-            h = self.times[shard] = Histogram()
+            h = self.times[shard] = RoundTrips()
         h.counts[_bucket(h.bounds, dt)] += 1  # Histogram.observe
         h.sum += dt
         if r is None or (len(r) > 0 and r[0] == 45 and error_code(r) in RETRYABLE):  # b"-"
             self.errors[shard] = self.errors.get(shard, 0) + 1
 
-    def shard_of(self, f: Forward) -> str:
+    def shard_of(self, slot: int | None, addr: tuple[str, int] | None) -> str:
         m = self.router.map
-        if f.slot is not None:
-            return m.owner[f.slot] or "none"
+        if slot is not None:
+            return m.owner[slot] or "none"
         if self._nodes is not m.nodes:  # the map was replaced: index it again
             self._nodes = m.nodes
             tls = self.router.tls
             self._by_addr = {(n.host, n.client_port(tls)): n.shard for n in m.nodes.values()}
-        return self._by_addr.get(f.addr, "none") if f.addr is not None else "none"
+        return self._by_addr.get(addr, "none") if addr is not None else "none"
 
 
 class RouterCollector:
@@ -88,7 +109,8 @@ class RouterCollector:
                                   "received.", value=r.stats.total_commands)
         yield histogram.family("xshard_router_upstream_duration_seconds", "Round trip of "
                                "each request forwarded to a node, by the shard it went to.",
-                               ["shard"], (([s], h) for s, h in sorted(up.times.items())))
+                               ["shard"], (([s], h.histogram())
+                                           for s, h in sorted(up.times.items())))
         errs = CounterMetricFamily("xshard_router_upstream_errors", "Forwarded requests a "
                                    "shard failed: connection lost, or CLUSTERDOWN, TRYAGAIN, "
                                    "LOADING or MASTERDOWN (the router then retries).",

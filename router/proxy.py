@@ -41,7 +41,7 @@ from node.protocol import RespConnection
 from node.resp import ReplyError, encode_command, error
 from node.slots import SLOTS, key_slot
 from router import aclsync, fanout, introspection, transactions  # noqa: F401 - registers router commands
-from router.client import Cell, ClientConn, RouterClient
+from router.client import Cell, ClientConn, RouterClient, RouterCore
 from router.commands import ROUTER_COMMANDS
 from router.forward import BlockedRead, Forward
 from router.metrics import UpstreamStats
@@ -56,6 +56,9 @@ if TYPE_CHECKING:
 log = logging.getLogger("xshard.router")
 
 ROUTES: dict[bytes, Route] = build(ROUTER_COMMANDS, load_all())
+# The same routes by the two usual spellings of a name (xadd, XADD): a request spelled so finds
+# its route without a lower() copy of its name; any other spelling goes through ROUTES.
+_SPELLED: dict[bytes, Route] = {**ROUTES, **{k.upper(): v for k, v in ROUTES.items()}}
 _KEYED = Kind.KEYED  # (a module global: no attribute lookup on the enum per request)
 _UNKNOWN = ("", 0)  # Router.primary_addr has no entry for the shard
 
@@ -83,7 +86,7 @@ class RouterBlocking:
             b.finish(reply)  # type: ignore[attr-defined]
 
 
-class Router:
+class Router(RouterCore):
     """The router process's state: topology, upstream pools and clients."""
 
     def __init__(self, config: Config, router_id: str = "", host: str = "127.0.0.1",
@@ -96,6 +99,10 @@ class Router:
         # shard -> its primary's address (None: it has none), filled by node_for and emptied
         # by every topology change
         self.primary_addr: dict[str, tuple[str, int] | None] = {}
+        # shard -> the pool of its primary, for RESP2 and RESP3 clients (primary_pool); emptied
+        # with primary_addr
+        self.primary_pools: tuple[dict[str, Pool], dict[str, Pool]] = ({}, {})
+        self.slot_owner: list[str | None] = self.map.owner  # slot -> shard (SlotMap.owner)
         self.router_id = router_id or os.urandom(8).hex()
         self.host = host
         # (id, host, port, tls port) of the live routers
@@ -129,11 +136,13 @@ class Router:
                      routers: list[tuple[str, str, int, int]] | None = None) -> None:
         self.map.update(nodes, shards, slots, version)
         self.primary_addr = {}
+        self.primary_pools = ({}, {})
+        self.slot_owner = self.upstream.slot_owner = self.map.owner
         if routers is not None:
             self.routers = sorted(routers)
 
     def node_for(self, slot: int, replica: bool) -> tuple[str, int] | None:
-        shard = self.map.owner[slot]
+        shard = self.slot_owner[slot]
         if shard is None:
             return None
         if replica:
@@ -147,6 +156,21 @@ class Router:
             addr = self.primary_addr[shard] = (
                 None if p is None else (p.host, p.client_port(self.tls)))
         return addr
+
+    def primary_pool(self, slot: int, proto: int) -> Pool | None:
+        """The pool of `slot`'s primary for a client of protocol `proto` (None: the shard has
+        no primary): what most requests need, found by one dict lookup per request."""
+        shard = self.slot_owner[slot]
+        if shard is None:
+            return None
+        pools = self.primary_pools[proto == 3]
+        p = pools.get(shard)
+        if p is None:
+            addr = self.node_for(slot, False)
+            if addr is None:
+                return None
+            p = pools[shard] = self.pool(addr, proto)
+        return p
 
     def primaries(self) -> list[tuple[str, int]]:
         out = []
@@ -181,6 +205,7 @@ class Router:
             p = self.pools[key] = Pool(self.loop, self.outbox, addr[0], addr[1], proto, readonly,
                                        self.node_password, user=self.node_user,
                                        ssl=self.tls_client_context)
+            p.addr = addr
         return p
 
     # --- lifecycle ------------------------------------------------------------------------------
@@ -211,15 +236,16 @@ class Router:
         if self.monitors:
             feed_monitors(self.monitors, c, argv)
         conn: ClientConn = c.conn  # type: ignore[assignment]
-        name = argv[0].lower()
-        route = ROUTES.get(name)
+        route = _SPELLED.get(argv[0])
         if route is None:
-            if c.in_multi:
-                c.multi_failed = True
-            return conn.fill(cell, error(errors.unknown_command(argv[0], argv[1:])))
+            route = ROUTES.get(argv[0].lower())
+            if route is None:
+                if c.in_multi:
+                    c.multi_failed = True
+                return conn.fill(cell, error(errors.unknown_command(argv[0], argv[1:])))
         n, arity = len(argv), route.arity
         if arity is None or (n != arity if arity > 0 else n < -arity):
-            err = command_table.check_arity(argv, name)
+            err = command_table.check_arity(argv, argv[0].lower())
             if err is not None:
                 if c.in_multi:
                     c.multi_failed = True
@@ -229,7 +255,7 @@ class Router:
         if not c.authenticated and not route.no_auth:
             return conn.fill(cell, error(errors.NOAUTH))
         if c.acl is not None:  # a denied command never reaches a node
-            err = self.acl.check(c, argv, name)
+            err = self.acl.check(c, argv, argv[0].lower())
             if err is not None:
                 if c.in_multi:
                     c.multi_failed = True

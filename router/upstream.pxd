@@ -1,10 +1,15 @@
 # Cython declarations for router/upstream.py (pure-Python mode; node/native.py, setup.py).
 # Methods stay `def` where uvloop calls them (the protocol methods); `send` and `Pool.get`
-# run per relayed request and are called as C by router/forward.py.
+# run per relayed request and are called as C by router/forward.py, `_relay` per read, and a
+# `Waiter`'s `reply` per reply.
 
 cimport cython
 
+from node.resp cimport reply_scan
 from router.outbox cimport Outbox
+
+cdef class Waiter:
+    cpdef reply(self, bytes r)
 
 cdef class Upstream:
     cdef public object host, port, transport, waiting, buf, _scan, _on_close
@@ -13,9 +18,11 @@ cdef class Upstream:
     cdef public Outbox _outbox
 
     cpdef send(self, object data, object cb)
+    @cython.locals(w=Waiter, start=Py_ssize_t, n=Py_ssize_t)
+    cpdef _relay(self, object data)
 
 cdef class Pool:
-    cdef public object loop, ssl, outbox, host, port, setup, dedicated, idle
+    cdef public object loop, ssl, outbox, host, port, setup, dedicated, idle, addr
     cdef public Py_ssize_t size
     cdef public list conns
 

@@ -52,6 +52,9 @@ log = logging.getLogger("xshard.router")
 ReplyCallback = Callable[[bytes | None], None]
 
 UNACKED_TIMEOUT = 3.0  # seconds (a lease TTL); see the module docstring
+# Error replies that mean the node cannot serve the request now (no primary, loading): the
+# request is retried (router/forward.py) and counted (router/metrics.py).
+RETRYABLE = frozenset((b"CLUSTERDOWN", b"TRYAGAIN", b"LOADING", b"MASTERDOWN"))
 
 
 def detect_partitions(transport: asyncio.BaseTransport) -> None:
@@ -66,6 +69,20 @@ def detect_partitions(transport: asyncio.BaseTransport) -> None:
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE, 1)
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPINTVL, 1)
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPCNT, int(UNACKED_TIMEOUT))
+
+
+class Waiter:
+    """What waits for a reply on an `Upstream` and is called with it (None: the connection was
+    lost first): a request's own object (router/forward.py `Forward`). Compiled, the reply is
+    a C call; any other callable (a function, a bound method) is called as such."""
+
+    __slots__ = ()
+
+    def reply(self, r: bytes | None) -> None:
+        raise NotImplementedError
+
+    def __call__(self, r: bytes | None) -> None:
+        self.reply(r)
 
 
 class Upstream:
@@ -169,13 +186,18 @@ class Upstream:
             if waiting:
                 cb = waiting.popleft()
                 try:
-                    cb(reply)
+                    if isinstance(cb, Waiter):
+                        w = cb
+                        w.reply(reply)
+                    else:
+                        cb(reply)
                 except Exception:  # a bug in one reply path must not kill the others
                     log.exception("reply callback failed")
             if pos >= n:
                 break
         if start >= n:
-            self.buf = bytearray()
+            if held:  # (an empty buffer stays)
+                self.buf = bytearray()
             return
         if held:
             del held[:start]
@@ -279,6 +301,7 @@ class Pool:
             self.setup.append([b"HELLO", b"3"])
         if readonly:
             self.setup.append([b"READONLY"])
+        self.addr: tuple[str, int] = (host, port)  # (Router.pool sets the tuple it keys by)
         self.conns: list[Upstream | None] = [None] * size
         self.dedicated: set[Upstream] = set()
         self.idle: list[Upstream] = []  # dedicated connections ready for reuse

@@ -156,18 +156,31 @@ def test_differential_tests_pass_interpreted() -> None:
 
 
 def _pxd_classes(pxd: Path) -> dict[str, set[str]]:
-    """cdef class name -> its declared attribute names, from a .pxd."""
+    """cdef class name -> its declared attribute names, from a .pxd, with those of its base
+    when that is a cdef class declared in a .pxd of a compiled module."""
     out: dict[str, set[str]] = {}
     cur: set[str] | None = None
     for line in pxd.read_text().splitlines():
-        m = re.match(r"cdef class (\w+)", line)
+        m = re.match(r"cdef class (\w+)(?:\((\w+)\))?", line)
         if m:
             cur = out[m.group(1)] = set()
+            if m.group(2):
+                cur |= _declared_anywhere(m.group(2))
             continue
         m = re.match(r"\s+cdef (?:public |readonly )?[\w.]+ ([\w, ]+)$", line)
         if m and cur is not None:
             cur.update(n.strip() for n in m.group(1).split(","))
     return out
+
+
+def _declared_anywhere(cls: str) -> set[str]:
+    """The attributes a cdef class of any compiled module's .pxd declares (none if no .pxd
+    declares it)."""
+    for module in native.COMPILED:
+        pxd = REPO.joinpath(*module.split(".")).with_suffix(".pxd")
+        if pxd.exists() and re.search(rf"^cdef class {cls}\b", pxd.read_text(), re.M):
+            return _pxd_classes(pxd)[cls]
+    return set()
 
 
 def _assigned_attributes(cls: ast.ClassDef) -> set[str]:
