@@ -96,6 +96,8 @@ def test_first_reply_of_an_iteration_leaves_at_once_after_the_aof_write(
         assert len(r1.sent) == 1, "the woken reader's reply waited for the iteration's callbacks"
         reply, on_disk = r1.sent[0]
         assert b"first" in reply and b"first" in on_disk  # the effect was in the file first
+        # ... and so was the delivery the reply shows (the PEL entry a restart must keep)
+        assert on_disk.count(b"XCLAIM") == 1 and b"SETID" in on_disk
         srv.execute(w, [b"XADD", b"s2", b"1-1", b"f", b"second"])
         assert r2.sent == []  # the iteration's early write is used: it waits for _flush
         _turn(loop)
