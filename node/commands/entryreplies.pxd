@@ -4,6 +4,7 @@
 
 import cython
 
+from node.stream cimport Stream
 from node.streamnodes cimport Block
 
 cpdef bytes encode_entries(list sids, list ents)
@@ -27,6 +28,10 @@ cpdef bytes encode_span(Block blk, Py_ssize_t i0, Py_ssize_t i1)
                vlen=Py_ssize_t, pl="const char *", lw=int, e=Py_ssize_t, p=Py_ssize_t,
                i=Py_ssize_t)
 cdef bytes _encode_span_c(Block b, Py_ssize_t i0, Py_ssize_t i1)
+
+# cpdef: XRANGE, XREVRANGE and XREAD call it as C (cimported).
+@cython.locals(n=Py_ssize_t, parts=list)
+cpdef tuple stream_range_reply(Stream s, start, end, count, bint rev)
 
 @cython.locals(n=int)
 cdef int _ndigits(unsigned long long v) noexcept

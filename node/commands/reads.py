@@ -16,17 +16,13 @@ from __future__ import annotations
 
 from itertools import islice
 
+import cython
+
 from node import errors
 from node.blocking import Blocked
 from node.client import Client
 from node.commands import command
-from node.commands.entryreplies import (
-    encode_entries,
-    encode_span,
-    entry_reply,
-    fields_hdr,
-    stream_range_reply,
-)
+from node.commands.entryreplies import encode_span, entry_reply, fields_hdr
 from node.commands.groups import (
     lookup_or_create_consumer,
     propagate_group_id,
@@ -37,6 +33,11 @@ from node.groups import LLONG_MAX, Consumer, ConsumerGroup
 from node.resp import ReplyError, null_array
 from node.stream import Stream
 from node.streamid import MAX_ID, format_id, parse_id_or_error
+
+if cython.compiled:  # called as C
+    from cython.cimports.node.commands.entryreplies import encode_entries, stream_range_reply
+else:
+    from node.commands.entryreplies import encode_entries, stream_range_reply
 
 # ">" is stored as the maximal ID, as Redis does (an explicit max ID therefore acts as ">").
 _NEW = MAX_ID

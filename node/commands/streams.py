@@ -25,7 +25,6 @@ import cython
 from node import errors
 from node.client import Client
 from node.commands import command
-from node.commands.entryreplies import stream_range_reply
 from node.errors import string2ll, string2ull
 from node.idmp import MAX_DURATION, MAX_MAXSIZE, IdmpMap, auto_iid
 from node.references import ACKED, DELREF, KEEPREF, POLICIES, delete_entry
@@ -44,10 +43,10 @@ from node.streamid import (
 if cython.compiled:
     from cython.cimports.cpython.bytes import PyBytes_AS_STRING, PyBytes_FromStringAndSize
     from cython.cimports.node.client import Client as _CClient
-    from cython.cimports.node.commands.entryreplies import id_bulk
+    from cython.cimports.node.commands.entryreplies import id_bulk, stream_range_reply
     from cython.cimports.node.server import Server
 else:
-    from node.commands.entryreplies import id_bulk
+    from node.commands.entryreplies import id_bulk, stream_range_reply
 
 _WRONG_ARITY_XADD = errors.wrong_arity(b"xadd")
 _U64_MAX = SEQ_MAX  # a C constant compiled
