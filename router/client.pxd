@@ -29,5 +29,5 @@ cdef class ClientConn(RespConnection):
     cdef public Outbox outbox
 
     @cython.locals(cells=list, head=Py_ssize_t, n=Py_ssize_t, out=list, first=list)
-    cpdef fill(self, list cell, object data)
+    cdef _fill(self, list cell, object data)
     cpdef _write(self, data)

@@ -95,7 +95,7 @@ class ClientConn(RespConnection):
     def _process(self) -> int:
         """Run the requests that are ready; a request for an idle node leaves before this
         returns instead of at the end of the loop iteration (router/outbox.py)."""
-        n = RespConnection._process(self)
+        n = self._run()  # RespConnection._process's body (compiled: a C call)
         if self.outbox.urgent:
             self.outbox.now()
         return n
@@ -107,6 +107,11 @@ class ClientConn(RespConnection):
 
     def fill(self, cell: Cell, data: bytes) -> None:
         """A reply is ready: send it, and every reply after it that was waiting for it."""
+        self._fill(cell, data)
+
+    def _fill(self, cell: Cell, data: bytes) -> None:
+        """fill(), called as C by router/forward.py (a cpdef method of a class whose instances
+        have a __dict__ looks itself up by name on every call, to find overrides)."""
         cell[0] = data
         cells = self.cells
         head = self._head

@@ -16,6 +16,9 @@ cdef class Forward(Waiter):
     cdef public Py_ssize_t attempt
     cdef public double deadline, sent
 
+    cdef _set(self, RouterCore router, RouterClient c, object data, object slot, bint write,
+              object cell, object done)
+
     @cython.locals(router=RouterCore, c=RouterClient, pool=Pool, up=Upstream, replica=bint)
     cpdef send(self, object addr=*, Upstream up=*)
 
@@ -24,3 +27,7 @@ cdef class Forward(Waiter):
 
     @cython.locals(conn=ClientConn)
     cpdef _finish(self, object r)
+
+@cython.locals(f=Forward)
+cpdef Forward to_cell(RouterCore router, RouterClient c, object data, object slot, bint write,
+                      list cell)

@@ -38,7 +38,7 @@ if TYPE_CHECKING:
     from router.proxy import Router
     from router.upstream import Pool, Upstream
 
-__all__ = ["Forward", "BlockedRead", "Gather", "MAX_REDIRECTS", "RETRYABLE", "RETRY_DELAY"]
+__all__ = ["Forward", "to_cell", "BlockedRead", "Gather", "MAX_REDIRECTS", "RETRYABLE", "RETRY_DELAY"]
 
 MAX_REDIRECTS = 5  # -ASK
 FAST_REDIRECTS = 2  # -MOVED followed at once; after that, again every REDIRECT_DELAY
@@ -72,6 +72,10 @@ class Forward(Waiter):
 
     def __init__(self, router: Router, c: RouterClient, data: bytes, slot: int | None,
                  write: bool, cell: Cell | None = None, done: Done | None = None) -> None:
+        self._set(router, c, data, slot, write, cell, done)
+
+    def _set(self, router: Router, c: RouterClient, data: bytes, slot: int | None,
+             write: bool, cell: Cell | None, done: Done | None) -> None:
         self.router = router
         self.c = c
         self.data = data
@@ -162,7 +166,16 @@ class Forward(Waiter):
             self.done(r)
         else:
             conn: ClientConn = self.c.conn  # type: ignore[assignment]
-            conn.fill(self.cell, r)  # type: ignore[arg-type]
+            conn._fill(self.cell, r)  # type: ignore[arg-type]
+
+
+def to_cell(router: Router, c: RouterClient, data: bytes, slot: int | None, write: bool,
+            cell: Cell) -> Forward:
+    """Forward(router, c, data, slot, write, cell): what dispatch makes per request, compiled
+    without the argument parsing of a Python-level call to the class."""
+    f = Forward.__new__(Forward)
+    f._set(router, c, data, slot, write, cell, None)
+    return f
 
 
 class BlockedRead:

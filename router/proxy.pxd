@@ -8,10 +8,12 @@ cimport cython
 
 from node.slots cimport key_slot
 from router.client cimport ClientConn, RouterClient, RouterCore
-from router.forward cimport Forward
+from router.forward cimport Forward, to_cell
 from router.outbox cimport Outbox
 from router.routes cimport Route
 from router.upstream cimport Pool
+
+cdef dict _SPELLED
 
 cdef class Router(RouterCore):
     cdef public object config, loop, map, router_id, host, routers, node_password, node_user

@@ -43,7 +43,7 @@ from node.slots import SLOTS, key_slot
 from router import aclsync, fanout, introspection, transactions  # noqa: F401 - registers router commands
 from router.client import Cell, ClientConn, RouterClient, RouterCore
 from router.commands import ROUTER_COMMANDS
-from router.forward import BlockedRead, Forward
+from router.forward import BlockedRead, Forward, to_cell
 from router.metrics import UpstreamStats
 from router.outbox import Outbox
 from router.routes import Kind, Route, build
@@ -291,7 +291,7 @@ class Router(RouterCore):
                raw: bytes | None) -> None:
         fk = route.fixed_key
         if fk and fk < len(argv) and not route.blocking:  # one key, no BLOCK: XADD, GET...
-            f = Forward(self, c, raw or encode_command(argv), key_slot(argv[fk]), route.write,
+            f = to_cell(self, c, raw or encode_command(argv), key_slot(argv[fk]), route.write,
                         cell)
             return f.send()
         conn: ClientConn = c.conn  # type: ignore[assignment]

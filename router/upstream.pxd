@@ -18,7 +18,7 @@ cdef class Upstream:
     cdef public Outbox _outbox
 
     cpdef send(self, object data, object cb)
-    @cython.locals(w=Waiter, start=Py_ssize_t, n=Py_ssize_t)
+    @cython.locals(w=Waiter, start=Py_ssize_t, n=Py_ssize_t, pos=Py_ssize_t, need=Py_ssize_t)
     cpdef _relay(self, object data)
 
 cdef class Pool:
@@ -27,4 +27,4 @@ cdef class Pool:
     cdef public list conns
 
     @cython.locals(i=Py_ssize_t, c=Upstream)
-    cpdef Upstream get(self, object client_id)
+    cpdef Upstream get(self, Py_ssize_t client_id)

@@ -157,9 +157,8 @@ class Upstream:
 
     def data_received(self, data: bytes) -> None:
         self._relay(data)
-        outbox = self._outbox
-        if outbox.pending:  # the replies (and requests) this read produced leave now
-            outbox.now()
+        if self._outbox.pending:  # the replies (and requests) this read produced leave now
+            self._outbox.now()
 
     def _relay(self, data: bytes) -> None:
         """Hand every complete reply in `data` to its callback; keep the incomplete rest."""
