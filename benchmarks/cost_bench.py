@@ -55,9 +55,9 @@ repo = REPO_ROOT  # the checkout whose code the servers run (--repo)
 
 FIELDS = [tok for i in range(1, 6) for tok in (f"f{i}", f"value{i:05d}")]
 XADD = ["XADD", "s", "*", *FIELDS]
-SCALE = {"xrange": 0.1, "xreadgroup-xack": 0.1, "aof-replay": 30}
-SCENARIOS = ["xadd-p1", "xadd-p4", "xadd-p16", "xreadgroup-xack", "xrange", "router-xadd", "router-xadd-p16",
-             "aof-replay"]
+SCALE = {"xrange": 0.1, "xrevrange": 0.1, "xreadgroup-xack": 0.1, "aof-replay": 30}
+SCENARIOS = ["xadd-p1", "xadd-p4", "xadd-p16", "xreadgroup-xack", "xrange", "xrevrange",
+             "router-xadd", "router-xadd-p16", "aof-replay"]
 
 
 # Only what runs inside uvloop's socket-read callback is counted: the request path of both
@@ -179,7 +179,7 @@ def measure(name: str, n: int, env: dict[str, str], work: Path) -> tuple[float, 
     vg = Callgrind(argv, port, d, env, (READ_CALLBACK, IDLE_CALLBACK) if helper is not None
                    else (READ_CALLBACK,))
     try:
-        if name in ("xreadgroup-xack", "xrange"):
+        if name in ("xreadgroup-xack", "xrange", "xrevrange"):
             _fill(port, 10 * n + 1000 if name == "xreadgroup-xack" else 1000)
             if name == "xreadgroup-xack":
                 with Conn(port) as c:
@@ -187,7 +187,8 @@ def measure(name: str, n: int, env: dict[str, str], work: Path) -> tuple[float, 
                 _readgroup_ack(port, 20)
         warm = {"xadd-p1": (XADD, 1), "xadd-p4": (XADD, 4), "xadd-p16": (XADD, 16), "router-xadd": (XADD, 1),
                 "router-xadd-p16": (XADD, 16),
-                "xrange": (["XRANGE", "s", "-", "+", "COUNT", "100"], 1)}
+                "xrange": (["XRANGE", "s", "-", "+", "COUNT", "100"], 1),
+                "xrevrange": (["XREVRANGE", "s", "+", "-", "COUNT", "100"], 1)}
         if name in warm:
             cmd, p = warm[name]
             _bench(port, min(2000, n), p, cmd)
@@ -244,7 +245,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--only", default=",".join(SCENARIOS))
     ap.add_argument("--n", type=int, default=2000,
-                    help="XADDs counted per scenario (x0.1 for XRANGE and XREADGROUP, x10 "
+                    help="XADDs counted per scenario (x0.1 for XRANGE, XREVRANGE and XREADGROUP, x10 "
                          "for AOF replay)")
     ap.add_argument("--pure", action="store_true", help="XSHARD_PURE_PYTHON=1 in the servers")
     ap.add_argument("--keep", default="",
