@@ -212,3 +212,66 @@ def test_blocked_xreadgroup_served_like_a_direct_one(node, oracle, protocol: int
         d.close()
         ctl.close()
     assert results["xshard"] == results["redis"]
+
+
+def test_72_entry_for_one_of_many_blocked_consumers(node, oracle72) -> None:
+    """An entry serves the first of the consumers blocked on its stream; the others stay
+    blocked, in their order, and count as having tried again (their seen-time moves, as every
+    XREADGROUP attempt sets it in 7.2+); one whose consumer was deleted meanwhile comes back
+    (the attempt creates it). The node decides most of these without running the read again
+    (node/commands/reads.py still_unserved)."""
+    results = {}
+    for name, h in (("xshard", node), ("reference", oracle72)):
+        ctl = connect(h, 2)
+        ctl.call("FLUSHALL")
+        ctl.call("XGROUP", "CREATE", "s", "g", "$", "MKSTREAM")
+        waiters = []
+        for i, who in enumerate(("a", "b", "c")):
+            d = Deferred(h)
+            d.send("XREADGROUP", "GROUP", "g", who, "BLOCK", "0", "STREAMS", "s", ">")
+            wait_blocked(h, i + 1)
+            waiters.append(d)
+        ctl.call("XGROUP", "DELCONSUMER", "s", "g", "c")
+        # The server's clock moves past the time the consumers were seen (no wall-time bound:
+        # a condition on the server's own clock).
+        seen = max(int(x[x.index(b"seen-time") + 1]) for x in _full_consumers(ctl))
+        while _server_ms(ctl) <= seen + 1:
+            time.sleep(0.001)
+        eid = _plain(ctl.call("XADD", "s", "*", "f", "v"))
+        first = _plain(waiters[0].read())
+        still = [d.pending() for d in waiters[1:]]
+        cons = {x[x.index(b"name") + 1]: int(x[x.index(b"seen-time") + 1])
+                for x in _full_consumers(ctl)}
+        ms = int(eid.split(b"-")[0])
+        results[name] = (first, still, sorted(cons), [cons[n] >= ms for n in sorted(cons)])
+        ctl.call("XADD", "s", "*", "f", "w")  # the second waiter, then the third
+        results[name] += (_plain(waiters[1].read()), waiters[2].pending())
+        ctl.call("XADD", "s", "*", "f", "x")
+        results[name] += (_plain(waiters[2].read()),)
+        for d in waiters:
+            d.close()
+        ctl.close()
+    x, ref = results["xshard"], results["reference"]
+    assert x[1:4] == ref[1:4] == ([True, True], [b"a", b"b", b"c"], [True, True, True])
+    assert x[5] == ref[5] is True
+    assert [r[0][0] for r in (x[0], x[4], x[6])] == [b"s"] * 3  # each got its entry
+
+
+def _plain(r):
+    """A RawClient reply as plain values: arrays as lists, strings as bytes."""
+    t, v = r[0], r[1]
+    if t == "*":
+        return None if v is None else [_plain(x) for x in v]
+    return v
+
+
+def _server_ms(ctl) -> int:
+    sec, usec = _plain(ctl.call("TIME"))
+    return int(sec) * 1000 + int(usec) // 1000
+
+
+def _full_consumers(ctl) -> list[list]:
+    """The consumers of group g on s, from XINFO STREAM FULL (their seen-time)."""
+    full = _plain(ctl.call("XINFO", "STREAM", "s", "FULL"))
+    groups = full[full.index(b"groups") + 1]
+    return groups[0][groups[0].index(b"consumers") + 1]
