@@ -6,7 +6,7 @@ from node.client cimport Client
 from node.cmdstats cimport CommandStats
 from node.protocol cimport RespConnection
 from router.metrics cimport UpstreamStats
-from router.outbox cimport Outbox
+from router.outbox cimport Outbox, Writer
 from router.upstream cimport Pool
 
 cdef Py_ssize_t _MAX_CELLS
@@ -27,7 +27,14 @@ cdef class ClientConn(RespConnection):
     cdef public Py_ssize_t _head
     cdef public bint _close_after, _queued
     cdef public Outbox outbox
+    cdef public Writer _writer
 
     @cython.locals(cells=list, head=Py_ssize_t, n=Py_ssize_t, out=list, first=list)
     cdef _fill(self, list cell, object data)
+    cdef _flush(self)
     cpdef _write(self, data)
+
+cdef class ReplyWriter(Writer):
+    cdef public ClientConn conn
+
+    cpdef flush(self)

@@ -15,6 +15,7 @@ import cython
 
 from node.client import Client
 from node.protocol import RespConnection
+from router.outbox import Writer
 
 if TYPE_CHECKING:
     from node.cmdstats import CommandStats
@@ -23,7 +24,7 @@ if TYPE_CHECKING:
     from router.proxy import Router
     from router.upstream import Pool, Upstream
 
-__all__ = ["RouterCore", "RouterClient", "ClientConn", "Cell", "MAX_CELLS"]
+__all__ = ["RouterCore", "RouterClient", "ClientConn", "ReplyWriter", "Cell", "MAX_CELLS"]
 
 Cell = list  # [reply bytes or None]
 MAX_CELLS = 20000  # pending replies per client before its reading pauses
@@ -67,7 +68,8 @@ class RouterClient(Client):
 class ClientConn(RespConnection):
     """One client socket of the router: requests run in order, replies leave in order."""
 
-    __slots__ = ("router", "outbox", "cells", "_head", "_close_after", "_out", "_queued")
+    __slots__ = ("router", "outbox", "cells", "_head", "_close_after", "_out", "_queued",
+                 "_writer")
 
     def __init__(self, router: Router) -> None:
         # keep_spans: each request of a pipeline is relayed as its bytes (self.raw)
@@ -81,6 +83,7 @@ class ClientConn(RespConnection):
         self._close_after = False
         self._out: list[bytes] = []  # replies in order, written at the end of the iteration
         self._queued = False  # registered with the router's outbox (router/outbox.py)
+        self._writer = ReplyWriter(self)  # what registers
 
     def _submit(self, c: Client, argv: list[bytes]) -> None:
         """Run one request; its reply goes into its cell whenever it is ready."""
@@ -133,7 +136,7 @@ class ClientConn(RespConnection):
             self._head = head
             if not self._queued:
                 self._queued = True
-                self.outbox.add(self)
+                self.outbox.add(self._writer)
             if self._read_paused and len(cells) - head < _MAX_CELLS // 2 and not self._halt \
                     and not self._close_after \
                     and (self.client is None or self.client.blocked is None):
@@ -142,6 +145,9 @@ class ClientConn(RespConnection):
     def flush(self) -> None:
         """Write the replies that became ready in this loop iteration at once
         (router/outbox.py)."""
+        self._flush()
+
+    def _flush(self) -> None:
         self._queued = False
         out = self._out
         if out:
@@ -175,3 +181,16 @@ class ClientConn(RespConnection):
 
     def on_unblocked(self, reply: bytes) -> None:
         """Unused: a router's blocked reads end through router.forward.BlockedRead."""
+
+
+class ReplyWriter(Writer):
+    """A client connection's entry in the outbox: a C base (router/outbox.pxd) that the
+    connection itself cannot have besides RespConnection, so the outbox flushes it as C."""
+
+    __slots__ = ("conn",)
+
+    def __init__(self, conn: ClientConn) -> None:
+        self.conn = conn
+
+    def flush(self) -> None:
+        self.conn._flush()

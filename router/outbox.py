@@ -22,13 +22,19 @@ every other socket that became readable in the same poll. So two cases leave at 
 from __future__ import annotations
 
 import asyncio
-from typing import Protocol
 
 __all__ = ["Outbox", "Writer"]
 
 
-class Writer(Protocol):
-    def flush(self) -> None: ...
+class Writer:
+    """What registers with the outbox (router/upstream.py `Upstream`, router/client.py
+    `ReplyWriter`): flush() writes what it queued. Compiled (router/outbox.pxd) it is a C base
+    class, so the outbox calls each flush as C."""
+
+    __slots__ = ()
+
+    def flush(self) -> None:
+        raise NotImplementedError
 
 
 class Outbox:

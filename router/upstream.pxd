@@ -6,12 +6,12 @@
 cimport cython
 
 from node.resp cimport reply_scan
-from router.outbox cimport Outbox
+from router.outbox cimport Outbox, Writer
 
 cdef class Waiter:
     cpdef reply(self, bytes r)
 
-cdef class Upstream:
+cdef class Upstream(Writer):
     cdef public object host, port, transport, waiting, buf, _scan, _on_close
     cdef public bint closed, _queued
     cdef public list _out
@@ -20,6 +20,8 @@ cdef class Upstream:
     cpdef send(self, object data, object cb)
     @cython.locals(w=Waiter, start=Py_ssize_t, n=Py_ssize_t, pos=Py_ssize_t, need=Py_ssize_t)
     cpdef _relay(self, object data)
+    @cython.locals(out=list)
+    cpdef flush(self)
 
 cdef class Pool:
     cdef public object loop, ssl, outbox, host, port, setup, dedicated, idle, addr

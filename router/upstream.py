@@ -44,7 +44,7 @@ from ssl import SSLContext
 from node import tlstransport
 from node.protocol import set_nodelay
 from node.resp import encode_command, error_code, reply_scan
-from router.outbox import Outbox
+from router.outbox import Outbox, Writer
 
 log = logging.getLogger("xshard.router")
 
@@ -85,7 +85,7 @@ class Waiter:
         self.reply(r)
 
 
-class Upstream:
+class Upstream(Writer):
     """One pipelined connection to one node.
 
     An asyncio protocol by its methods, not by inheritance: compiled (router/upstream.pxd) it
