@@ -78,14 +78,16 @@ def parse_xread_options(argv: list[bytes], now_ms: int) -> XReadOptions:
         if o == b"block" and moreargs:
             i += 1
             block_arg = i
-            timeout = errors.parse_timeout_ms_or_error(argv[i])
+            timeout = _plain_uint(argv[i])
+            if timeout < 0:
+                timeout = errors.parse_timeout_ms_or_error(argv[i])
             if timeout > errors.LLONG_MAX - now_ms:
                 raise ReplyError(errors.TIMEOUT_OUT_OF_RANGE)
         elif o == b"count" and moreargs:
             i += 1
-            count = errors.parse_int_or_error(argv[i])
+            count = _plain_uint(argv[i])
             if count < 0:
-                count = 0
+                count = max(errors.parse_int_or_error(argv[i]), 0)
         elif o == b"streams" and moreargs:
             streams_arg = i + 1
             n = argc - streams_arg
@@ -118,6 +120,15 @@ def parse_xread_options(argv: list[bytes], now_ms: int) -> XReadOptions:
     if xreadgroup and groupname is None:
         raise ReplyError(errors.MISSING_GROUP)
     return timeout, count, noack, streams_arg, nkeys, groupname, consumername, block_arg, claim
+
+
+def _plain_uint(b: bytes) -> int:
+    """COUNT and BLOCK as clients send them (`0`, or digits without a leading zero, fewer
+    than 19) without errors.py's chain of interpreted calls, which a consumer's every read
+    went through twice; -1 for anything else, which takes that chain (string2ll's rules)."""
+    if b.isdigit() and len(b) < 19 and (b[0] != 48 or len(b) == 1):
+        return int(b)
+    return -1
 
 
 def xread(c: Client, argv: list[bytes]) -> bytes:
