@@ -28,6 +28,7 @@ cdef class ClientConn(RespConnection):
     cdef public bint _close_after, _queued
     cdef public Outbox outbox
     cdef public Writer _writer
+    cdef public object _send
 
     @cython.locals(cells=list, head=Py_ssize_t, n=Py_ssize_t, out=list, first=list)
     cdef _fill(self, list cell, object data)

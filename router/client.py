@@ -9,6 +9,8 @@ stalls the connection; the requests behind it wait in the parser, and in the ker
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import cython
@@ -69,7 +71,7 @@ class ClientConn(RespConnection):
     """One client socket of the router: requests run in order, replies leave in order."""
 
     __slots__ = ("router", "outbox", "cells", "_head", "_close_after", "_out", "_queued",
-                 "_writer")
+                 "_writer", "_send")
 
     def __init__(self, router: Router) -> None:
         # keep_spans: each request of a pipeline is relayed as its bytes (self.raw)
@@ -84,6 +86,7 @@ class ClientConn(RespConnection):
         self._out: list[bytes] = []  # replies in order, written at the end of the iteration
         self._queued = False  # registered with the router's outbox (router/outbox.py)
         self._writer = ReplyWriter(self)  # what registers
+        self._send: Callable[[bytes], object] | None = None  # transport.write
 
     def _submit(self, c: Client, argv: list[bytes]) -> None:
         """Run one request; its reply goes into its cell whenever it is ready."""
@@ -94,6 +97,10 @@ class ClientConn(RespConnection):
         self.router.dispatch(c, argv, cell, self.raw)  # type: ignore[arg-type]
         if len(cells) - self._head > _MAX_CELLS:
             self._pause_reading()
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        RespConnection.connection_made(self, transport)
+        self._send = transport.write  # type: ignore[attr-defined]  # bound once (_flush)
 
     def _process(self) -> int:
         """Run the requests that are ready; a request for an idle node leaves before this
@@ -152,10 +159,11 @@ class ClientConn(RespConnection):
         out = self._out
         if out:
             self._out = []
-            if self.transport is not None and not self._closing:
+            send = self._send  # (set with the transport)
+            if self.transport is not None and send is not None and not self._closing:
                 data = out[0] if len(out) == 1 else b"".join(out)
                 self.router.stats.net_output_bytes += len(data)
-                self.transport.write(data)
+                send(data)
         if self._close_after and self._head == len(self.cells):
             self.close()
 

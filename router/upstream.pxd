@@ -12,7 +12,7 @@ cdef class Waiter:
     cpdef reply(self, bytes r)
 
 cdef class Upstream(Writer):
-    cdef public object host, port, transport, waiting, buf, _scan, _on_close
+    cdef public object host, port, transport, waiting, buf, _scan, _on_close, _push, _pop
     cdef public bint closed, _queued
     cdef public list _out
     cdef public Outbox _outbox

@@ -97,6 +97,8 @@ class Upstream(Writer):
         self.port = port
         self.transport: asyncio.Transport | None = None
         self.waiting: deque[ReplyCallback] = deque()
+        # its append and popleft, bound once (a call by name is a method lookup per request)
+        self._push, self._pop = self.waiting.append, self.waiting.popleft
         self.buf = bytearray()  # the start of a reply that is not complete yet
         self._scan = (0, 1)  # where its scan resumes: (offset in buf, elements still needed)
         self.closed = False
@@ -183,7 +185,7 @@ class Upstream(Writer):
                 reply = data if start == 0 and pos == n else data[start:pos]
             start, need = pos, 1
             if waiting:
-                cb = waiting.popleft()
+                cb = self._pop()
                 try:
                     if isinstance(cb, Waiter):
                         w = cb
@@ -211,6 +213,7 @@ class Upstream(Writer):
         self.transport = None
         self._out = []
         waiting, self.waiting = self.waiting, deque()
+        self._push, self._pop = self.waiting.append, self.waiting.popleft
         for cb in waiting:
             try:
                 cb(None)
@@ -227,7 +230,7 @@ class Upstream(Writer):
             return
         if not self.waiting and self.transport is not None:
             self._outbox.urgent = True  # the node is idle: do not make it wait (outbox.py)
-        self.waiting.append(cb)
+        self._push(cb)
         self._out.append(data)
         if not self._queued and self.transport is not None:
             self._queued = True
