@@ -35,6 +35,8 @@ def parse_id(b: bytes, missing_seq: int = 0, strict: bool = False) -> int | None
         if ms > ULLONG_MAX or seq > ULLONG_MAX:
             return None
         return ms << 64 | seq
+    if b[:1].isalpha():
+        return None  # a word (XCLAIM's TIME, the option that ends its IDs): strtoull stops at once
     if len(b) > 127:
         return None
     if not strict:
