@@ -34,12 +34,16 @@ cdef class RespConnection:
                    max_bulk=Py_ssize_t, n=Py_ssize_t, turn=Py_ssize_t, most=Py_ssize_t,
                    argv=list, end=Py_ssize_t)
     cdef Py_ssize_t _run_requests(self, Client c, list out) except -1
+    @cython.locals(c=Client)
     cdef Py_ssize_t _run(self) except -1
-    @cython.locals(requests=RequestBuffer)
+    @cython.locals(requests=RequestBuffer, c=Client)
     cdef void _after_requests(self) except *
+    @cython.locals(c=Client)
     cdef void _wait_for_more(self) except *
-    # The node's connection overrides it as C (node/server.pxd), the router's too.
-    cpdef _write(self, data)
+    # A batch of replies on its way out: `_write` here; the node's Connection overrides it as
+    # C (node/server.pxd). Not cpdef: Cython gives every instance a `__dict__` of its own, so
+    # a cpdef call would look itself up by name on each call from another connection.
+    cdef _flush_replies(self, data)
 
 cdef bint _starts_request(object data) except -1
 

@@ -309,9 +309,8 @@ class RespConnection:
     def data_received(self, data: bytes) -> None:
         if self._closing:
             return
-        stats = self._stats
-        if stats is not None:
-            stats.net_input_bytes += len(data)
+        if self._stats is not None:
+            self._stats.net_input_bytes += len(data)
         requests = self._requests
         waiting = requests.buf
         if waiting is not None:  # the client could not run them yet: the new bytes go after
@@ -422,7 +421,7 @@ class RespConnection:
             if self._requests.buf is not None or self._boundary:
                 # Every request of the read ran, or the client cannot run more now.
                 if out:
-                    self._write(out[0] if len(out) == 1 else b"".join(out))
+                    self._flush_replies(out[0] if len(out) == 1 else b"".join(out))
                 if c.close_after_reply:
                     self.finish()
                 return n
@@ -473,7 +472,7 @@ class RespConnection:
                 self.server.loop.call_soon(self._continue)
                 break
         if out:
-            self._write(b"".join(out))
+            self._flush_replies(out[0] if len(out) == 1 else b"".join(out))
         if c.close_after_reply:
             self.finish()
         return n
@@ -662,6 +661,10 @@ class RespConnection:
             self.server.loop.call_soon(self._process)
 
     # --- output and closing -------------------------------------------------------------------
+    def _flush_replies(self, data: bytes) -> None:
+        """The replies of one batch leave: `_write`, or the node's C override of this."""
+        self._write(data)
+
     def _write(self, data: bytes) -> None:
         """Send the replies of one batch (subclasses add reply ordering or fsync gating)."""
         t = self.transport

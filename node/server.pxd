@@ -63,5 +63,6 @@ cdef class Connection(RespConnection):
     cdef public object held
     cdef public Server srv
 
-    cpdef _write(self, data)
-    cpdef send(self, data)
+    cdef _flush_replies(self, data)
+    cdef bint _held(self, data) except -1
+    cdef _send(self, data)

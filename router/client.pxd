@@ -33,7 +33,6 @@ cdef class ClientConn(RespConnection):
     @cython.locals(cells=list, head=Py_ssize_t, n=Py_ssize_t, out=list, first=list)
     cdef _fill(self, list cell, object data)
     cdef _flush(self)
-    cpdef _write(self, data)
 
 cdef class ReplyWriter(Writer):
     cdef public ClientConn conn
