@@ -8,6 +8,8 @@ cimport cython
 from node.resp cimport reply_scan
 from router.outbox cimport Outbox, Writer
 
+cdef object _cut(object data, Py_ssize_t start, Py_ssize_t end)
+
 cdef class Waiter:
     cpdef reply(self, bytes r)
 
