@@ -8,6 +8,7 @@ never polling. A client that disconnects is forgotten at once.
 
 from __future__ import annotations
 
+import heapq
 from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING, cast
@@ -47,7 +48,7 @@ class Blocked(Exception):  # noqa: N818 - it is a control-flow signal, not an er
         self.timeout_ms = timeout_ms
         self.argv = argv
         self.on_timeout = on_timeout  # the reply at timeout for this protocol; default null array
-        self.timer: asyncio.TimerHandle | None = None
+        self.deadline = 0.0  # loop time at which it times out (0: never), BlockingManager's heap
         self.usec = 0  # time spent running it so far (commandstats count it once, when released)
         self.original = argv  # as the client sent it ($ unresolved): what MONITOR and SLOWLOG show
 
@@ -61,13 +62,28 @@ def _parked(c: Client) -> Blocked | None:
 
 
 class BlockingManager:
-    __slots__ = ("server", "waiting", "ready", "_serving")
+    """The parked clients, by key, and their timeouts.
+
+    The timeouts share one loop timer, armed for the earliest deadline: a timer per blocked
+    read (call_later, then cancel when an entry comes first, which is what mostly happens)
+    cost a consumer's every read ~3 us. A client released early leaves its heap entry behind,
+    skipped when it comes up; the heap is rebuilt from the live entries when those left-behind
+    ones outnumber them (long timeouts, many early releases)."""
+
+    __slots__ = ("server", "waiting", "ready", "_serving", "_deadlines", "_timer", "_armed",
+                 "_timed", "_seq")
 
     def __init__(self, server: ServerContext) -> None:
         self.server = server
         self.waiting: dict[bytes, deque[Client]] = {}
         self.ready: dict[bytes, None] = {}  # an ordered set
         self._serving = False
+        # (deadline, seq, client, blocked): a min-heap; seq keeps equal deadlines FIFO
+        self._deadlines: list[tuple[float, int, Client, Blocked]] = []
+        self._timer: asyncio.TimerHandle | None = None
+        self._armed = 0.0  # the deadline the timer is set for (0: none)
+        self._timed = 0  # parked clients with a deadline (live heap entries)
+        self._seq = 0
 
     @property
     def blocked_clients(self) -> int:
@@ -97,7 +113,44 @@ class BlockingManager:
                 q = self.waiting[key] = deque()
             q.append(c)
         if b.timeout_ms > 0:
-            b.timer = self.server.loop.call_later(b.timeout_ms / 1000, self.timeout, c)
+            loop = self.server.loop
+            b.deadline = when = loop.time() + b.timeout_ms / 1000
+            self._seq += 1
+            heapq.heappush(self._deadlines, (when, self._seq, c, b))
+            self._timed += 1
+            if len(self._deadlines) > 2 * self._timed + 64:
+                self._compact()
+            if not self._armed or when < self._armed:
+                self._arm(when)
+
+    def _arm(self, when: float) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+        self._armed = when
+        self._timer = self.server.loop.call_at(when, self._expire)
+
+    def _expire(self) -> None:
+        """The timer: time out every client whose deadline has come, in deadline order, then
+        arm for the next one."""
+        self._timer = None
+        self._armed = 0.0
+        heap = self._deadlines
+        # A loop timer may fire up to a millisecond early (libuv counts whole ms from the
+        # iteration's cached time), as the per-client ones did: what is due within it goes now.
+        now = self.server.loop.time() + 0.001
+        while heap and heap[0][0] <= now:
+            _, _, c, b = heapq.heappop(heap)
+            if c.blocked is b:
+                self.timeout(c)
+        while heap and heap[0][2].blocked is not heap[0][3]:
+            heapq.heappop(heap)  # released before its time
+        if heap:
+            self._arm(heap[0][0])
+
+    def _compact(self) -> None:
+        heap = [e for e in self._deadlines if e[2].blocked is e[3]]
+        heapq.heapify(heap)
+        self._deadlines = heap
 
     def signal_ready(self, key: bytes) -> None:
         if key in self.waiting:
@@ -144,8 +197,8 @@ class BlockingManager:
         if b is None:
             return
         c.blocked = None
-        if b.timer is not None:
-            b.timer.cancel()
+        if b.deadline:
+            self._timed -= 1  # its heap entry is skipped when it comes up (_expire)
         for key in b.keys:
             q = self.waiting.get(key)
             if q is not None:

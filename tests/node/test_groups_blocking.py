@@ -275,3 +275,36 @@ def _full_consumers(ctl) -> list[list]:
     full = _plain(ctl.call("XINFO", "STREAM", "s", "FULL"))
     groups = full[full.index(b"groups") + 1]
     return groups[0][groups[0].index(b"consumers") + 1]
+
+
+@pytest.mark.slow
+def test_timeouts_in_deadline_order_and_none_after_release(node, oracle) -> None:
+    """BLOCK timeouts share one timer on the node (node/blocking.py): a later, shorter BLOCK
+    times out first; a client served before its deadline and parked again without one is not
+    timed out by the deadline it had (about a second, waited for by another read's own
+    timeout, not by a sleep)."""
+    results = {}
+    for name, h in _both(node, oracle):
+        ctl = connect(h, 2)
+        ctl.call("FLUSHALL")
+        ctl.call("XADD", "s", "1-1", "f", "v")
+        a, b, probe = Deferred(h), Deferred(h), Deferred(h)
+        a.send("XREAD", "BLOCK", "800", "STREAMS", "s", "$")
+        wait_blocked(h, 1)
+        b.send("XREAD", "BLOCK", "50", "STREAMS", "s", "$")
+        got = [b.read()]  # nil: timed out while `a` still waits
+        ctl.call("XADD", "s", "2-1", "f", "v")
+        got.append(a.read())  # served before its 800 ms
+        a.send("XREAD", "BLOCK", "0", "STREAMS", "s", "$")
+        wait_blocked(h, 1)
+        probe.send("XREAD", "BLOCK", "1000", "STREAMS", "other", "$")
+        got.append(probe.read())  # nil, a second later: `a`'s old deadline has passed
+        got.append(a.pending())
+        ctl.call("XADD", "s", "3-1", "f", "v")
+        got.append(a.read())
+        results[name] = got
+        for d in (a, b, probe):
+            d.close()
+        ctl.close()
+    assert results["xshard"] == results["reference" if "reference" in results else "redis"]
+    assert results["xshard"][3] is True
