@@ -44,6 +44,7 @@ cdef class RespConnection:
     # C (node/server.pxd). Not cpdef: Cython gives every instance a `__dict__` of its own, so
     # a cpdef call would look itself up by name on each call from another connection.
     cdef _flush_replies(self, data)
+    cdef _after_run(self)
 
 cdef bint _starts_request(object data) except -1
 

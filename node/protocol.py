@@ -360,6 +360,7 @@ class RespConnection:
         of it, as `data_received` does for bytes fed to hiredis."""
         if self._own_process:
             self._run()
+            self._after_run()
         else:
             self._process()
         requests = self._requests
@@ -405,11 +406,18 @@ class RespConnection:
         """Run every complete command that is ready, then write the replies at once.
 
         Returns how many commands ran."""
-        return self._run()
+        n = self._run()
+        self._after_run()
+        return n
+
+    def _after_run(self) -> None:
+        """After the commands that were ready ran: nothing here; the router's connection
+        writes a request for an idle node at once (router/client.py). C, not an override of
+        `_process`, which the read path would call by name."""
 
     def _run(self) -> int:
         """`_process` itself: called directly (as C) where a subclass does not override
-        `_process` (the node's connections; the router's adds its outbox)."""
+        `_process` (the node's connections and the router's)."""
         c = self.client
         if c is None or self._closing:
             return 0

@@ -33,6 +33,7 @@ cdef class ClientConn(RespConnection):
     @cython.locals(cells=list, head=Py_ssize_t, n=Py_ssize_t, out=list, first=list)
     cdef _fill(self, list cell, object data)
     cdef _flush(self)
+    cdef _after_run(self)
 
 cdef class ReplyWriter(Writer):
     cdef public ClientConn conn

@@ -102,13 +102,11 @@ class ClientConn(RespConnection):
         RespConnection.connection_made(self, transport)
         self._send = transport.write  # type: ignore[attr-defined]  # bound once (_flush)
 
-    def _process(self) -> int:
-        """Run the requests that are ready; a request for an idle node leaves before this
-        returns instead of at the end of the loop iteration (router/outbox.py)."""
-        n = self._run()  # RespConnection._process's body (compiled: a C call)
+    def _after_run(self) -> None:
+        """The requests that were ready ran: a request for an idle node leaves now instead of
+        at the end of the loop iteration (router/outbox.py)."""
         if self.outbox.urgent:
             self.outbox.now()
-        return n
 
     def new_cell(self) -> Cell:
         cell: Cell = [None]
