@@ -32,8 +32,16 @@ class Blocked(Exception):  # noqa: N818 - it is a control-flow signal, not an er
 
     def __init__(self, keys: list[bytes], timeout_ms: int, argv: list[bytes],
                  on_timeout: Callable[[int], bytes] | None = None,
-                 postponed: bool = False) -> None:
+                 postponed: bool = False,
+                 recheck: Callable[[Client, Blocked], bool] | None = None,
+                 group: tuple[bytes, bytes] | None = None) -> None:
         self.keys = keys
+        # A cheap test, from the command, that running it again would serve nothing and only
+        # park it again; when it says so it has made the changes such a run makes (a
+        # consumer's seen-time). Ten consumers blocked on one stream: an entry serves one,
+        # and re-running the nine others cost the node ~4 us each (node/commands/reads.py).
+        self.recheck = recheck
+        self.group = group  # XREADGROUP's (group, consumer), for `recheck`
         # A postponed command (a write to a paused key, node/writepause.py) runs again
         # through the whole dispatch when released, redirects and guards included.
         self.postponed = postponed
@@ -170,6 +178,8 @@ class BlockingManager:
                     b = _parked(c)
                     if b is None or key not in b.keys:
                         continue
+                    if b.recheck is not None and b.recheck(c, b):
+                        continue  # nothing for it yet: a re-run would only park it again
                     reply = self.server.rerun_blocked(c, b.argv)
                     if reply is not None and c.blocked is b:
                         self.unblock(c, reply, ran=True)

@@ -15,6 +15,7 @@ SETID with ENTRIESREAD, a new consumer as XGROUP CREATECONSUMER (see node.comman
 from __future__ import annotations
 
 from itertools import islice
+from time import time_ns
 
 import cython
 
@@ -239,8 +240,48 @@ def xread(c: Client, argv: list[bytes]) -> bytes:
             argv = list(argv)
             for pos in dollars:
                 argv[pos] = format_id(ids[pos - streams_arg - nkeys])
+        if groupname is not None and claim < 0 and consumername is not None:
+            raise Blocked(keys, timeout, argv, recheck=still_unserved,
+                          group=(groupname, consumername))
         raise Blocked(keys, timeout, argv)
     return null_array(proto)
+
+
+def still_unserved(c: Client, b: Blocked) -> bool:
+    """Whether running a blocked `XREADGROUP ... STREAMS key... >` (no CLAIM) again would
+    serve nothing: every key still a stream with the group and the consumer, none with an
+    entry after the group's last ID (xread's test). If so, what that run would change is done
+    here instead (the consumer's seen-time, set by every attempt as in Redis 7.2+, and the
+    client's interaction time, Server.call) and the caller keeps the client parked; anything
+    else (a key gone, expired or of another type, a group or consumer deleted) gets the
+    whole run, with its error or its effects."""
+    group = b.group
+    if group is None:
+        return False
+    groupname, consumername = group
+    server = c.server
+    now = server.cmd_time_ms = time_ns() // 1000000  # as Server.call sets it for a run
+    db = c.db
+    conss = []
+    for key in b.keys:
+        try:
+            s = db.get_stream(key)
+        except ReplyError:
+            return False
+        if s is None:
+            return False
+        g = s.groups.get(groupname)
+        if g is None:
+            return False
+        cons = g.consumers.get(consumername)
+        if cons is None or (s.length and s.last_id > g.last_id):
+            return False
+        conss.append(cons)
+    c.last_interaction_ms = now
+    c.last_cmd = b"xreadgroup"
+    for cons in conss:
+        cons.seen_time = now
+    return True
 
 
 command(b"xread", b"xreadgroup")(xread)  # not a decorator: compiled, xread is cpdef
