@@ -26,7 +26,13 @@ ERRORS = [
 
 @pytest.fixture(params=["node", "oracle"])
 def server(request: pytest.FixtureRequest) -> NodeHandle:
+    """The node or the session's redis-server, empty and unpaused before and after: other
+    tests share the oracle, so a key or a pause they left must not decide these."""
     h: NodeHandle = request.getfixturevalue(request.param)
+    c = RawClient("127.0.0.1", h.port)
+    c.call("CLIENT", "UNPAUSE")
+    c.call("FLUSHALL")
+    c.close()
     yield h
     c = RawClient("127.0.0.1", h.port)
     c.call("CLIENT", "UNPAUSE")
@@ -46,7 +52,19 @@ def test_argument_errors_match_redis(node: NodeHandle, oracle: NodeHandle) -> No
 
 
 def _blocked(r: redis.Redis) -> int:
-    return int(r.info("clients")["blocked_clients"])
+    """This test's clients that wait (flag `b`), by name: INFO's blocked_clients would also
+    count clients that other tests left blocked on the shared oracle."""
+    return sum(1 for c in r.client_list()
+               if c["name"].startswith(_WAITER) and "b" in c["flags"])
+
+
+_WAITER = "pause-test-"
+
+
+def _client(server: NodeHandle, i: int) -> redis.Redis:
+    r = server.client()
+    r.client_setname(f"{_WAITER}{i}")
+    return r
 
 
 def _in_thread(fn, *args) -> tuple[threading.Thread, list]:  # noqa: ANN001
@@ -67,7 +85,7 @@ def test_write_pause_holds_writes_not_reads_until_unpause(server: NodeHandle) ->
     admin = server.client()
     admin.xadd("s", {"f": "0"}, id="1-0")
     admin.execute_command("CLIENT", "PAUSE", 100000, "WRITE")
-    writers = [server.client() for _ in range(3)]
+    writers = [_client(server, i) for i in range(3)]
     started = [_in_thread(w.xadd, "s", {"f": str(i)}) for i, w in enumerate(writers)]
     wait_until(lambda: _blocked(admin) == 3, 10, what="three writers waiting")
     assert admin.xlen("s") == 1  # reads are served, the writes did not run
@@ -95,7 +113,7 @@ def test_a_shorter_pause_does_not_shorten_a_running_one(server: NodeHandle) -> N
     admin = server.client()
     admin.execute_command("CLIENT", "PAUSE", 100000, "WRITE")
     admin.execute_command("CLIENT", "PAUSE", 1, "WRITE")
-    w = server.client()
+    w = _client(server, 0)
     t, out = _in_thread(w.set, "k", "v")
     wait_until(lambda: _blocked(admin) == 1, 10, what="the writer waiting")
     admin.execute_command("CLIENT", "UNPAUSE")
