@@ -274,6 +274,7 @@ class Server:
         # bool(self.pauses) as a C field (WritePauses keeps it): __bool__ is an interpreted call.
         if self.pauses_held and not c.is_master and self.pauses.holds(c, argv, name):
             if c.blocked is None:
+                c.last_cmd = name  # CLIENT LIST shows what it waits to run, as in Redis
                 self.pauses.postpone(c, argv)
             return None
         return self.call(c, argv, name, cmd.handler)

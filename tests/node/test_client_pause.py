@@ -88,6 +88,9 @@ def test_write_pause_holds_writes_not_reads_until_unpause(server: NodeHandle) ->
     writers = [_client(server, i) for i in range(3)]
     started = [_in_thread(w.xadd, "s", {"f": str(i)}) for i, w in enumerate(writers)]
     wait_until(lambda: _blocked(admin) == 3, 10, what="three writers waiting")
+    # CLIENT LIST names the command a paused client waits to run (Redis sets it before the
+    # pause check), not the one it ran before (CLIENT SETNAME)
+    assert {c["cmd"] for c in admin.client_list() if c["name"].startswith(_WAITER)} == {"xadd"}
     assert admin.xlen("s") == 1  # reads are served, the writes did not run
     assert admin.xrange("s") == [(b"1-0", {b"f": b"0"})]
     admin.execute_command("CLIENT", "UNPAUSE")
