@@ -205,7 +205,6 @@ class Router(RouterCore):
             p = self.pools[key] = Pool(self.loop, self.outbox, addr[0], addr[1], proto, readonly,
                                        self.node_password, user=self.node_user,
                                        ssl=self.tls_client_context)
-            p.addr = addr
         return p
 
     # --- lifecycle ------------------------------------------------------------------------------

@@ -317,7 +317,9 @@ class Pool:
             self.setup.append([b"HELLO", b"3"])
         if readonly:
             self.setup.append([b"READONLY"])
-        self.addr: tuple[str, int] = (host, port)  # (Router.pool sets the tuple it keys by)
+        # One tuple per pool: a client's writes to this node compare it by identity
+        # (RouterClient.wrote_last) before the set lookup.
+        self.addr: tuple[str, int] = (host, port)
         self.conns: list[Upstream | None] = [None] * size
         self.dedicated: set[Upstream] = set()
         self.idle: list[Upstream] = []  # dedicated connections ready for reuse
