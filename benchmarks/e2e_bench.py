@@ -28,6 +28,11 @@ To see where router3's latency comes from, one part at a time (not in the defaul
 `router-bare` (a router in front of one node, no AOF, no replica) and `router3-bare` (a router
 in front of 3 such nodes).
 
+What one more process on the path costs here whatever its language (not in the default run;
+`apt-get install haproxy`): `redis-haproxy` is redis-server behind HAProxy 2.6 in TCP mode (one
+thread, written in C, no RESP logic), and `node-haproxy` is one node behind it. Its p50 and p99
+against `redis` are the floor that any proxy crossing sets on this machine.
+
 The result is the histogram (p50, p99, p99.9, the share under 1/2/5 ms) side by side, and the
 offered and achieved rates: a target that could not keep up shows it there, not as a lower
 latency. Below it, the CPU time (user + system) and the read/write system calls of every
@@ -60,6 +65,7 @@ from benchmarks.router_bench import Procs, append_result  # noqa: E402
 
 TARGETS = ["redis", "node", "router", "router3", "redis-repl"]
 PARTS = ["node-aof", "node-rep", "node-repl", "router-bare", "router3-bare"]
+FLOORS = ["redis-haproxy", "node-haproxy"]
 KEY = b"e2e"
 PAYLOAD = [b"f1", b"value00001", b"f2", b"value00002", b"f3", b"value00003"]
 
@@ -170,7 +176,9 @@ def process_costs(procs: Procs, before: dict[int, tuple], entries: int) -> list[
     lines = []
     for p in procs.procs:
         args = [str(x) for x in p.args]
-        name = Path(args[args.index("--dir") + 1]).name if "--dir" in args else "router"
+        name = (Path(args[args.index("--dir") + 1]).name if "--dir" in args
+                else Path(args[0]).name if not args[0].endswith(("python", "python3"))
+                else "router")
         u0, s0, r0, w0 = before[p.pid]
         u1, s1, r1, w1 = _proc_cost(p.pid)
         n = max(entries, 1)
@@ -245,6 +253,10 @@ def start_target(procs: Procs, kind: str) -> int:
         return p
     if kind == "router-bare":
         return procs.router(procs.node("primary"))
+    if kind == "redis-haproxy":
+        return procs.haproxy(procs.redis("redis", "--appendonly", "no"))
+    if kind == "node-haproxy":
+        return procs.haproxy(procs.node("node"))
     if kind == "router3-bare":
         return procs.router_for([(procs.node(f"primary{i}"), None) for i in range(3)])
     if kind == "router3":
@@ -278,7 +290,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--consumers", type=int, default=10)
     ap.add_argument("--producers", type=int, default=2)
     ap.add_argument("--targets", default=",".join(TARGETS),
-                    help=f"comma-separated, of {','.join(TARGETS + PARTS)}")
+                    help=f"comma-separated, of {','.join(TARGETS + PARTS + FLOORS)}")
     ap.add_argument("--quick", action="store_true", help="1 s at 1000/s, 2 consumers")
     ap.add_argument("--output", default="", help="append the result here (markdown)")
     ap.add_argument("--path", type=int, default=0,

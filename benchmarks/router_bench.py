@@ -16,7 +16,13 @@ end-to-end delivery latency of a consumer group, side by side with redis-server.
    >= 0.6x at P16.
 
     python benchmarks/router_bench.py [--quick] [--rate 10000] [--seconds 10]
-    python benchmarks/router_bench.py --relay [--output benchmarks/ROUTER_RESULTS.md]
+    python benchmarks/router_bench.py --relay [--floor] [--output benchmarks/ROUTER_RESULTS.md]
+
+`--floor` puts proxies written in C in the same places, on the same machine and in the same run:
+twemproxy (nutcracker, which parses RESP and pipelines every client onto one connection per
+server, like the router; it has no stream commands, so SET) in front of 3 redis-servers against
+one, and haproxy in TCP mode in front of one redis-server and of one node. They are the floor a
+proxy hop sets on this machine: `apt-get install haproxy nutcracker` (benchmarks only).
 """
 
 from __future__ import annotations
@@ -128,6 +134,32 @@ class Procs:
                                              "--port", str(port), "--topology", str(path)],
                           port)
 
+    def haproxy(self, backend: int) -> int:
+        """HAProxy 2.6 in TCP mode, one thread, in front of one server: a proxy hop written in
+        C with no RESP logic (each client gets its own backend connection), the floor of what
+        one more process on the path costs."""
+        port = free_port()
+        cfg = self.dir / f"haproxy-{port}.cfg"
+        cfg.write_text(f"global\n  nbthread 1\n  maxconn 4000\n"
+                       f"defaults\n  mode tcp\n  timeout connect 5s\n  timeout client 1h\n"
+                       f"  timeout server 1h\n"
+                       f"listen relay\n  bind {HOST}:{port}\n  server b {HOST}:{backend}\n")
+        exe = shutil.which("haproxy") or "/usr/sbin/haproxy"
+        return self.start(f"haproxy-{port}", [exe, "-db", "-f", str(cfg)], port)
+
+    def twemproxy(self, backends: list[int]) -> int:
+        """twemproxy (nutcracker 0.5) in front of redis-servers: a RESP-parsing proxy in C that,
+        like the router, pipelines every client's requests to a server over one connection.
+        It has no stream commands, so it is measured on SET."""
+        port = free_port()
+        cfg = self.dir / f"nutcracker-{port}.yml"
+        cfg.write_text(f"pool:\n  listen: {HOST}:{port}\n  hash: crc16\n"
+                       f"  distribution: modula\n  redis: true\n  preconnect: true\n"
+                       f"  servers:\n" + "".join(f"   - {HOST}:{b}:1\n" for b in backends))
+        exe = shutil.which("nutcracker") or "/usr/sbin/nutcracker"
+        return self.start(f"nutcracker-{port}", [exe, "-c", str(cfg), "-v", "2", "-s",
+                                                 str(free_port())], port)
+
     def stop(self) -> None:
         for p in self.procs:
             p.terminate()
@@ -205,55 +237,81 @@ async def delivery(port: int, rate: int, seconds: float, consumers: int = 10) ->
     return out
 
 
-def relay(n: int, repeat: int = 3) -> str:
+RELAY_SET = ["-r", "1000", "SET", "k:__rand_int__", "value00001"]
+
+
+def _pairs(procs: Procs, floor: bool) -> list[tuple[str, list[str], int, int]]:
+    """(label, command, direct port, proxied port) for each pair to measure.
+
+    The first pair is issue 10's target. With `floor`, the same shape with proxies written in
+    C: they show what one more process on the path costs on this machine whatever its
+    language, so a ratio the router misses can be read against what a C proxy reaches."""
+    node = procs.node("single")
+    shards = [procs.node(f"shard{i}") for i in range(3)]
+    pairs = [("XADD: one node / router + 3 nodes", RELAY_XADD, node,
+              procs.router_for([(p, None) for p in shards]))]
+    if floor:
+        redis = procs.redis("rsingle")
+        backends = [procs.redis(f"rshard{i}") for i in range(3)]
+        pairs += [("SET: one redis-server / twemproxy + 3 redis-servers", RELAY_SET, redis,
+                   procs.twemproxy(backends)),
+                  ("XADD: one redis-server / haproxy (tcp) + that redis-server", RELAY_XADD,
+                   redis, procs.haproxy(redis)),
+                  ("XADD: one node / haproxy (tcp) + that node", RELAY_XADD, node,
+                   procs.haproxy(node))]
+    return pairs
+
+
+def relay(n: int, repeat: int = 3, floor: bool = False) -> str:
     """Issue 10's router target: XADD on 1000 keys through a router in front of 3 nodes
     against one node direct (all appendonly no), 50 clients, at pipeline 1 and 16, in one run;
-    with the CPU each server process used per XADD (the router's is its relay cost).
+    with the CPU each server process used per request (the router's is its relay cost).
+    `floor` adds C proxies in the same places (see `_pairs`).
 
-    Each pair (direct, then through the router) is measured `repeat` times, alternating: on
+    Each pair (direct, then through the proxy) is measured `repeat` times, alternating: on
     2 CPUs a run's throughput depends on where the scheduler puts redis-benchmark (beside the
     node or on the other CPU), and back-to-back runs of the same setup differ by up to 2x. Every
     run is reported; the ratio of the medians is the figure."""
     procs = Procs()
     rows = []
     try:
-        node = procs.node("single")
-        shards = [procs.node(f"shard{i}") for i in range(3)]
-        router = procs.router_for([(p, None) for p in shards])
-        for pipeline in (1, 16):
-            bench(node, 50, min(n, 20000), pipeline, RELAY_XADD)  # warm up both
-            bench(router, 50, min(n, 20000), pipeline, RELAY_XADD)
-            runs = []
-            for _ in range(repeat):
-                cpu0 = cpu_seconds(procs.by_port[node].pid)
-                direct = bench(node, 50, n, pipeline, RELAY_XADD)
-                node_us = (cpu_seconds(procs.by_port[node].pid) - cpu0) / n * 1e6
-                cpu0 = cpu_seconds(procs.by_port[router].pid)
-                routed = bench(router, 50, n, pipeline, RELAY_XADD)
-                router_us = (cpu_seconds(procs.by_port[router].pid) - cpu0) / n * 1e6
-                runs.append((direct, routed, node_us, router_us))
-            rows.append((pipeline, runs))
+        pairs = _pairs(procs, floor)
+        for label, cmd, direct_port, proxy_port in pairs:
+            for pipeline in (1, 16):
+                bench(direct_port, 50, min(n, 20000), pipeline, cmd)  # warm up both
+                bench(proxy_port, 50, min(n, 20000), pipeline, cmd)
+                runs = []
+                for _ in range(repeat):
+                    cpu0 = cpu_seconds(procs.by_port[direct_port].pid)
+                    direct = bench(direct_port, 50, n, pipeline, cmd)
+                    direct_us = (cpu_seconds(procs.by_port[direct_port].pid) - cpu0) / n * 1e6
+                    cpu0 = cpu_seconds(procs.by_port[proxy_port].pid)
+                    routed = bench(proxy_port, 50, n, pipeline, cmd)
+                    proxy_us = (cpu_seconds(procs.by_port[proxy_port].pid) - cpu0) / n * 1e6
+                    runs.append((direct, routed, direct_us, proxy_us))
+                rows.append((label, pipeline, runs))
     finally:
         procs.stop()
     load = os.getloadavg()
-    lines = ["| XADD, 50 clients, 1000 keys | one node ops/s (each run) | router + 3 nodes ops/s "
-             "(each run) | ratio of the medians | target | p50 ms node / router (medians) "
-             "| CPU us per XADD: node / router process (medians) |",
-             "|---|---:|---:|---:|---:|---:|---:|"]
-    for pipeline, runs in rows:
+    lines = ["| 50 clients, 1000 keys: direct / proxied | pipeline | direct ops/s (each run) "
+             "| proxied ops/s (each run) | ratio of the medians | target | p50 ms direct / "
+             "proxied (medians) | CPU us per request: direct server / proxy process (medians) |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|"]
+    for label, pipeline, runs in rows:
         target = 0.8 if pipeline == 1 else 0.6
         direct_ops = [r[0][0] for r in runs]
         routed_ops = [r[1][0] for r in runs]
         ratio = statistics.median(routed_ops) / statistics.median(direct_ops)
+        verdict = (f"{target} ({'met' if ratio >= target else 'NOT met'})"
+                   if label.startswith("XADD: one node / router") else "(floor)")
         lines.append(
-            f"| pipeline {pipeline} | {', '.join(f'{x:,.0f}' for x in direct_ops)} | "
-            f"{', '.join(f'{x:,.0f}' for x in routed_ops)} | {ratio:.2f} | "
-            f"{target} ({'met' if ratio >= target else 'NOT met'}) | "
+            f"| {label} | {pipeline} | {', '.join(f'{x:,.0f}' for x in direct_ops)} | "
+            f"{', '.join(f'{x:,.0f}' for x in routed_ops)} | {ratio:.2f} | {verdict} | "
             f"{statistics.median(r[0][1] for r in runs):.2f} / "
             f"{statistics.median(r[1][1] for r in runs):.2f} | "
             f"{statistics.median(r[2] for r in runs):.1f} / "
             f"{statistics.median(r[3] for r in runs):.1f} |")
-    lines.append(f"\n{n} XADDs per run, {repeat} alternating runs per row; load average "
+    lines.append(f"\n{n} requests per run, {repeat} alternating runs per row; load average "
                  f"{load[0]:.1f} after, {os.cpu_count()} CPUs, nothing pinned.")
     return "\n".join(lines)
 
@@ -272,13 +330,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seconds", type=float, default=10.0)
     ap.add_argument("--relay", action="store_true",
                     help="only issue 10's relay target: router + 3 nodes vs one node")
+    ap.add_argument("--floor", action="store_true",
+                    help="--relay: also C proxies (twemproxy, haproxy) in the same places")
     ap.add_argument("--output", default="", help="append the relay table here (markdown)")
     ap.add_argument("--repeat", type=int, default=3,
                     help="--relay: alternating runs per pipeline depth (the median counts)")
     a = ap.parse_args(argv)
     n = 5000 if a.quick else 100000
     if a.relay:
-        text = relay(n, 1 if a.quick else a.repeat)
+        text = relay(n, 1 if a.quick else a.repeat, a.floor)
         print(text)
         if a.output:
             append_result(a.output, text)
