@@ -380,7 +380,10 @@ class Acl:
         if d is None:
             return None
         reason, obj = d
-        c.last_cmd = name  # client-info shows the denied command, as Redis's c->cmd does
+        if not c.in_exec:  # EXEC's re-check of its queue leaves cmd=exec, as Redis does
+            # client-info shows the denied command; the node's execute has set it already,
+            # the router's dispatch has not
+            c.last_cmd = command_table.stat_name(argv, name)
         self.add_log(c, reason, obj, u.name)
         if reason == b"command":
             self.denied_cmd += 1

@@ -36,7 +36,9 @@ class Client:
         self.laddr = laddr
         self.ctime = time.time()
         self.last_interaction_ms = int(self.ctime * 1000)  # the last command's time (idle=)
-        self.last_cmd = b"NULL"
+        # The last command's fullname (CLIENT LIST cmd=, set by Server.execute); None before
+        # the first one and after an unknown one.
+        self.last_cmd: bytes | None = None
         self.in_multi = False
         self.multi_queue: list[list[bytes]] = []
         self.multi_failed = False

@@ -231,11 +231,17 @@ class Server:
             else:
                 cmd = self._dispatch.get(raw.lower())
                 if cmd is None:
+                    c.last_cmd = None  # CLIENT LIST: cmd=NULL, as Redis's c->lastcmd
                     return self.reject(c, None, errors.unknown_command(raw, argv[1:]))
         name = cmd.name
+        # The command CLIENT LIST shows (c->lastcmd): set before the checks, as Redis's
+        # processCommand does, so a rejected, queued or paused command shows too.
+        c.last_cmd = name
         n = len(argv)
         arity = cmd.arity
         if arity == 0 or (n != arity if arity > 0 else n < -arity):
+            if arity == 0:  # a container: 'client|list', None for an unknown subcommand
+                c.last_cmd = command_table.stat_name(argv, name)
             err = command_table.check_arity(argv, name)
             if err is not None:
                 return self.reject(c, name, err, argv)
@@ -274,7 +280,6 @@ class Server:
         # bool(self.pauses) as a C field (WritePauses keeps it): __bool__ is an interpreted call.
         if self.pauses_held and not c.is_master and self.pauses.holds(c, argv, name):
             if c.blocked is None:
-                c.last_cmd = name  # CLIENT LIST shows what it waits to run, as in Redis
                 self.pauses.postpone(c, argv)
             return None
         return self.call(c, argv, name, cmd.handler)
@@ -351,7 +356,6 @@ class Server:
         """Redis call(): run the handler, count it, and serve keys it made ready."""
         t0 = _clock_ns(False)
         c.last_interaction_ms = self.cmd_time_ms = _clock_ns(True) // 1000000
-        c.last_cmd = name
         failed = 0
         effects = self.effects
         offset = effects.offset

@@ -136,7 +136,7 @@ def client_info_line(c: Client) -> bytes:
         f"idle={int(now - c.last_interaction_ms / 1000)} flags={flags} db=0 sub=0 psub=0 ssub=0 "
         f"multi={len(c.multi_queue) if c.in_multi else -1} watch={len(c.watched)} qbuf=0 "
         f"qbuf-free=0 argv-mem=0 multi-mem=0 rbs=1024 rbp=0 obl={obl} oll=0 omem={obl} "
-        f"tot-mem={1024 + obl} events=r cmd={c.last_cmd.decode(errors='replace')} user={c.user.decode(errors='replace')} "
+        f"tot-mem={1024 + obl} events=r cmd={(c.last_cmd or b'NULL').decode()} user={c.user.decode(errors='replace')} "
         f"redir=-1 resp={c.proto} lib-name={c.lib_name.decode(errors='replace')} "
         f"lib-ver={c.lib_ver.decode(errors='replace')}"
     ).encode()

@@ -326,6 +326,60 @@ def test_client_info_flags_match_redis(node, oracle):
     assert _client_flags(node.port, setup) == _client_flags(oracle.port, setup)
 
 
+# Client "a" runs commands, "b" is a fresh connection (unauthenticated once requirepass is
+# set), "admin" changes settings; after each a/b step, CLIENT LIST shows that client's cmd=.
+_CMD_SCRIPT = [
+    ("a", ["NOSUCH", "x"]), ("a", ["PING"]), ("a", ["XADD", "s"]), ("a", ["CLIENT", "NOSUCH"]),
+    ("a", ["CONFIG", "GET"]), ("a", ["XGROUP"]), ("a", ["CLIENT", "GETNAME"]),
+    ("a", ["SET", "k", "v"]), ("a", ["XADD", "k", "*", "f", "v"]),
+    ("a", ["MULTI"]), ("a", ["XLEN", "k"]), ("a", ["NOSUCH"]), ("a", ["EXEC"]),
+    ("a", ["MULTI"]), ("a", ["XADD", "s", "*", "f", "v"]), ("a", ["EXEC"]),
+    ("admin", ["CONFIG", "SET", "maxmemory", "1"]), ("a", ["XADD", "s", "*", "f", "v"]),
+    ("admin", ["CONFIG", "SET", "maxmemory", "0"]),
+    ("admin", ["ACL", "SETUSER", "cmd-test", "on", ">pw", "~*", "+@all", "-xadd"]),
+    ("a", ["AUTH", "cmd-test", "pw"]), ("a", ["XADD", "s", "*", "f", "v"]),
+    ("a", ["MULTI"]), ("a", ["XLEN", "s"]),
+    ("admin", ["ACL", "SETUSER", "cmd-test", "-xlen"]), ("a", ["EXEC"]),
+    ("admin", ["CONFIG", "SET", "requirepass", "pw"]), ("b", ["XLEN", "s"]),
+    ("b", ["NOSUCH"]), ("b", ["CLIENT", "LIST"]),
+]
+
+
+def _last_commands(port: int) -> list[tuple[list[str], str]]:
+    admin = RawClient("127.0.0.1", port)
+    conns = {"admin": admin}
+    out = []
+    try:
+        for who, cmd in _CMD_SCRIPT:
+            if who not in conns:
+                conns[who] = RawClient("127.0.0.1", port)
+            c = conns[who]
+            reply = c.call(*cmd)
+            if who == "admin":
+                assert reply == ("+", b"OK"), (cmd, reply)
+                continue
+            addr = "addr=%s:%d" % c.sock.getsockname()[:2]
+            line = next(ln for ln in admin.call("CLIENT", "LIST")[1].decode().splitlines()
+                        if addr in ln.split())
+            out.append((cmd, next(f for f in line.split() if f.startswith("cmd="))))
+    finally:
+        for cmd in (["CONFIG", "SET", "requirepass", ""], ["CONFIG", "SET", "maxmemory", "0"],
+                    ["ACL", "DELUSER", "cmd-test"], ["ACL", "LOG", "RESET"], ["DEL", "s", "k"]):
+            admin.call(*cmd)
+        for c in conns.values():
+            c.close()
+    return out
+
+
+def test_client_list_cmd_matches_redis_for_rejected_commands(node, oracle):
+    """cmd= is set before processCommand's checks: a command refused for its arity, NOPERM,
+    NOAUTH or OOM shows, so does one queued in MULTI (and EXEC after it, not the queued ones);
+    an unknown command or subcommand shows NULL; a subcommand shows its fullname."""
+    mine, theirs = _last_commands(node.port), _last_commands(oracle.port)
+    for a, b in zip(mine, theirs, strict=True):
+        assert a == b, f"node {a} redis {b}"
+
+
 def test_client_idle_counts_from_the_last_command(node):
     """idle= is the time since the client's last command, not since it connected."""
     from tests.support.procs import wait_until
