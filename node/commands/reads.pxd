@@ -8,6 +8,9 @@ from node.groups cimport Consumer, ConsumerGroup
 from node.keyspace cimport Keyspace
 from node.stream cimport Stream
 
+# "The stream has an entry after the group's last delivered ID", a C call from each user.
+cdef inline bint _has_new(Stream s, ConsumerGroup g) except -1
+
 @cython.locals(xreadgroup=bint, count=Py_ssize_t, noack=bint, streams_arg=Py_ssize_t,
                nkeys=Py_ssize_t, claim="long long", idx=Py_ssize_t, db=Keyspace, s=Stream,
                g=ConsumerGroup, cons=Consumer, streams=list, groups=list, ids=list,
@@ -23,3 +26,6 @@ cpdef tuple serve_new(c, Stream s, ConsumerGroup g, Consumer cons, key, groupnam
                streams_arg=Py_ssize_t, nkeys=Py_ssize_t, block_arg=Py_ssize_t, i=Py_ssize_t,
                moreargs=Py_ssize_t, n=Py_ssize_t, o=object)
 cpdef tuple parse_xread_options(argv, now_ms)
+
+@cython.locals(s=Stream, g=ConsumerGroup)
+cpdef bint still_unserved(c, b) except -1

@@ -131,6 +131,14 @@ def _plain_uint(b: bytes) -> int:
     return -1
 
 
+def _has_new(s: Stream, g: ConsumerGroup) -> bool:
+    """Whether `>` finds an entry for the group: the stream has one after the group's last
+    delivered ID. Redis compares with the last live entry; last_id bounds it from above, and
+    serving a range that holds none has no effect, so the caller's empty result settles it.
+    Compiled, a C inline (reads.pxd)."""
+    return s.length != 0 and s.last_id > g.last_id
+
+
 def xread(c: Client, argv: list[bytes]) -> bytes:
     """XREAD [COUNT count] [BLOCK ms] STREAMS key [key ...] id [id ...]
     XREADGROUP GROUP group consumer [COUNT count] [BLOCK ms] [NOACK] [CLAIM min-idle-time]
@@ -203,7 +211,7 @@ def xread(c: Client, argv: list[bytes]) -> bytes:
             elif claim >= 0:
                 # Redis 8.4: idle pending entries first, then new ones, all as 4 elements.
                 n, body = _serve_claim(c, s, g, cons, key, groupname, claim, count)
-                if (not count or n < count) and s.length and s.last_id > g.last_id:
+                if (not count or n < count) and _has_new(s, g):
                     n2, body2 = serve_new(c, s, g, cons, key, groupname, g.last_id + 1,
                                           count - n if count else 0, noack, True)
                     n += n2
@@ -211,10 +219,7 @@ def xread(c: Client, argv: list[bytes]) -> bytes:
                 if not n:
                     continue
             else:
-                # Served when a live entry follows the group's last ID (Redis compares
-                # with the last live entry). last_id bounds it from above, and a range that
-                # finds nothing has no effect, so an empty result means "not served".
-                if not s.length or s.last_id <= g.last_id:
+                if not _has_new(s, g):
                     continue
                 n, body = serve_new(c, s, g, cons, key, groupname, g.last_id + 1, count, noack)
                 if not n:
@@ -274,11 +279,10 @@ def still_unserved(c: Client, b: Blocked) -> bool:
         if g is None:
             return False
         cons = g.consumers.get(consumername)
-        if cons is None or (s.length and s.last_id > g.last_id):
+        if cons is None or _has_new(s, g):
             return False
         conss.append(cons)
     c.last_interaction_ms = now
-    c.last_cmd = b"xreadgroup"
     for cons in conss:
         cons.seen_time = now
     return True
