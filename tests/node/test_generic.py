@@ -371,11 +371,13 @@ def _last_commands(port: int) -> list[tuple[list[str], str]]:
     return out
 
 
-def test_client_list_cmd_matches_redis_for_rejected_commands(node, oracle):
+@pytest.mark.parametrize("reference", ["oracle", "oracle72"])
+def test_client_list_cmd_matches_redis_for_rejected_commands(node, reference, request):
     """cmd= is set before processCommand's checks: a command refused for its arity, NOPERM,
     NOAUTH or OOM shows, so does one queued in MULTI (and EXEC after it, not the queued ones);
     an unknown command or subcommand shows NULL; a subcommand shows its fullname."""
-    mine, theirs = _last_commands(node.port), _last_commands(oracle.port)
+    ref = request.getfixturevalue(reference)
+    mine, theirs = _last_commands(node.port), _last_commands(ref.port)
     for a, b in zip(mine, theirs, strict=True):
         assert a == b, f"node {a} redis {b}"
 
