@@ -358,7 +358,8 @@ def _last_commands(port: int) -> list[tuple[list[str], str]]:
             if who == "admin":
                 assert reply == ("+", b"OK"), (cmd, reply)
                 continue
-            addr = "addr=%s:%d" % c.sock.getsockname()[:2]
+            host, lport = c.sock.getsockname()[:2]
+            addr = f"addr={host}:{lport}"
             line = next(ln for ln in admin.call("CLIENT", "LIST")[1].decode().splitlines()
                         if addr in ln.split())
             out.append((cmd, next(f for f in line.split() if f.startswith("cmd="))))
