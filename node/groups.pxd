@@ -20,8 +20,14 @@ cdef class ConsumerGroup:
     cpdef deliver(self, sid, Consumer cons, now_ms)
     cpdef _own(self, sid, Consumer cons)
 
-    @cython.locals(keys=object, maxes=list, nack=tuple, d=dict)
+    @cython.locals(keys=object, maxes=list, nack=tuple)
     cpdef deliver_run(self, list sids, Consumer cons, now_ms)
+
+    @cython.locals(d=dict)
+    cdef _append_new(self, list sids, Consumer cons, tuple nack)
+
+    @cython.locals(nack=tuple, maxes=list)
+    cpdef set_nack(self, sid, Consumer cons, delivery_time, delivery_count)
 
     @cython.locals(acked=list, names=list, k=Py_ssize_t, ordered=list,
                    consumers=dict, nack=object)

@@ -129,9 +129,18 @@ class ConsumerGroup:
             cons.pel.add(sid)
 
     def set_nack(self, sid: int, cons: Consumer, delivery_time: int, delivery_count: int) -> Nack:
-        """Create or update the NACK of `sid`, owned by `cons` (XCLAIM / XAUTOCLAIM)."""
-        self._own(sid, cons)
-        nack = self.pel[sid] = (delivery_time, delivery_count, cons.name)
+        """Create or update the NACK of `sid`, owned by `cons` (XCLAIM / XAUTOCLAIM).
+
+        An ID above everything pending (what a replica applies for every delivery: the XCLAIM
+        effect creates its NACK) is appended to the tails of both PELs, as `deliver_run` does."""
+        nack = (delivery_time, delivery_count, cons.name)
+        pel = self.pel
+        maxes = pel._list.__dict__["_maxes"]
+        if maxes and sid <= maxes[-1]:
+            self._own(sid, cons)
+            pel[sid] = nack
+        else:
+            self._append_new([sid], cons, nack)
         return nack
 
     def release(self, sid: int, delivery_count: int) -> None:
@@ -193,6 +202,13 @@ class ConsumerGroup:
                 nack = self.deliver(sid, cons, now_ms)
             return nack
         nack = (now_ms, 1, cons.name)
+        self._append_new(sids, cons, nack)
+        return nack
+
+    def _append_new(self, sids: list[int], cons: Consumer, nack: Nack) -> None:
+        """New NACKs for ascending `sids`, all above every pending ID, owned by `cons`: the
+        tails of both PELs are extended in one step each."""
+        pel = self.pel
         if cython.compiled:
             # PyDict_SetItem per ID: the sorted keys are extended just below.
             d = cython.cast(dict, pel)
@@ -200,10 +216,9 @@ class ConsumerGroup:
                 d[sid] = nack
         else:
             dict.update(pel, zip(sids, repeat(nack)))
-        _extend_tail(keys, sids)
+        _extend_tail(pel._list, sids)
         # The consumer PEL is a subset of the group PEL: the IDs are above it too.
         _extend_tail(cons.pel, sids)
-        return nack
 
     def add_pending(self, sids: list[int], nacks: list[Nack]) -> None:
         """Pending entries with their NACKs, `sids` ascending and above every pending ID (a

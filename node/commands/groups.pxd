@@ -17,10 +17,27 @@ cpdef bytes _id_text(object sid)
 @cython.locals(fixed=Py_ssize_t, total=Py_ssize_t, n=Py_ssize_t)
 cpdef Py_ssize_t xclaim_run_len(key, groupname, consumer, now_ms, list sids) except -1
 
-@cython.locals(n=Py_ssize_t, i=Py_ssize_t, dash=Py_ssize_t, p="unsigned char *", ch=int,
-               ms="unsigned long long", seq="unsigned long long", v="unsigned long long",
-               d="unsigned long long", lim="unsigned long long")
 cdef list _plain_ids_c(args)
+
+# Plain IDs and integers (every effect a replica applies holds a few) read by C loops.
+@cython.locals(v="unsigned long long", d="unsigned long long", lim="unsigned long long",
+               ch=int)
+cdef Py_ssize_t _dec(const unsigned char *p, Py_ssize_t i, Py_ssize_t n,
+                     unsigned long long *out) noexcept
+
+@cython.locals(n=Py_ssize_t, i=Py_ssize_t, p="const unsigned char *", ms="unsigned long long",
+               seq="unsigned long long")
+cdef object _plain_id_c(a)
+
+@cython.locals(n=Py_ssize_t, p="const unsigned char *", v="unsigned long long")
+cdef long long _plain_uint_c(a) noexcept
+
+cdef object _int_arg(b, bytes error)
+
+cdef object _strict_id(b)
+
+cdef dict _LOWER
+cdef bytes _option(bytes b)
 
 # The group commands of the XREADGROUP + XACK pair: stream, group and consumer typed.
 cpdef propagate_group_id(c, key, groupname, ConsumerGroup g)
@@ -32,3 +49,8 @@ cpdef Consumer lookup_or_create_consumer(c, key, groupname, ConsumerGroup g, nam
 cpdef bytes xack(c, argv)
 
 cpdef list parse_strict_ids_or_error(args)
+
+# XCLAIM: every delivery a replica applies is one.
+@cython.locals(s=Stream, g=ConsumerGroup, cons=Consumer, argc=Py_ssize_t, j=Py_ssize_t,
+               moreargs=Py_ssize_t, out=list, ids=list)
+cpdef bytes xclaim(c, argv)

@@ -210,7 +210,7 @@ def xgroup(c: Client, argv: list[bytes]) -> bytes:
     XGROUP DELCONSUMER key group consumer
     XGROUP HELP"""
     argc = len(argv)
-    sub = argv[1].lower()
+    sub = _option(argv[1])
     s: Stream | None = None
     g: ConsumerGroup | None = None
     mkstream = False
@@ -223,12 +223,14 @@ def xgroup(c: Client, argv: list[bytes]) -> bytes:
         create, setid = sub == b"create", sub == b"setid"
         i = 5
         while i < argc:
-            opt = argv[i].lower()
+            opt = _option(argv[i])
             if create and opt == b"mkstream":
                 mkstream = True
                 i += 1
             elif (create or setid) and opt == b"entriesread" and i + 1 < argc:
-                v = string2ll(argv[i + 1])
+                v = _plain_uint_c(argv[i + 1]) if cython.compiled else -1
+                if v < 0:
+                    v = string2ll(argv[i + 1])
                 if v is None:
                     raise ReplyError(errors.NOT_INTEGER)
                 if v < 0 and v != -1:
@@ -262,7 +264,10 @@ def xgroup(c: Client, argv: list[bytes]) -> bytes:
         return OK
     if sub == b"setid" and argc in (5, 7):
         assert s is not None and g is not None
-        sid = s.last_id if argv[4] == b"$" else parse_id_or_error(argv[4], 0)
+        sid = s.last_id if argv[4] == b"$" else (
+            _plain_id_c(argv[4]) if cython.compiled else None)
+        if sid is None:
+            sid = parse_id_or_error(argv[4], 0)
         g.last_id = sid
         g.entries_read = entries_read
         # Redis does not signal the key ready here: a blocked XREADGROUP is served at the
@@ -321,40 +326,100 @@ def parse_strict_ids_or_error(args: list[bytes]) -> list[int]:
 
 
 def _plain_ids_c(args: list[bytes]) -> list[int] | None:
-    """Compiled: every argument a plain `ms-seq` (ASCII digits, each part at most 2^64-1, at
-    most 127 bytes, as the general parser wants), parsed in one C loop; None as soon as one
-    is anything else, for the general path to parse (and refuse) them all."""
+    """Compiled: every argument a plain `ms-seq` (see _plain_id_c), parsed by C loops; None
+    as soon as one is anything else, for the general path to parse (and refuse) them all."""
     if type(args) is not list:
         return None
-    lim = _ULL_MAX
     out = []
     for a in args:
-        if type(a) is not bytes:
+        sid = _plain_id_c(a)
+        if sid is None:
             return None
-        n = len(a)
-        if n > 127:
-            return None
-        p = cython.cast(cython.p_uchar, PyBytes_AS_STRING(a))
-        dash = -1
-        ms = v = 0
-        for i in range(n):
-            ch = p[i]
-            if 48 <= ch <= 57:
-                d = ch - 48
-                if v > (lim - d) // 10:
-                    return None  # above 2^64-1
-                v = v * 10 + d
-            elif ch == 45 and dash < 0 and i > 0:
-                dash = i
-                ms = v
-                v = 0
-            else:
-                return None
-        if dash < 0 or dash == n - 1:
-            return None
-        seq = v
-        out.append(_sid_of(ms, seq))
+        out.append(sid)
     return out
+
+
+def _dec(p: bytes, i: int, n: int, out: list[int]) -> int:
+    """Compiled only: the decimal digits of p[i:n] up to the first other byte, into out[0];
+    the index where they stop, or -1 past 2^64-1."""
+    lim = _ULL_MAX
+    v = 0
+    while i < n:
+        ch = p[i]
+        if ch < 48 or ch > 57:
+            break
+        d = ch - 48
+        if v > (lim - d) // 10:
+            return -1
+        v = v * 10 + d
+        i += 1
+    out[0] = v
+    return i
+
+
+def _plain_id_c(a: bytes) -> int | None:
+    """Compiled only: a plain `ms-seq` (ASCII digits on both sides, each part at most 2^64-1,
+    at most 127 bytes, as the general parser wants) in C; None for anything else. Every
+    parser, strict or not, reads this form the same way."""
+    if type(a) is not bytes:
+        return None
+    n = len(a)
+    if n > 127:
+        return None
+    ms = seq = 0
+    p = cython.cast(cython.p_uchar, PyBytes_AS_STRING(a))
+    i = _dec(p, 0, n, cython.address(ms))
+    if i <= 0 or i >= n - 1 or p[i] != 45:
+        return None
+    if _dec(p, i + 1, n, cython.address(seq)) != n:
+        return None
+    return _sid_of(ms, seq)
+
+
+def _plain_uint_c(a: bytes) -> int:
+    """Compiled only: `0` or digits without a leading zero, fewer than 19 (what effects and
+    clients send), in C; -1 for anything else (errors.py's string2ll rules then decide)."""
+    if type(a) is not bytes:
+        return -1
+    n = len(a)
+    if n == 0 or n > 18:
+        return -1
+    v = 0
+    p = cython.cast(cython.p_uchar, PyBytes_AS_STRING(a))
+    if p[0] == 48 and n > 1:
+        return -1
+    if _dec(p, 0, n, cython.address(v)) != n:
+        return -1
+    return v
+
+
+def _int_arg(b: bytes, error: bytes) -> int:
+    """errors.parse_int_or_error, the plain form first in C when compiled (a replica parses
+    three integers in every XCLAIM effect, and errors.py runs interpreted)."""
+    if cython.compiled:
+        v = _plain_uint_c(b)
+        if v >= 0:
+            return v
+    return errors.parse_int_or_error(b, error)
+
+
+def _strict_id(b: bytes) -> int | None:
+    """parse_id(b, 0, strict=True), the plain `ms-seq` first in C when compiled."""
+    if cython.compiled:
+        sid = _plain_id_c(b)
+        if sid is not None:
+            return sid
+    return parse_id(b, 0, strict=True)
+
+
+def _option(b: bytes) -> bytes:
+    """An option word in lower case: the upper-case spellings that effects use are looked
+    up instead of lowered (a method call and a new object per option)."""
+    return _LOWER.get(b) or b.lower()
+
+
+_LOWER = {w.upper(): w for w in (b"force", b"justid", b"lastid", b"time", b"retrycount",
+                                  b"idle", b"setid", b"entriesread")}
 
 
 def xack(c: Client, argv: list[bytes]) -> bytes:
@@ -555,7 +620,6 @@ def xpending(c: Client, argv: list[bytes]) -> bytes:
 
 
 # --- XCLAIM --------------------------------------------------------------------------------
-@command(b"xclaim")
 def xclaim(c: Client, argv: list[bytes]) -> bytes:
     """XCLAIM key group consumer min-idle-time id [id ...] [IDLE ms] [TIME unix-ms]
     [RETRYCOUNT n] [FORCE] [JUSTID] [LASTID id]"""
@@ -564,7 +628,7 @@ def xclaim(c: Client, argv: list[bytes]) -> bytes:
     g = s.groups.get(groupname) if s is not None else None
     if s is None or g is None:
         raise ReplyError(errors.nogroup_key_or_group(key, groupname))
-    minidle = errors.parse_int_or_error(argv[4], errors.XCLAIM_MIN_IDLE)
+    minidle = _int_arg(argv[4], errors.XCLAIM_MIN_IDLE)
     if minidle < 0:
         minidle = 0
 
@@ -573,7 +637,7 @@ def xclaim(c: Client, argv: list[bytes]) -> bytes:
     ids: list[int] = []
     j = 5
     while j < argc:
-        sid = parse_id(argv[j], 0, strict=True)
+        sid = _strict_id(argv[j])
         if sid is None:
             break
         ids.append(sid)
@@ -586,23 +650,26 @@ def xclaim(c: Client, argv: list[bytes]) -> bytes:
     last_id = 0
     while j < argc:
         moreargs = argc - 1 - j
-        opt = argv[j].lower()
+        opt = _option(argv[j])
         if opt == b"force":
             force = True
         elif opt == b"justid":
             justid = True
         elif opt == b"idle" and moreargs:
             j += 1
-            deliverytime = now - errors.parse_int_or_error(argv[j], errors.XCLAIM_IDLE)
+            deliverytime = now - _int_arg(argv[j], errors.XCLAIM_IDLE)
         elif opt == b"time" and moreargs:
             j += 1
-            deliverytime = errors.parse_int_or_error(argv[j], errors.XCLAIM_TIME)
+            deliverytime = _int_arg(argv[j], errors.XCLAIM_TIME)
         elif opt == b"retrycount" and moreargs:
             j += 1
-            retrycount = errors.parse_int_or_error(argv[j], errors.XCLAIM_RETRYCOUNT)
+            retrycount = _int_arg(argv[j], errors.XCLAIM_RETRYCOUNT)
         elif opt == b"lastid" and moreargs:
             j += 1
-            last_id = parse_strict_id_or_error(argv[j])
+            sid = _strict_id(argv[j])
+            if sid is None:
+                raise ReplyError(errors.INVALID_STREAM_ID)
+            last_id = sid
         else:
             raise ReplyError(errors.xclaim_unknown_option(argv[j]))
         j += 1
@@ -659,8 +726,11 @@ def xclaim(c: Client, argv: list[bytes]) -> bytes:
     return b"*%d\r\n%s" % (len(out), b"".join(out))
 
 
+command(b"xclaim")(xclaim)  # not a decorator: compiled, xclaim is cpdef
+
+
 def bulk_id(sid: int) -> bytes:
-    b = format_id(sid)
+    b = _id_text(sid)
     return b"$%d\r\n%s\r\n" % (len(b), b)
 
 

@@ -86,6 +86,11 @@ def test_xgroup(pair: Pair) -> None:
         ("XGROUP", "SETID", "s", "g", "0", "MKSTREAM"),
         ("XGROUP", "SETID", "s", "nog", "0"),
         ("XGROUP", "SETID", "nokey2", "g", "0"),
+        # The forms that compiled C readers take first (effects: upper case, plain numbers)
+        # and the ones they pass on to the general parsers.
+        ("XGROUP", "setid", "s", "g", "0009-0009", "entriesread", "4"),
+        ("XGROUP", "SETID", "s", "g", "9-9", "ENTRIESREAD", "007"),
+        ("XGROUP", "SETID", "s", "g", "18446744073709551616-0"),
         ("XGROUP", "CREATECONSUMER", "s", "g", "alice"),
         ("XGROUP", "CREATECONSUMER", "s", "g", "alice"),
         ("XGROUP", "CREATECONSUMER", "s", "nog", "alice"),
@@ -222,6 +227,14 @@ def test_xclaim(pair: Pair) -> None:
         ("XCLAIM", "s", "g", "bob", "0", "3-1", "IDLE"),
         ("XCLAIM", "s", "g", "bob", "0", "3-1", "JUSTID", "4-1"),
         ("XCLAIM", "s", "g", "bob", "0", "x"),
+        ("XCLAIM", "s", "g", "bob", "0", "0003-01", "Justid", "retrycount", "2", "lastid", "9-9"),
+        ("XCLAIM", "s", "g", "bob", "0", "3", "JUSTID"),  # a bare ms: 3-0
+        ("XCLAIM", "s", "g", "bob", "0", "18446744073709551616-1", "JUSTID"),
+        ("XCLAIM", "s", "g", "bob", "00", "3-1"),
+        ("XCLAIM", "s", "g", "bob", "0", "3-1", "TIME", "0001000", "JUSTID"),
+        ("XCLAIM", "s", "g", "bob", "0", "3-1", "RETRYCOUNT", "99999999999999999999", "JUSTID"),
+        ("XCLAIM", "s", "g", "bob", "0", "3-1", "RETRYCOUNT", "-1", "JUSTID"),
+        ("XCLAIM", "s", "g", "bob", "0", "3-1", "LASTID", "18446744073709551616-0"),
         ("XCLAIM", "s", "nog", "bob", "0", "3-1"),
         ("XCLAIM", "nokey", "g", "bob", "x", "3-1"),
         ("XPENDING", "s", "g", "-", "+", "10"),
