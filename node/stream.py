@@ -42,7 +42,8 @@ insertion ordered; owned by node.groups).
   `append_many(sids, field_lists, ...)` appends a run of them in one call (effects replay).
 - `range(start, end, count=None, rev=False)`: iterator of `(sid, fields)` of live entries with
   `start <= sid <= end`; `range_chunks` yields the same per node as `(sids, field_lists)`,
-  or `(sids, encode(block, i0, i1))` for a sealed node's span when given an encoder.
+  or `(sids, encode(node, i0, i1, rev))` when given an encoder (node/streamnodes.py
+  _live_slice).
   The yielded lists may be shared with the stream: never mutate them, and do not modify the
   stream while iterating.
 - `get(sid)`, `delete(sid)`, `trim(strategy, threshold, approx, limit)`.
@@ -320,11 +321,12 @@ class Stream:
     def range_chunks(self, start: int, end: int, count: int | None = None, rev: bool = False,
                      encode: Any = None) -> Iterator[tuple[list[int], Any]]:
         """Like range, one node at a time: (IDs, field lists), for encoders that work in bulk.
-        With `encode`, a sealed node's forward span without tombstones comes already encoded:
-        (IDs, encode(block, i0, i1)), no field lists built (node/streamnodes.py _live_slice)."""
+        With `encode`, each node's part comes already encoded: (IDs, encode(node, i0, i1,
+        rev)), the live entries of i0..i1-1 in direction order, no field lists built
+        (node/streamnodes.py _live_slice)."""
         if start > end or not self._nodes or (count is not None and count <= 0):
             return iter(())
-        return (self._range_rev(start, end, count) if rev
+        return (self._range_rev(start, end, count, encode) if rev
                 else self._range_fwd(start, end, count, encode))
 
     def _range_fwd(self, start: int, end: int, left: int | None, encode: Any = None
@@ -353,8 +355,8 @@ class Stream:
                     if left <= 0:
                         return
 
-    def _range_rev(self, start: int, end: int, left: int | None
-                   ) -> Iterator[tuple[list[int], list[list[bytes]]]]:
+    def _range_rev(self, start: int, end: int, left: int | None, encode: Any = None
+                   ) -> Iterator[tuple[list[int], Any]]:
         nodes = self._nodes
         bi = bisect_right(self._firsts, end) - 1
         while bi >= 0:
@@ -363,7 +365,7 @@ class Stream:
                 i0 = blk.lower(start) if start > blk.first else 0
                 i1 = blk.n if bi + 1 < len(nodes) and nodes[bi + 1].first <= end else blk.upper(end)
                 if i0 < i1:
-                    sids, ents = _live_slice(blk, i0, i1, True, left)
+                    sids, ents = _live_slice(blk, i0, i1, True, left, encode)
                     if sids:
                         yield sids, ents
                         if left is not None:

@@ -3,6 +3,8 @@
 
 import cython
 
+cdef unsigned char _DEL
+
 @cython.locals(n=Py_ssize_t, i=Py_ssize_t, out=bytes, p16="unsigned short *", p32="unsigned int *",
                p64="unsigned long long *")
 cdef bytes _packed(str tc, list vals)
@@ -33,8 +35,17 @@ cdef class Tail:
 @cython.locals(t=Tail, b=Block)
 cdef tuple _span(blk, Py_ssize_t i0, Py_ssize_t i1)
 
-@cython.locals(sids=list, ents=list, idx=list, lo=Py_ssize_t, hi=Py_ssize_t, b=Block)
 cpdef tuple _live_slice(blk, Py_ssize_t i0, Py_ssize_t i1, bint rev, cap, encode=*)
+
+@cython.locals(flags=bytearray, left=Py_ssize_t, i=Py_ssize_t)
+cdef (Py_ssize_t, Py_ssize_t) _live_bounds(blk, Py_ssize_t i0, Py_ssize_t i1, bint rev,
+                                           Py_ssize_t cap)
+
+@cython.locals(b=Block, t=Tail, ids=list, flags=bytearray)
+cpdef list live_ids(blk, Py_ssize_t i0, Py_ssize_t i1, bint rev)
+
+@cython.locals(ids=list, ents=list, flags=bytearray, keep=list)
+cpdef tuple live_rows(blk, Py_ssize_t i0, Py_ssize_t i1, bint rev)
 
 cdef int _width(str tc) noexcept
 
@@ -48,8 +59,10 @@ cdef Py_ssize_t _bisect(const char *p, int w, unsigned long long x, Py_ssize_t l
 cdef Py_ssize_t _bound_c(Block b, unsigned long long msd, unsigned long long sq, bint right)
 
 @cython.locals(pm="const char *", ps="const char *", mw=int, sw=int, base="unsigned long long",
-               i=Py_ssize_t, out=list)
-cdef list _sids_c(Block b, Py_ssize_t i0, Py_ssize_t i1)
+               i=Py_ssize_t, out=list, pf="const unsigned char *", step=Py_ssize_t, _j=Py_ssize_t)
+cdef list _sids_c(Block b, Py_ssize_t i0, Py_ssize_t i1, bint rev=*, bint live=*)
+
+cdef const unsigned char *_flags_ptr(Block b) noexcept
 
 cdef extern from "Python.h":
     int PY_LITTLE_ENDIAN

@@ -16,15 +16,17 @@ from typing import Any
 import cython
 
 if cython.compiled:
+    from cython.cimports.cpython.bytearray import PyByteArray_AS_STRING
     from cython.cimports.cpython.bytes import PyBytes_AS_STRING, PyBytes_FromStringAndSize
 
 from node.listpack import _counters_size, _isz, _sum_esz
 from node.streamid import SEQ_MAX
 
-__all__ = ["Block", "Tail", "Node", "FLAG_DELETED", "FLAG_SAMEFIELDS"]
+__all__ = ["Block", "Tail", "Node", "FLAG_DELETED", "FLAG_SAMEFIELDS", "live_ids", "live_rows"]
 
 FLAG_DELETED = 1  # STREAM_ITEM_FLAG_DELETED
 FLAG_SAMEFIELDS = 2  # STREAM_ITEM_FLAG_SAMEFIELDS
+_DEL = FLAG_DELETED  # the same, a C constant compiled
 
 
 # --- nodes ------------------------------------------------------------------------------------
@@ -478,37 +480,78 @@ def _span(blk: Node, i0: int, i1: int) -> tuple[list[int], list[list[bytes]]]:
 def _live_slice(blk: Node, i0: int, i1: int, rev: bool, cap: int | None, encode: Any = None
                 ) -> tuple[list[int], Any]:
     """IDs and fields of the live entries among i0..i1-1, in direction order, at most cap.
-    With `encode`, a forward span of a sealed node without tombstones comes as
-    `encode(block, i0, i1)` (bytes) instead of field lists."""
-    if blk.ndel == 0:
-        if cap is not None and i1 - i0 > cap:
-            if rev:
-                i0 = i1 - cap
-            else:
-                i1 = i0 + cap
-        if encode is not None and not rev and type(blk) is Block:
-            b = blk
-            return b.sids(i0, i1), encode(b, i0, i1)
-        sids, ents = _span(blk, i0, i1)
-    else:
-        flags = blk.flags
-        assert flags is not None
-        order = range(i1 - 1, i0 - 1, -1) if rev else range(i0, i1)
-        idx = [i for i in order if not flags[i] & FLAG_DELETED]
-        if cap is not None:
-            del idx[cap:]
-        if not idx:
+    With `encode`, the fields come as `encode(node, lo, hi, rev)`: the encoding of the live
+    entries among lo..hi-1 in direction order (bytes, no field lists built), lo..hi being the
+    span that holds the entries taken."""
+    if blk.ndel:
+        i0, i1 = _live_bounds(blk, i0, i1, rev, -1 if cap is None else cap)
+        if i0 >= i1:
             return [], []
-        lo = min(idx[0], idx[-1])
-        hi = max(idx[0], idx[-1]) + 1
-        allsids, allents = _span(blk, lo, hi)
-        if not rev and len(idx) == hi - lo:
-            return allsids, allents
-        return [allsids[i - lo] for i in idx], [allents[i - lo] for i in idx]
+    elif cap is not None and i1 - i0 > cap:
+        if rev:
+            i0 = i1 - cap
+        else:
+            i1 = i0 + cap
+    if encode is not None:
+        return live_ids(blk, i0, i1, rev), encode(blk, i0, i1, rev)
+    return live_rows(blk, i0, i1, rev)
+
+
+def _live_bounds(blk: Node, i0: int, i1: int, rev: bool, cap: int) -> tuple[int, int]:
+    """The span of i0..i1-1 from its first to its cap-th live entry in direction order (all of
+    them if cap < 0); empty (lo >= hi) when none is live."""
+    flags = blk.flags
+    assert flags is not None
+    left = i1 - i0 if cap < 0 else cap
     if rev:
-        sids.reverse()
+        while i1 > i0 and flags[i1 - 1] & _DEL:
+            i1 -= 1
+        i = i1
+        while i > i0 and left > 0:
+            i -= 1
+            if not flags[i] & _DEL:
+                left -= 1
+        return i, i1
+    while i0 < i1 and flags[i0] & _DEL:
+        i0 += 1
+    i = i0
+    while i < i1 and left > 0:
+        if not flags[i] & _DEL:
+            left -= 1
+        i += 1
+    return i0, i
+
+
+def live_ids(blk: Node, i0: int, i1: int, rev: bool) -> list[int]:
+    """IDs of the live entries among i0..i1-1, in direction order (descending if rev)."""
+    if type(blk) is Block:
+        b = blk
+        if cython.compiled:
+            return _sids_c(b, i0, i1, rev, True)
+        ids = b.sids(i0, i1)
+    else:
+        t = blk
+        ids = t.sids[i0:i1]
+    if blk.ndel:
+        flags = blk.flags
+        ids = [x for i, x in enumerate(ids, i0) if not flags[i] & _DEL]
+    if rev:
+        ids.reverse()
+    return ids
+
+
+def live_rows(blk: Node, i0: int, i1: int, rev: bool) -> tuple[list[int], list[list[bytes]]]:
+    """IDs and field lists of the live entries among i0..i1-1, in direction order."""
+    ids, ents = _span(blk, i0, i1)
+    if blk.ndel:
+        flags = blk.flags
+        keep = [not flags[i] & _DEL for i in range(i0, i0 + len(ids))]
+        ids = [x for x, k in zip(ids, keep, strict=True) if k]
+        ents = [e for e, k in zip(ents, keep, strict=True) if k]
+    if rev:
+        ids.reverse()
         ents = ents[::-1]
-    return sids, ents
+    return ids, ents
 
 
 # --- compiled decoding ------------------------------------------------------------------------
@@ -555,19 +598,32 @@ def _bound_c(b: Block, msd: int, sq: int, right: bool) -> int:
     return _bisect(PyBytes_AS_STRING(b.seq), _width(b.stc), sq, lo, hi, right)
 
 
-def _sids_c(b: Block, i0: int, i1: int) -> list[int]:
-    """Block.sids: IDs of entries i0..i1-1 (clamped to the node)."""
+def _sids_c(b: Block, i0: int, i1: int, rev: bool = False, live: bool = False) -> list[int]:
+    """Block.sids: IDs of entries i0..i1-1 (clamped to the node), descending if rev, the
+    deleted ones left out if live (live_ids)."""
     i0 = max(i0, 0)
     i1 = min(i1, b.n)
     pm = PyBytes_AS_STRING(b.msd)
     mw = _width(b.mtc)
     ps = PyBytes_AS_STRING(b.seq)
     sw = _width(b.stc)
+    pf = _flags_ptr(b) if live else cython.NULL
     base = b.ms0
     out = []
-    for i in range(i0, i1):
-        out.append(_sid_of(base + _uget(pm, mw, i), _uget(ps, sw, i)))
+    step = -1 if rev else 1
+    i = i1 - 1 if rev else i0
+    for _j in range(i1 - i0):
+        if pf == cython.NULL or not pf[i] & _DEL:
+            out.append(_sid_of(base + _uget(pm, mw, i), _uget(ps, sw, i)))
+        i += step
     return out
+
+
+def _flags_ptr(b: Block) -> bytes | None:
+    """The entry flags (NULL when there are none: every entry SAMEFIELDS and live)."""
+    if b.flags is None:
+        return cython.NULL
+    return cython.cast(cython.p_uchar, PyByteArray_AS_STRING(b.flags))
 
 
 def _sid_of(ms: int, seq: int) -> int:

@@ -302,7 +302,8 @@ def test_sealed_node_decoding_matches_what_was_appended() -> None:
     string lengths, lengths past 255, millisecond and sequence arrays of 2, 4 and 8 bytes,
     entries with their own field names, tombstones) must give back exactly what was
     appended, for any slice, the seeks must agree with bisect on the IDs, and a span encoded
-    straight from the bytes must be the reply of its decoded entries."""
+    straight from what a node stores, forward or backward, must be the reply of its live
+    entries."""
     import random
     from bisect import bisect_left, bisect_right
 
@@ -348,15 +349,32 @@ def test_sealed_node_decoding_matches_what_was_appended() -> None:
                           0, (1 << 128) - 1, 1 << 128, 1 << 140}:
                 assert blk.lower(probe) == bisect_left(ids, probe), probe
                 assert blk.upper(probe) == bisect_right(ids, probe), probe
-            # A read's reply written straight from the packed bytes (encode_span) is the
-            # reply of the decoded entries.
+        # A read's reply written straight from what a node stores (encode_span: a sealed
+        # node's packed bytes, the open node's lists), forward and backward, tombstones
+        # skipped, is the reply of the live entries that were appended.
+        for blk in everything._nodes + s._nodes[-1:]:
+            ids = blk.sids() if type(blk) is Block else blk.sids
             for i0 in range(blk.n + 1):
                 for i1 in range(i0, blk.n + 1):
-                    assert entryreplies.encode_span(blk, i0, i1) == entryreplies.encode_entries(
-                        ids[i0:i1], blk.entries(i0, i1))
-        # Served per node, encoded straight from sealed nodes where they have no tombstone.
-        n, body = entryreplies.stream_range_reply(s, 0, 1 << 128, None, False)
-        assert (n, body) == entryreplies.entries_reply(sorted(added.items()))
-        for cap in (1, 2, 5):
-            assert entryreplies.stream_range_reply(s, 0, 1 << 128, cap, False) == (
-                entryreplies.entries_reply(sorted(added.items())[:cap]))
+                    live = [(x, added[x]) for x in ids[i0:i1] if x in added]
+                    assert entryreplies.encode_span(blk, i0, i1) == (
+                        entryreplies.entries_reply(live)[1])
+                    assert entryreplies.encode_span(blk, i0, i1, True) == (
+                        entryreplies.entries_reply(live[::-1])[1])
+        # Served per node, encoded straight from every node, in both directions.
+        want = sorted(added.items())
+        for rev in (False, True):
+            order = want[::-1] if rev else want
+            n, body = entryreplies.stream_range_reply(s, 0, 1 << 128, None, rev)
+            assert (n, body) == entryreplies.entries_reply(order)
+            for cap in (1, 2, 5, 30):
+                assert entryreplies.stream_range_reply(s, 0, 1 << 128, cap, rev) == (
+                    entryreplies.entries_reply(order[:cap]))
+            if len(want) > 2:  # bounds inside nodes, on a deleted ID or between IDs
+                probes = {x + d for b in everything._nodes for x in b.sids() for d in (0, 1)}
+                lo, hi = rnd.sample(sorted(probes), 2)
+                lo, hi = min(lo, hi), max(lo, hi)
+                part = [e for e in order if lo <= e[0] <= hi]
+                for cap in (None, 1, 3):
+                    assert entryreplies.stream_range_reply(s, lo, hi, cap, rev) == (
+                        entryreplies.entries_reply(part[:cap]))

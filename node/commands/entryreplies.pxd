@@ -1,33 +1,46 @@
 # Cython declarations for node/commands/entryreplies.py (pure-Python mode; node/native.py,
-# setup.py). The replies of stream entries are written into one C buffer (_encode_entries_c,
+# setup.py). The replies of stream entries are written into one C buffer (_encode_rows_c,
 # _encode_span_c); the decimal writers are cimported by node.commands.groups, id_bulk by XADD.
 
 import cython
 
 from node.stream cimport Stream
-from node.streamnodes cimport Block
+from node.streamnodes cimport Block, Tail
 
 cpdef bytes encode_entries(list sids, list ents)
 
-@cython.locals(m=Py_ssize_t, cap=Py_ssize_t, i=Py_ssize_t, j=Py_ssize_t, w=Py_ssize_t,
-               n=Py_ssize_t, p=Py_ssize_t, buf="char *", f=list, x=bytes, fo=object, xo=object,
-               seq="unsigned long long", ms="unsigned long long")
+cdef unsigned char _DEL
+
+@cython.locals(m=Py_ssize_t)
 cdef bytes _encode_entries_c(list sids, list ents)
+
+@cython.locals(cap=Py_ssize_t, i=Py_ssize_t, j=Py_ssize_t, w=Py_ssize_t, p=Py_ssize_t,
+               step=Py_ssize_t, _n=Py_ssize_t, buf="char *", f=list, x=bytes, fo=object,
+               xo=object, seq="unsigned long long", ms="unsigned long long")
+cdef bytes _encode_rows_c(list sids, list ents, const unsigned char *pf, Py_ssize_t i0,
+                          Py_ssize_t i1, bint rev, list msds, list seqs,
+                          unsigned long long base)
+
+@cython.locals(idx=list, i=Py_ssize_t)
+cdef bytes _encode_rows_py(list sids, list ents, const unsigned char *pf, Py_ssize_t i0,
+                           Py_ssize_t i1, bint rev)
 
 cdef Py_ssize_t _put_entry_head(char *buf, Py_ssize_t p, unsigned long long ms,
                                 unsigned long long seq, Py_ssize_t w) noexcept
 
 cdef Py_ssize_t _put_bulk(char *buf, Py_ssize_t p, const char *src, Py_ssize_t n) noexcept
 
-cpdef bytes encode_span(Block blk, Py_ssize_t i0, Py_ssize_t i1)
+@cython.locals(b=Block, t=Tail)
+cpdef bytes encode_span(blk, Py_ssize_t i0, Py_ssize_t i1, bint rev=*)
 
 @cython.locals(master=tuple, k=Py_ssize_t, e0=Py_ssize_t, e1=Py_ssize_t, cnt=Py_ssize_t,
                names=Py_ssize_t, j=Py_ssize_t, xo=object, x=bytes, off=Py_ssize_t,
-               vbytes=Py_ssize_t, cap=Py_ssize_t, buf="char *", pm="const char *", mw=int,
-               ps="const char *", sw=int, base="unsigned long long", pb="const char *",
-               vlen=Py_ssize_t, pl="const char *", lw=int, e=Py_ssize_t, p=Py_ssize_t,
-               i=Py_ssize_t)
-cdef bytes _encode_span_c(Block b, Py_ssize_t i0, Py_ssize_t i1)
+               end=Py_ssize_t, cap=Py_ssize_t, buf="char *", pm="const char *", mw=int,
+               ps="const char *", sw=int, pf="const unsigned char *", base="unsigned long long",
+               pb="const char *", q="const char *", vlen=Py_ssize_t, pl="const char *", lw=int,
+               e=Py_ssize_t, p=Py_ssize_t, i=Py_ssize_t, w=Py_ssize_t, step=Py_ssize_t,
+               _n=Py_ssize_t)
+cdef bytes _encode_span_c(Block b, Py_ssize_t i0, Py_ssize_t i1, bint rev)
 
 # cpdef: XRANGE, XREVRANGE and XREAD call it as C (cimported).
 @cython.locals(n=Py_ssize_t, parts=list)

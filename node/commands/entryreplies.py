@@ -2,9 +2,9 @@
 
 XRANGE, XREVRANGE, XREAD and XREADGROUP reply with ranges of entries, and encoding a range is
 the larger part of their cost, so it is done in bulk; XINFO, XCLAIM and XAUTOCLAIM reply with
-single entries. Fastest first: `encode_span` (a sealed node's entries straight from its packed
-bytes), `encode_entries` (parallel lists of IDs and field lists), `stream_range_reply` (a
-range, per node), `entries_reply` and `entry_reply`. Compiled, the replies are written into one
+single entries. Fastest first: `encode_span` (a node's live entries, either direction,
+straight from what it stores), `encode_entries` (parallel lists of IDs and field lists),
+`stream_range_reply` (a range, per node), `entries_reply` and `entry_reply`. Compiled, the replies are written into one
 C buffer by the writers below (`_put_dec` and `_ndigits` are cimported by node.commands.groups
 for its IDs, `id_bulk` by XADD for its reply).
 """
@@ -18,20 +18,25 @@ import cython
 
 from node.stream import Stream
 from node.streamid import SEQ_MAX
-from node.streamnodes import Block
+from node.streamnodes import FLAG_DELETED, Block, Node, live_rows
 
 if cython.compiled:
+    from cython.cimports.cpython.bytearray import PyByteArray_AS_STRING
     from cython.cimports.cpython.bytes import PyBytes_AS_STRING, PyBytes_FromStringAndSize
     from cython.cimports.cpython.long import PyLong_AsUnsignedLongLongMask
     from cython.cimports.libc.stdlib import free, malloc
     from cython.cimports.libc.string import memcpy
     from cython.cimports.node.streamnodes import (
+        _flags_ptr,
         _lens_ptr,
+        _sid_ms,
         _string_count,
         _string_off,
         _uget,
         _width,
     )
+
+_DEL = FLAG_DELETED  # a C constant compiled
 
 # An entry is [id, [field, value, ...]], the same in RESP2 and RESP3. Encoding a range is the
 # larger part of XRANGE's cost, so it is done in bulk: C-level maps over all the strings of a
@@ -100,37 +105,70 @@ def _encode_entries_c(sids: list[int], ents: list[list[bytes]]) -> bytes:
     m = len(sids)
     if len(ents) != m:
         raise ValueError("encode_entries: IDs and entries differ in number")
+    return _encode_rows_c(sids, ents, cython.NULL, 0, m, False, None, None, 0)
+
+
+def _encode_rows_c(sids: list[int], ents: list[list[bytes]], pf: bytes | None, i0: int,
+                   i1: int, rev: bool, msds: list[int] | None, seqs: list[int] | None,
+                   base: int) -> bytes:
+    """encode_entries of rows i0..i1-1 of parallel lists (in bounds), in direction order,
+    leaving out the rows whose flag in pf (if not NULL) says deleted: an open node's entries
+    as they are stored, no list sliced, filtered or reversed. Given `msds` and `seqs` (an open
+    node's small ints), an ID is `base + msds[i]`-`seqs[i]`, not split from its 128-bit int."""
     cap = 0
-    for i in range(m):
+    for i in range(i0, i1):
+        if pf != cython.NULL and pf[i] & _DEL:
+            continue
         fo = ents[i]
         if type(fo) is not list:
-            return _encode_entries_py(sids, ents)
+            return _encode_rows_py(sids, ents, pf, i0, i1, rev)
         f = fo
         w = len(f)
         cap += 96 + 24 * w  # headers: an ID has at most 41 digits, a length at most 20
         for j in range(w):
             xo = f[j]
             if type(xo) is not bytes:
-                return _encode_entries_py(sids, ents)
+                return _encode_rows_py(sids, ents, pf, i0, i1, rev)
             cap += len(cython.cast(bytes, xo))
     buf = cython.cast(cython.p_char, malloc(cap + 1))
     if buf == cython.NULL:
         raise MemoryError
     try:
         p = 0
-        for i in range(m):
-            sid = sids[i]
-            seq = PyLong_AsUnsignedLongLongMask(sid)
-            ms = sid >> 64
-            f = ents[i]
-            w = len(f)
-            p = _put_entry_head(buf, p, ms, seq, w)
-            for j in range(w):
-                x = f[j]
-                p = _put_bulk(buf, p, PyBytes_AS_STRING(x), len(x))
+        step = -1 if rev else 1
+        i = i1 - 1 if rev else i0
+        for _n in range(i1 - i0):
+            if pf == cython.NULL or not pf[i] & _DEL:
+                if msds is None:
+                    sid = sids[i]
+                    seq = PyLong_AsUnsignedLongLongMask(sid)
+                    ms = _sid_ms(sid)
+                else:
+                    ms = msds[i]
+                    ms += base
+                    seq = seqs[i]
+                f = ents[i]
+                w = len(f)
+                p = _put_entry_head(buf, p, ms, seq, w)
+                for j in range(w):
+                    x = f[j]
+                    p = _put_bulk(buf, p, PyBytes_AS_STRING(x), len(x))
+            i += step
         return PyBytes_FromStringAndSize(buf, p)
     finally:
         free(buf)
+
+
+def _encode_rows_py(sids: list[int], ents: list[list[bytes]], pf: bytes | None, i0: int,
+                    i1: int, rev: bool) -> bytes:
+    """_encode_rows_c's rows given to the interpreted encoder (not all lists of bytes)."""
+    idx = []
+    for i in range(i0, i1):
+        if pf == cython.NULL or not pf[i] & _DEL:
+            idx.append(i)
+    if rev:
+        idx.reverse()
+    return _encode_entries_py([sids[i] for i in idx], [ents[i] for i in idx])
 
 
 def _put_entry_head(buf: bytearray, p: int, ms: int, seq: int, w: int) -> int:
@@ -168,17 +206,27 @@ def _put_bulk(buf: bytearray, p: int, src: bytes, n: int) -> int:
     return p + 2
 
 
-def encode_span(blk: Block, i0: int, i1: int) -> bytes:
-    """encode_entries of a sealed node's entries i0..i1-1 (deleted ones included), for
-    `Stream.range_chunks(..., encode=encode_span)`. Compiled, a node whose entries all have its
-    master fields is written straight from its packed bytes: no list or string object per
-    entry, each field name copied from the node's one master tuple."""
-    if cython.compiled and blk.nfs is None:
-        return _encode_span_c(blk, i0, i1)
-    return encode_entries(blk.sids(i0, i1), blk.entries(i0, i1))
+def encode_span(blk: Node, i0: int, i1: int, rev: bool = False) -> bytes:
+    """encode_entries of the live entries among a node's i0..i1-1, in direction order
+    (descending if rev), for `Stream.range_chunks(..., encode=encode_span)`. Compiled, written
+    straight from what the node stores: a sealed node whose entries all have its master fields
+    from its packed bytes (no list or string object per entry, each field name copied from the
+    node's one master tuple), the open node from its lists; tombstones are skipped in place."""
+    if cython.compiled:
+        if type(blk) is Block:
+            b = blk
+            if b.nfs is None:
+                return _encode_span_c(b, i0, i1, rev)
+        else:
+            t = blk
+            i0 = max(i0, 0)
+            i1 = min(i1, len(t.sids))
+            return _encode_rows_c(t.sids, t.ents, cython.cast(cython.p_uchar, PyByteArray_AS_STRING(
+                t.flags)) if t.ndel else cython.NULL, i0, i1, rev, t.msds, t.seqs, t.ms0)
+    return encode_entries(*live_rows(blk, i0, i1, rev))
 
 
-def _encode_span_c(b: Block, i0: int, i1: int) -> bytes:
+def _encode_span_c(b: Block, i0: int, i1: int, rev: bool) -> bytes:
     master = b.master
     k = len(master)
     i0 = max(i0, 0)
@@ -187,16 +235,16 @@ def _encode_span_c(b: Block, i0: int, i1: int) -> bytes:
     e1 = i1 * k
     cnt = _string_count(b)
     if i0 >= i1 or 0 <= cnt < e1:
-        return encode_entries(b.sids(i0, i1), b.entries(i0, i1))
+        return encode_entries(*live_rows(b, i0, i1, rev))
     names = 0
     for j in range(k):
         xo = master[j]
         if type(xo) is not bytes:
-            return encode_entries(b.sids(i0, i1), b.entries(i0, i1))
+            return encode_entries(*live_rows(b, i0, i1, rev))
         names += len(cython.cast(bytes, xo))
     off = _string_off(b, e0)
-    vbytes = _string_off(b, e1) - off
-    cap = (i1 - i0) * (96 + 48 * k + names) + vbytes  # headers as in _encode_entries_c
+    end = _string_off(b, e1)
+    cap = (i1 - i0) * (96 + 48 * k + names) + end - off  # headers as in _encode_rows_c
     buf = cython.cast(cython.p_char, malloc(cap + 1))
     if buf == cython.NULL:
         raise MemoryError
@@ -205,23 +253,47 @@ def _encode_span_c(b: Block, i0: int, i1: int) -> bytes:
         mw = _width(b.mtc)
         ps = PyBytes_AS_STRING(b.seq)
         sw = _width(b.stc)
+        pf = _flags_ptr(b)
         base = b.ms0
-        pb = PyBytes_AS_STRING(b.blob) + off
+        pb = PyBytes_AS_STRING(b.blob)
         vlen = b.elen
         pl = _lens_ptr(b)
         lw = _width(b.lentc) if pl else 0
-        e = e0
         p = 0
-        for i in range(i0, i1):
-            p = _put_entry_head(buf, p, base + _uget(pm, mw, i), _uget(ps, sw, i), 2 * k)
-            for j in range(k):
-                x = master[j]
-                p = _put_bulk(buf, p, PyBytes_AS_STRING(x), len(x))
-                if lw:
-                    vlen = _uget(pl, lw, e)
-                p = _put_bulk(buf, p, pb, vlen)
-                pb += vlen
-                e += 1
+        # The values of entry i are strings i*k..i*k+k-1, at blob offset `off` (forward: the
+        # offset after the entry before it; backward: the offset of the entry after it, less
+        # the entry's bytes).
+        if rev:
+            off = end
+            e = e1
+        else:
+            e = e0
+        step = -1 if rev else 1
+        i = i1 - 1 if rev else i0
+        for _n in range(i1 - i0):
+            if lw:
+                w = 0
+                for j in range(k):
+                    w += _uget(pl, lw, e - k + j if rev else e + j)
+            else:
+                w = k * vlen
+            if rev:
+                e -= k
+                off -= w
+            if pf == cython.NULL or not pf[i] & _DEL:
+                p = _put_entry_head(buf, p, base + _uget(pm, mw, i), _uget(ps, sw, i), 2 * k)
+                q = pb + off
+                for j in range(k):
+                    x = master[j]
+                    p = _put_bulk(buf, p, PyBytes_AS_STRING(x), len(x))
+                    if lw:
+                        vlen = _uget(pl, lw, e + j)
+                    p = _put_bulk(buf, p, q, vlen)
+                    q += vlen
+            if not rev:
+                e += k
+                off += w
+            i += step
         return PyBytes_FromStringAndSize(buf, p)
     finally:
         free(buf)
@@ -286,10 +358,10 @@ def entries_reply(entries: Iterable[tuple[int, list[bytes]]]) -> tuple[int, byte
 def stream_range_reply(s: Stream, start: int, end: int, count: int | None, rev: bool
                        ) -> tuple[int, bytes]:
     """(number of entries, encoding) of s.range(start, end, count, rev), encoded per node
-    (a sealed node's straight from its bytes: `encode_span`)."""
+    straight from what the node stores (`encode_span`)."""
     n = 0
     parts = []
-    for sids, ents in s.range_chunks(start, end, count, rev, encode_span):
+    for sids, body in s.range_chunks(start, end, count, rev, encode_span):
         n += len(sids)
-        parts.append(ents if type(ents) is bytes else encode_entries(sids, ents))
+        parts.append(body)
     return n, b"".join(parts)
