@@ -249,6 +249,61 @@ def test_xrange_across_many_nodes(pair: Pair) -> None:
         pair("XRANGE", "s", "(" + a, "(" + b)
 
 
+@pytest.mark.parametrize("shape", ["uniform", "varied", "long", "mixed"])
+def test_ranges_over_nodes_with_tombstones(pair: Pair, shape: str) -> None:
+    """Ranges that start, end or run through nodes with deleted entries, forward and backward,
+    with COUNT and exclusive bounds on deleted and live IDs, a node whose entries are all
+    deleted (an exact MINID trim leaves it), the open last node with tombstones; and the same
+    nodes read by XREAD and XREADGROUP. Each value shape is one way a sealed node stores its
+    strings (one length for all, a byte per length, wider lengths, entries with their own
+    field names)."""
+    pair.config("stream-node-max-entries", 7)  # node k holds ids[7k:7k+7]
+    pair.config("stream-node-max-bytes", 0)
+    rng = random.Random(len(shape))
+    ids = [f"{ms}-{seq}" for ms in range(1, 40) for seq in range(rng.choice([1, 1, 2, 3]))]
+    del ids[len(ids) // 7 * 7 - 2:]  # the open node holds 5 entries
+
+    def fields(i: int) -> list[str | bytes]:
+        if shape == "uniform":
+            return ["a", f"{i:04d}", "b", f"{i % 97:04d}"]
+        if shape == "varied":
+            return ["a", "v" * rng.randint(0, 9), "b", str(i)]
+        if shape == "long":
+            return ["a", "w" * rng.choice([0, 3, 255, 256, 700]), "b", str(i)]
+        return ["a", str(i), "b", "x"] if rng.random() < 0.7 else ["c", str(i)]
+
+    for i, x in enumerate(ids):
+        pair("XADD", "s", x, *fields(i))
+    dead = set(rng.sample(ids[21:-5], len(ids) // 4))
+    dead |= {*ids[7:13], *ids[17:21], *ids[-4:-2]}  # node 1 keeps one entry, node 2 three
+    dead = sorted(dead, key=ids.index)
+    pair("XDEL", "s", *dead)
+    bounds = [*rng.sample(ids, 12), *rng.sample(dead, 8), "-", "+", "0", "15", "50"]
+    bounds += ["(" + x for x in rng.sample(ids, 6) + rng.sample(dead, 6)]
+
+    def ranges(n: int) -> None:
+        for _ in range(n):
+            a, b = rng.choice(bounds), rng.choice(bounds)
+            count = rng.choice([[], ["COUNT", 1], ["COUNT", 2], ["COUNT", 5], ["COUNT", 12]])
+            pair("XRANGE", "s", a, b, *count)
+            pair("XREVRANGE", "s", b, a, *count)
+        pair("XRANGE", "s", "-", "+")
+        pair("XREVRANGE", "s", "+", "-")
+        for c in (1, 3, 4):
+            pair("XRANGE", "s", "-", "+", "COUNT", c)
+            pair("XREVRANGE", "s", "+", "-", "COUNT", c)
+
+    ranges(60)
+    pair("XTRIM", "s", "MINID", ids[17])  # node 2's live entries flagged: none left in it
+    ranges(30)
+    for x in [*rng.sample(ids, 8), *rng.sample(dead, 8), "0"]:
+        pair("XREAD", "COUNT", rng.choice([1, 3, 8, 100]), "STREAMS", "s", x)
+    pair("XGROUP", "CREATE", "s", "g", "0")
+    for _ in range(12):
+        pair("XREADGROUP", "GROUP", "g", "c", "COUNT", rng.choice([1, 4, 9]), "STREAMS", "s",
+             ">")
+
+
 def test_xrange_large_values_and_wide_entries(pair: Pair) -> None:
     wide = [x for i in range(300) for x in (f"f{i}", str(i))]
     for i in range(1, 9):
