@@ -55,9 +55,11 @@ repo = REPO_ROOT  # the checkout whose code the servers run (--repo)
 
 FIELDS = [tok for i in range(1, 6) for tok in (f"f{i}", f"value{i:05d}")]
 XADD = ["XADD", "s", "*", *FIELDS]
-SCALE = {"xrange": 0.1, "xrevrange": 0.1, "xreadgroup-xack": 0.1, "aof-replay": 30}
+SCALE = {"xrange": 0.1, "xrevrange": 0.1, "xrange-xdel": 0.1, "xrevrange-xdel": 0.1,
+         "xreadgroup-xack": 0.1, "aof-replay": 30}
 SCENARIOS = ["xadd-p1", "xadd-p4", "xadd-p16", "xreadgroup-xack", "xrange", "xrevrange",
-             "router-xadd", "router-xadd-p16", "aof-replay"]
+             "xrange-xdel", "xrevrange-xdel", "router-xadd", "router-xadd-p16", "aof-replay"]
+RANGES = ("xrange", "xrevrange", "xrange-xdel", "xrevrange-xdel")
 
 
 # Only what runs inside uvloop's socket-read callback is counted: the request path of both
@@ -144,6 +146,13 @@ def _fill(port: int, n: int) -> None:
             c.pipeline([tuple(XADD)] * min(500, n - i))
 
 
+def _sprinkle_deletes(port: int, every: int = 10) -> None:
+    """XDEL one entry in `every` (offset by half of it): each node keeps a few tombstones."""
+    with Conn(port, timeout=600) as c:
+        ids = [e[0] for e in c.call("XRANGE", "s", "-", "+")]
+        c.call("XDEL", "s", *ids[every // 2::every])
+
+
 def _readgroup_ack(port: int, rounds: int) -> None:
     """`rounds` x (XREADGROUP COUNT 10 + XACK of the 10 IDs), one client, no pipelining."""
     with Conn(port, timeout=600) as c:
@@ -179,8 +188,10 @@ def measure(name: str, n: int, env: dict[str, str], work: Path) -> tuple[float, 
     vg = Callgrind(argv, port, d, env, (READ_CALLBACK, IDLE_CALLBACK) if helper is not None
                    else (READ_CALLBACK,))
     try:
-        if name in ("xreadgroup-xack", "xrange", "xrevrange"):
+        if name == "xreadgroup-xack" or name in RANGES:
             _fill(port, 10 * n + 1000 if name == "xreadgroup-xack" else 1000)
+            if name.endswith("-xdel"):
+                _sprinkle_deletes(port)
             if name == "xreadgroup-xack":
                 with Conn(port) as c:
                     c.call("XGROUP", "CREATE", "s", "g", "0")
@@ -188,7 +199,9 @@ def measure(name: str, n: int, env: dict[str, str], work: Path) -> tuple[float, 
         warm = {"xadd-p1": (XADD, 1), "xadd-p4": (XADD, 4), "xadd-p16": (XADD, 16), "router-xadd": (XADD, 1),
                 "router-xadd-p16": (XADD, 16),
                 "xrange": (["XRANGE", "s", "-", "+", "COUNT", "100"], 1),
-                "xrevrange": (["XREVRANGE", "s", "+", "-", "COUNT", "100"], 1)}
+                "xrevrange": (["XREVRANGE", "s", "+", "-", "COUNT", "100"], 1),
+                "xrange-xdel": (["XRANGE", "s", "-", "+", "COUNT", "100"], 1),
+                "xrevrange-xdel": (["XREVRANGE", "s", "+", "-", "COUNT", "100"], 1)}
         if name in warm:
             cmd, p = warm[name]
             _bench(port, min(2000, n), p, cmd)
@@ -245,7 +258,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--only", default=",".join(SCENARIOS))
     ap.add_argument("--n", type=int, default=2000,
-                    help="XADDs counted per scenario (x0.1 for XRANGE, XREVRANGE and XREADGROUP, x10 "
+                    help="XADDs counted per scenario (x0.1 for the ranges and XREADGROUP, x30 "
                          "for AOF replay)")
     ap.add_argument("--pure", action="store_true", help="XSHARD_PURE_PYTHON=1 in the servers")
     ap.add_argument("--keep", default="",
