@@ -89,6 +89,8 @@ def test_redirects(state: tuple[Server, Client, ClusterState]) -> None:
     assert _reply(s.execute(c, [b"XADD", mine, b"1-1", b"f", b"v"])) == b"1-1"
     err = _reply(s.execute(c, [b"XLEN", theirs]))
     assert str(err) == f"MOVED {key_slot(theirs)} 127.0.0.1:7002"
+    # CLIENT LIST's cmd= names the redirected command: Redis sets it before the redirect
+    assert c.last_cmd == b"xlen"
     assert str(_reply(s.execute(c, [b"XREAD", b"STREAMS", mine, theirs, b"0", b"0"]))) == \
         "CROSSSLOT Keys in request don't hash to the same slot"
     # Same-slot multi-key commands are fine: hash tags put keys together.
