@@ -40,6 +40,8 @@ import tempfile
 import time
 from pathlib import Path
 
+import hiredis
+
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -56,9 +58,10 @@ repo = REPO_ROOT  # the checkout whose code the servers run (--repo)
 FIELDS = [tok for i in range(1, 6) for tok in (f"f{i}", f"value{i:05d}")]
 XADD = ["XADD", "s", "*", *FIELDS]
 SCALE = {"xrange": 0.1, "xrevrange": 0.1, "xrange-xdel": 0.1, "xrevrange-xdel": 0.1,
-         "xreadgroup-xack": 0.1, "aof-replay": 30}
+         "xreadgroup-xack": 0.1, "aof-replay": 30, "router-deliver": 0.1}
 SCENARIOS = ["xadd-p1", "xadd-p4", "xadd-p16", "xreadgroup-xack", "xrange", "xrevrange",
-             "xrange-xdel", "xrevrange-xdel", "router-xadd", "router-xadd-p16", "aof-replay"]
+             "xrange-xdel", "xrevrange-xdel", "router-xadd", "router-xadd-p16", "router-deliver",
+             "aof-replay"]
 RANGES = ("xrange", "xrevrange", "xrange-xdel", "xrevrange-xdel")
 
 
@@ -162,6 +165,25 @@ def _readgroup_ack(port: int, rounds: int) -> None:
             c.call("XACK", "s", "g", *ids)
 
 
+def _deliver(port: int, node_port: int, rounds: int) -> None:
+    """`rounds` deliveries one at a time, e2e_bench.py's shape at low load: a consumer parks an
+    XREADGROUP BLOCK, an XADD wakes it, it XACKs the entry. Each XADD waits until the read is
+    parked on the node (its INFO, asked directly), so every round takes the blocked path."""
+    with Conn(port, timeout=600) as cons, Conn(port, timeout=600) as prod, \
+            Conn(node_port, timeout=600) as node:
+        read = hiredis.pack_command(("XREADGROUP", "GROUP", "g", "c", "COUNT", "100", "BLOCK",
+                                     "100000", "STREAMS", "s", ">"))
+        add = hiredis.pack_command(tuple(XADD))
+        for _ in range(rounds):
+            cons.send(read)
+            while b"blocked_clients:1" not in node.call("INFO", "clients"):
+                time.sleep(0.001)
+            prod.send(add)
+            r = cons.read_reply()
+            prod.read_reply()
+            cons.call("XACK", "s", "g", r[0][1][0][0])
+
+
 def measure(name: str, n: int, env: dict[str, str], work: Path) -> tuple[float, str]:
     """(instructions per op, what an op is)."""
     d = work / name
@@ -188,6 +210,10 @@ def measure(name: str, n: int, env: dict[str, str], work: Path) -> tuple[float, 
     vg = Callgrind(argv, port, d, env, (READ_CALLBACK, IDLE_CALLBACK) if helper is not None
                    else (READ_CALLBACK,))
     try:
+        if name == "router-deliver":
+            with Conn(port) as c:
+                c.call("XGROUP", "CREATE", "s", "g", "$", "MKSTREAM")
+            _deliver(port, nport, 20)
         if name == "xreadgroup-xack" or name in RANGES:
             _fill(port, 10 * n + 1000 if name == "xreadgroup-xack" else 1000)
             if name.endswith("-xdel"):
@@ -208,6 +234,11 @@ def measure(name: str, n: int, env: dict[str, str], work: Path) -> tuple[float, 
             vg.zero()
             _bench(port, n, p, cmd)
             what = f"{cmd[0]} (50 clients, pipeline {p})"
+        elif name == "router-deliver":
+            vg.zero()
+            _deliver(port, nport, n)
+            what = ("delivery through the router (XADD, the parked XREADGROUP BLOCK's reply, "
+                    "XACK, the next XREADGROUP BLOCK; one at a time)")
         else:
             vg.zero()
             _readgroup_ack(port, n)

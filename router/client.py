@@ -102,6 +102,16 @@ class ClientConn(RespConnection):
         RespConnection.connection_made(self, transport)
         self._send = transport.write  # type: ignore[attr-defined]  # bound once (_flush)
 
+    def data_received(self, data: bytes) -> None:
+        """node/protocol.py's, held (router/outbox.py `hold`): a request for an idle node
+        leaves in `_after_run`, and only what is still queued after the read asks for the
+        end-of-iteration callback."""
+        held = self.outbox.hold()
+        try:
+            RespConnection.data_received(self, data)
+        finally:
+            self.outbox.unhold(held)
+
     def _after_run(self) -> None:
         """The requests that were ready ran: a request for an idle node leaves now instead of
         at the end of the loop iteration (router/outbox.py)."""

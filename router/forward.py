@@ -38,7 +38,7 @@ if TYPE_CHECKING:
     from router.proxy import Router
     from router.upstream import Pool, Upstream
 
-__all__ = ["Forward", "to_cell", "BlockedRead", "Gather", "MAX_REDIRECTS", "RETRYABLE", "RETRY_DELAY"]
+__all__ = ["Forward", "to_cell", "BlockedRead", "blocked_read", "Gather", "MAX_REDIRECTS", "RETRYABLE", "RETRY_DELAY"]
 
 MAX_REDIRECTS = 5  # -ASK
 FAST_REDIRECTS = 2  # -MOVED followed at once; after that, again every REDIRECT_DELAY
@@ -178,10 +178,11 @@ def to_cell(router: Router, c: RouterClient, data: bytes, slot: int | None, writ
     return f
 
 
-class BlockedRead:
+class BlockedRead(Waiter):
     """A single-slot XREAD/XREADGROUP BLOCK; see the module docstring. It is also what
     `client.blocked` holds while it waits (CLIENT UNBLOCK, INFO blocked_clients), unless it
     is one part of a multi-shard XREAD (router/xread.py), which gets its reply via `done`.
+    The node's answer reaches it as a `Waiter` (compiled: a C call, like a `Forward`'s).
 
     XREAD's `$` means "what is added after now", and a node says what that was only by the
     entries it returns. So that a re-issue elsewhere starts from the same point, the first
@@ -198,6 +199,12 @@ class BlockedRead:
                  block_ms: int, slot: int, write: bool, cell: Cell | None,
                  dollars: list[tuple[int, int]] | None = None,
                  done: Callable[[bytes], None] | None = None, raw: bytes | None = None) -> None:
+        self._set(router, c, argv, block_at, block_ms, slot, write, cell, dollars, done, raw)
+
+    def _set(self, router: Router, c: RouterClient, argv: list[bytes], block_at: int,
+             block_ms: int, slot: int, write: bool, cell: Cell | None,
+             dollars: list[tuple[int, int]] | None, done: Callable[[bytes], None] | None,
+             raw: bytes | None) -> None:
         self.router = router
         self.c = c
         self.argv = argv
@@ -206,7 +213,7 @@ class BlockedRead:
         self.write = write
         self.cell = cell
         self.done = done  # a part of a multi-shard read: the reply goes here
-        self.deadline = time.monotonic() + block_ms / 1000 if block_ms else 0.0
+        self.deadline = _clock() + block_ms / 1000 if block_ms else 0.0
         self.up: Upstream | None = None
         self.pool: Pool | None = None
         self.over = False
@@ -229,24 +236,32 @@ class BlockedRead:
             return
         router, c = self.router, self.c
         replica = c.readonly and not self.write
-        if addr is None:
-            addr = router.node_for(self.slot, replica)
-            if addr is None:
+        if addr is None and not replica:
+            pool = router.primary_pool(self.slot, c.proto)  # the common case, cached
+            if pool is None:
                 router.loop.call_later(RETRY_DELAY, self.issue)
                 return
+            addr = pool.addr
+        else:
+            if addr is None:
+                addr = router.node_for(self.slot, replica)
+                if addr is None:
+                    router.loop.call_later(RETRY_DELAY, self.issue)
+                    return
+            pool = router.pool(addr, c.proto, replica)
         argv = self.argv
         if self.issued and (self.deadline or self.since):
             argv = list(argv)
             if self.deadline:  # a re-issue gets only the time that is left
-                left = int((self.deadline - time.monotonic()) * 1000)
+                left = int((self.deadline - _clock()) * 1000)
                 if left <= 0:
                     return self.finish(null_array(c.proto))
                 argv[self.block_at] = b"%d" % max(left, 1)
             for i, sid in self.since.items():
                 argv[i] = sid
         self.issued = True
-        self.pool = router.pool(addr, c.proto, replica)
-        self.up = up = self.pool.get_dedicated()
+        self.pool = pool
+        self.up = up = pool.get_dedicated()
         if self.write:
             c.written.add(addr)
         for ki, ii in self.dollars:
@@ -257,7 +272,9 @@ class BlockedRead:
                         partial(self._last_entry, ii))
         if asking:
             up.send(_ASKING, _ignore)
-        up.send(self.raw if argv is self.argv and self.raw else encode_command(argv), self)
+        raw = self.raw
+        up.send(raw if argv is self.argv and raw else encode_command(argv), self)
+        return None
 
     def _last_entry(self, ii: int, r: bytes | None) -> None:
         """The reply of the XREVRANGE that pins down a `$`: [[id, fields]] or []."""
@@ -271,12 +288,14 @@ class BlockedRead:
         entries = rd.gets()
         self.since[ii] = entries[0][0] if entries else b"0-0"
 
-    def __call__(self, r: bytes | None) -> None:
+    def reply(self, r: bytes | None) -> None:
+        """The node answered the read (None: the connection was lost first)."""
         if self.over:
             return
         up, self.up = self.up, None
-        if up is not None and self.pool is not None:
-            self.pool.release(up)  # answered: the connection is clean and can serve again
+        pool = self.pool
+        if up is not None and pool is not None:
+            pool.release(up)  # answered: the connection is clean and can serve again
         if r is None or error_code(r) in RETRYABLE:
             self.router.loop.call_later(RETRY_DELAY, self.issue)
             return
@@ -293,8 +312,9 @@ class BlockedRead:
         if self.over:
             return
         self.over = True
-        if self.up is not None:
-            self.up.close()
+        up = self.up
+        if up is not None:
+            up.close()
             self.up = None
         if self.done is not None:
             if reply is not None:
@@ -302,9 +322,20 @@ class BlockedRead:
             return
         c = self.c
         c.blocked = None
-        if reply is not None and c.conn is not None:
-            c.conn.fill(self.cell, reply)  # type: ignore[arg-type]
-            c.conn.resume()
+        conn: ClientConn | None = c.conn
+        if reply is not None and conn is not None:
+            conn._fill(self.cell, reply)  # type: ignore[arg-type]
+            conn.resume()
+
+
+def blocked_read(router: Router, c: RouterClient, argv: list[bytes], block_at: int,
+                 block_ms: int, slot: int, write: bool, cell: Cell,
+                 raw: bytes | None) -> BlockedRead:
+    """BlockedRead(...) for a client's own read (router/proxy.py), made as `to_cell` makes a
+    Forward: compiled, without the argument parsing of a Python-level call to the class."""
+    b = BlockedRead.__new__(BlockedRead)
+    b._set(router, c, argv, block_at, block_ms, slot, write, cell, None, None, raw)
+    return b
 
 
 class Gather:

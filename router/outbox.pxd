@@ -11,5 +11,7 @@ cdef class Outbox:
     cdef public bint scheduled, urgent
 
     cpdef add(self, Writer w)
+    cpdef bint hold(self)
+    cpdef unhold(self, bint held)
     @cython.locals(pending=list, w=Writer)
     cpdef now(self)

@@ -56,6 +56,26 @@ class Outbox:
             self.scheduled = True
             self.loop.call_soon(self.run)
 
+    def hold(self) -> bool:
+        """For the length of one read callback that flushes or schedules what it queued at its
+        end (router/upstream.py, router/client.py): `add` asks for no end-of-iteration
+        callback meanwhile, as when one is already asked for. Returns whether this call holds
+        (False: held or scheduled already), for `unhold`. At low load a read queues one
+        write, which leaves at once (`urgent`, or a node read's replies): asked for per add,
+        the callback ran for nothing on most loop iterations."""
+        if self.scheduled:
+            return False
+        self.scheduled = True
+        return True
+
+    def unhold(self, held: bool) -> None:
+        """The end of a `hold`: what is still queued gets its end-of-iteration callback."""
+        if held:
+            if self.pending:
+                self.loop.call_soon(self.run)
+            else:
+                self.scheduled = False
+
     def run(self) -> None:
         self.scheduled = False
         self.now()

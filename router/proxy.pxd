@@ -8,7 +8,7 @@ cimport cython
 
 from node.slots cimport key_slot
 from router.client cimport ClientConn, RouterClient, RouterCore
-from router.forward cimport Forward, to_cell
+from router.forward cimport BlockedRead, Forward, blocked_read, to_cell
 from router.outbox cimport Outbox
 from router.routes cimport Route
 from router.upstream cimport Pool
@@ -33,6 +33,10 @@ cdef class Router(RouterCore):
 
     @cython.locals(conn=ClientConn, fk=Py_ssize_t, f=Forward)
     cpdef _keyed(self, RouterClient c, list argv, Route route, list cell, object raw)
+
+    @cython.locals(first=Py_ssize_t, nkeys=Py_ssize_t, i=Py_ssize_t, slot=Py_ssize_t,
+                   b=BlockedRead, f=Forward)
+    cdef _xread(self, RouterClient c, list argv, Route route, list cell, object raw)
 
     cpdef node_for(self, object slot, bint replica)
 

@@ -43,7 +43,7 @@ from node.slots import SLOTS, key_slot
 from router import aclsync, fanout, introspection, transactions  # noqa: F401 - registers router commands
 from router.client import Cell, ClientConn, RouterClient, RouterCore
 from router.commands import ROUTER_COMMANDS
-from router.forward import BlockedRead, Forward, to_cell
+from router.forward import BlockedRead, Forward, blocked_read, to_cell
 from router.metrics import UpstreamStats
 from router.outbox import Outbox
 from router.routes import Kind, Route, build
@@ -293,6 +293,41 @@ class Router(RouterCore):
             f = to_cell(self, c, raw or encode_command(argv), key_slot(argv[fk]), route.write,
                         cell)
             return f.send()
+        if route.blocking:  # XREAD, XREADGROUP
+            return self._xread(c, argv, route, cell, raw)
+        return self._by_keys(c, argv, route, cell, raw)
+
+    def _xread(self, c: RouterClient, argv: list[bytes], route: Route, cell: Cell,
+               raw: bytes | None) -> None:
+        """XREAD/XREADGROUP: the node's own option parser finds BLOCK and the keys (they
+        follow STREAMS, where the key specs' scan finds them too whenever the options parse),
+        so a read costs one scan of its arguments. A read whose options do not parse takes
+        the general path, where a node or the multi-slot read phrases the error."""
+        try:
+            options = parse_xread_options(argv, int(time.time() * 1000))
+        except ReplyError:
+            options = None
+        if options is None or not options[4]:
+            return self._by_keys(c, argv, route, cell, raw)
+        first, nkeys = options[3], options[4]
+        slot = key_slot(argv[first])
+        for i in range(first + 1, first + nkeys):
+            if key_slot(argv[i]) != slot:
+                return xread_fanout(self, c, argv, cell)
+        if options[0] >= 0:
+            if options[5] is None:  # XREAD: its `$` IDs are pinned down (BlockedRead)
+                return BlockedRead(self, c, argv, options[7], options[0], slot, route.write,
+                                   cell, dollars=dollar_ids(argv, options), raw=raw).start()
+            b = blocked_read(self, c, argv, options[7], options[0], slot, route.write, cell,
+                             raw)
+            return b.start()
+        f = to_cell(self, c, raw or encode_command(argv), slot, route.write, cell)
+        return f.send()
+
+    def _by_keys(self, c: RouterClient, argv: list[bytes], route: Route, cell: Cell,
+                 raw: bytes | None) -> None:
+        """A command whose keys the command table finds (several keys, or none by the key
+        specs' rules): one slot, or -CROSSSLOT."""
         conn: ClientConn = c.conn  # type: ignore[assignment]
         positions = command_table.get_keys(argv)
         if not positions:  # a syntax the key specs do not fit: any node phrases the error
@@ -307,14 +342,6 @@ class Router(RouterCore):
                 if route.blocking:  # XREAD, XREADGROUP
                     return xread_fanout(self, c, argv, cell)
                 return conn.fill(cell, error(errors.CROSSSLOT))
-        if route.blocking:
-            try:
-                options = parse_xread_options(argv, int(time.time() * 1000))
-            except ReplyError:
-                options = None  # the node phrases the error
-            if options is not None and options[0] >= 0:
-                return BlockedRead(self, c, argv, options[7], options[0], slot, route.write,
-                                   cell, dollars=dollar_ids(argv, options), raw=raw).start()
         f = Forward(self, c, raw or encode_command(argv), slot, route.write, cell)
         return f.send()
 

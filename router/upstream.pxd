@@ -32,3 +32,6 @@ cdef class Pool:
 
     @cython.locals(i=Py_ssize_t, c=Upstream)
     cpdef Upstream get(self, Py_ssize_t client_id)
+    @cython.locals(c=Upstream)
+    cpdef Upstream get_dedicated(self)
+    cpdef release(self, Upstream c)

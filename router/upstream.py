@@ -170,9 +170,16 @@ class Upstream(Writer):
             self.flush()  # requests that waited for the connection: nothing to batch with
 
     def data_received(self, data: bytes) -> None:
-        self._relay(data)
-        if self._outbox.pending:  # the replies (and requests) this read produced leave now
-            self._outbox.now()
+        # The replies (and requests) this read produces leave at its end, so they need no
+        # end-of-iteration callback: held, what they queue does not ask for one. (The outbox
+        # by its typed field: compiled, these are C calls.)
+        held = self._outbox.hold()
+        try:
+            self._relay(data)
+        finally:
+            if self._outbox.pending:
+                self._outbox.now()
+            self._outbox.unhold(held)
 
     def _relay(self, data: bytes) -> None:
         """Hand every complete reply in `data` to its callback; keep the incomplete rest."""
