@@ -669,7 +669,9 @@ class RespConnection:
         self._halt = self._write_paused
         if not self._halt:
             self._resume_reading()
-            self.server.loop.call_soon(self._process)
+            # Usually nothing came meanwhile (a consumer waits for its read): then no callback.
+            if self._slow or self._requests.buf is not None or self.reader.has_data():
+                self.server.loop.call_soon(self._process)
 
     # --- output and closing -------------------------------------------------------------------
     def _flush_replies(self, data: bytes) -> None:

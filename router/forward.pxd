@@ -46,6 +46,8 @@ cdef class BlockedRead(Waiter):
               object block_ms, Py_ssize_t slot, bint write, object cell, object dollars,
               object done, object raw)
 
+    cpdef start(self)
+
     @cython.locals(router=RouterCore, c=RouterClient, pool=Pool, up=Upstream, replica=bint)
     cpdef issue(self, object addr=*, bint asking=*)
 

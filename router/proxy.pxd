@@ -6,6 +6,7 @@
 
 cimport cython
 
+from node.commands.reads cimport parse_xread_options
 from node.slots cimport key_slot
 from router.client cimport ClientConn, RouterClient, RouterCore
 from router.forward cimport BlockedRead, Forward, blocked_read, to_cell

@@ -188,6 +188,25 @@ def test_requests_relayed_as_their_bytes_or_encoded(cluster: Cluster) -> None:
     r.delete("relay:b")
 
 
+def test_requests_behind_a_blocked_read_run_when_it_ends(cluster: Cluster) -> None:
+    """A client's requests wait while its blocked read does, whether they came in the read's
+    own write or later, and run in order once it ends; a read that nothing queued behind ends
+    without anything else to run."""
+    port = cluster.router.port
+    r = cluster.client()
+    r.delete("relay:w")
+    r.xgroup_create("relay:w", "g", "$", mkstream=True)
+    read = (b"*11\r\n$10\r\nXREADGROUP\r\n$5\r\nGROUP\r\n$1\r\ng\r\n$1\r\nc\r\n$5\r\nCOUNT\r\n"
+            b"$1\r\n1\r\n$5\r\nBLOCK\r\n$3\r\n100\r\n$7\r\nSTREAMS\r\n$7\r\nrelay:w\r\n$1\r\n>\r\n")
+    ping, echo = b"*1\r\n$4\r\nPING\r\n", b"*2\r\n$4\r\nECHO\r\n$1\r\nx\r\n"
+    # (the second write is meant to come while the read waits: not asserted either way)
+    got = _roundtrip(port, [read + ping, echo], 3)
+    got += _roundtrip(port, [read], 1)  # nothing behind it
+    got += _roundtrip(port, [read, echo + ping], 3)
+    assert got == [None, b"PONG", b"x", None, None, b"x", b"PONG"], got
+    r.delete("relay:w")
+
+
 def test_a_relayed_read_encodes_nothing(cluster: Cluster, monkeypatch: pytest.MonkeyPatch,
                                         ) -> None:
     """A read holding one keyed request is relayed without encoding it again, and so is each
