@@ -17,6 +17,8 @@ every other socket that became readable in the same poll. So two cases leave at 
   (router/client.py). A busy connection keeps batching, which is where throughput comes from.
 - replies: what one read from a node answered leaves when that read is handled
   (router/upstream.py); a client's replies from one read are one write either way.
+Each read callback holds the outbox (`hold`), so that what leaves at its end asks for no
+end-of-iteration callback; only what it left queued does.
 """
 
 from __future__ import annotations
