@@ -1,47 +1,14 @@
 # Cython declarations for node/stream.py (pure-Python mode; node/native.py, setup.py).
 # An ID is a 128-bit Python int (ms << 64 | seq) where other code needs one; the stream's last
-# ID is two C uint64 fields, so XADD computes and checks IDs without Python-int arithmetic.
+# ID is two C uint64 fields, so XADD computes and checks IDs without Python-int arithmetic
+# (the int of the two parts: xshard_make_id, node/streamnodes.pxd).
 
 import cython
 
 from libc.stdint cimport uint64_t
 
 from node.listpack cimport _isz, _sum_esz
-from node.streamnodes cimport Tail
-
-cdef extern from *:
-    """
-    /* The int ms << 64 | seq of a stream ID. CPython 3.11 keeps an int as 30-bit digits: the
-       five digits of the 128-bit value go straight into a new int (one allocation, no
-       arithmetic on ints). Other layouts build it from its 16 bytes. */
-    static CYTHON_INLINE PyObject *xshard_make_id(unsigned long long ms, unsigned long long seq) {
-        if (ms == 0) return PyLong_FromUnsignedLongLong(seq);
-    #if PY_VERSION_HEX >= 0x030B0000 && PY_VERSION_HEX < 0x030C0000 && PYLONG_BITS_IN_DIGIT == 30
-        digit d[5];
-        Py_ssize_t n = 5;
-        PyLongObject *r;
-        d[0] = (digit)(seq & 0x3FFFFFFFULL);
-        d[1] = (digit)((seq >> 30) & 0x3FFFFFFFULL);
-        d[2] = (digit)((seq >> 60) | ((ms & 0x3FFFFFFULL) << 4));
-        d[3] = (digit)((ms >> 26) & 0x3FFFFFFFULL);
-        d[4] = (digit)(ms >> 56);
-        while (d[n - 1] == 0) n--;  /* ms != 0: bit 64 or above is set, so n >= 3 */
-        r = _PyLong_New(n);
-        if (r == NULL) return NULL;
-        memcpy(r->ob_digit, d, n * sizeof(digit));
-        return (PyObject *)r;
-    #else
-        unsigned char b[16];
-        int i;
-        for (i = 0; i < 8; i++) {
-            b[i] = (unsigned char)(seq >> (8 * i));
-            b[8 + i] = (unsigned char)(ms >> (8 * i));
-        }
-        return _PyLong_FromByteArray(b, 16, 1, 0);
-    #endif
-    }
-    """
-    object xshard_make_id(unsigned long long ms, unsigned long long seq)
+from node.streamnodes cimport Tail, xshard_make_id
 
 cdef Py_ssize_t _LP_MAX
 cdef unsigned long long _U64_MAX

@@ -77,7 +77,7 @@ if cython.compiled:
 
 def _make_id(ms: int, seq: int) -> int:
     """The int of the ID ms-seq. Compiled, the int is written from the two C parts by
-    xshard_make_id (stream.pxd): no shift and no `|` of Python ints."""
+    xshard_make_id (node/streamnodes.pxd): no shift and no `|` of Python ints."""
     if cython.compiled:
         return xshard_make_id(ms, seq)  # noqa: F821
     return cython.cast(object, ms) << 64 | seq

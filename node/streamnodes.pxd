@@ -66,8 +66,40 @@ cdef const unsigned char *_flags_ptr(Block b) noexcept
 
 cdef extern from "Python.h":
     int PY_LITTLE_ENDIAN
-    object _PyLong_FromByteArray(const unsigned char *bytes, size_t n, int little_endian,
-                                 int is_signed)
+
+cdef extern from *:
+    """
+    /* The int ms << 64 | seq of a stream ID. CPython 3.11 keeps an int as 30-bit digits: the
+       five digits of the 128-bit value go straight into a new int (one allocation, no
+       arithmetic on ints). Other layouts build it from its 16 bytes. */
+    static CYTHON_INLINE PyObject *xshard_make_id(unsigned long long ms, unsigned long long seq) {
+        if (ms == 0) return PyLong_FromUnsignedLongLong(seq);
+    #if PY_VERSION_HEX >= 0x030B0000 && PY_VERSION_HEX < 0x030C0000 && PYLONG_BITS_IN_DIGIT == 30
+        digit d[5];
+        Py_ssize_t n = 5;
+        PyLongObject *r;
+        d[0] = (digit)(seq & 0x3FFFFFFFULL);
+        d[1] = (digit)((seq >> 30) & 0x3FFFFFFFULL);
+        d[2] = (digit)((seq >> 60) | ((ms & 0x3FFFFFFULL) << 4));
+        d[3] = (digit)((ms >> 26) & 0x3FFFFFFFULL);
+        d[4] = (digit)(ms >> 56);
+        while (d[n - 1] == 0) n--;  /* ms != 0: bit 64 or above is set, so n >= 3 */
+        r = _PyLong_New(n);
+        if (r == NULL) return NULL;
+        memcpy(r->ob_digit, d, n * sizeof(digit));
+        return (PyObject *)r;
+    #else
+        unsigned char b[16];
+        int i;
+        for (i = 0; i < 8; i++) {
+            b[i] = (unsigned char)(seq >> (8 * i));
+            b[8 + i] = (unsigned char)(ms >> (8 * i));
+        }
+        return _PyLong_FromByteArray(b, 16, 1, 0);
+    #endif
+    }
+    """
+    object xshard_make_id(unsigned long long ms, unsigned long long seq)
 
 # Also XACK's ID parser (node/commands/groups.py).
 cdef object _sid_of(unsigned long long ms, unsigned long long seq)
