@@ -25,6 +25,7 @@ cdef bytes _encode_rows_c(list sids, list ents, const unsigned char *pf, Py_ssiz
 cdef bytes _encode_rows_py(list sids, list ents, const unsigned char *pf, Py_ssize_t i0,
                            Py_ssize_t i1, bint rev)
 
+@cython.locals(q=Py_ssize_t, n=Py_ssize_t)
 cdef Py_ssize_t _put_entry_head(char *buf, Py_ssize_t p, unsigned long long ms,
                                 unsigned long long seq, Py_ssize_t w) noexcept
 

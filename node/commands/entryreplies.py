@@ -172,18 +172,36 @@ def _encode_rows_py(sids: list[int], ents: list[list[bytes]], pf: bytes | None, 
 
 
 def _put_entry_head(buf: bytearray, p: int, ms: int, seq: int, w: int) -> int:
-    """`*2\r\n$<n>\r\n<ms>-<seq>\r\n*<w>\r\n` at buf[p:]; returns the position after it."""
+    """`*2\r\n$<n>\r\n<ms>-<seq>\r\n*<w>\r\n` at buf[p:]; returns the position after it. The
+    ID is written once, backwards into a scratch buffer, so that its digits are divided out
+    once (its length n comes with them)."""
+    tmp = cython.declare(cython.char[48])
+    q = 48
+    while True:
+        q -= 1
+        tmp[q] = 48 + seq % 10
+        seq //= 10
+        if seq == 0:
+            break
+    q -= 1
+    tmp[q] = 45
+    while True:
+        q -= 1
+        tmp[q] = 48 + ms % 10
+        ms //= 10
+        if ms == 0:
+            break
+    n = 48 - q
     buf[p] = 42  # *2\r\n$
     buf[p + 1] = 50
     buf[p + 2] = 13
     buf[p + 3] = 10
     buf[p + 4] = 36
-    p = _put_dec(buf, p + 5, _ndigits(ms) + 1 + _ndigits(seq))
+    p = _put_dec(buf, p + 5, n)
     buf[p] = 13
     buf[p + 1] = 10
-    p = _put_dec(buf, p + 2, ms)
-    buf[p] = 45
-    p = _put_dec(buf, p + 1, seq)
+    memcpy(buf + p + 2, tmp + q, n)
+    p += n + 2
     buf[p] = 13  # \r\n*
     buf[p + 1] = 10
     buf[p + 2] = 42
@@ -309,6 +327,9 @@ def _ndigits(v: int) -> int:
 
 def _put_dec(buf: bytearray, p: int, v: int) -> int:
     """Write v in decimal at buf[p:]; returns the position after it."""
+    if v < 10:  # most lengths and field counts
+        buf[p] = 48 + v
+        return p + 1
     end = p + _ndigits(v)
     i = end
     while True:
