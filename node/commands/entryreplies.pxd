@@ -50,8 +50,10 @@ cpdef tuple stream_range_reply(Stream s, start, end, count, bint rev)
 @cython.locals(n=int)
 cdef int _ndigits(unsigned long long v) noexcept
 
-@cython.locals(end=Py_ssize_t, i=Py_ssize_t)
+@cython.locals(end=Py_ssize_t)
 cdef Py_ssize_t _put_dec(char *buf, Py_ssize_t p, unsigned long long v) noexcept
+
+cdef inline Py_ssize_t _put_dec_back(char *buf, Py_ssize_t end, unsigned long long v) noexcept
 
 @cython.locals(p=Py_ssize_t, n=Py_ssize_t, q=Py_ssize_t)
 cdef bytes id_bulk(unsigned long long ms, unsigned long long seq)

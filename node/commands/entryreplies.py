@@ -176,21 +176,9 @@ def _put_entry_head(buf: bytearray, p: int, ms: int, seq: int, w: int) -> int:
     ID is written once, backwards into a scratch buffer, so that its digits are divided out
     once (its length n comes with them)."""
     tmp = cython.declare(cython.char[48])
-    q = 48
-    while True:
-        q -= 1
-        tmp[q] = 48 + seq % 10
-        seq //= 10
-        if seq == 0:
-            break
-    q -= 1
+    q = _put_dec_back(tmp, 48, seq) - 1
     tmp[q] = 45
-    while True:
-        q -= 1
-        tmp[q] = 48 + ms % 10
-        ms //= 10
-        if ms == 0:
-            break
+    q = _put_dec_back(tmp, q, ms)
     n = 48 - q
     buf[p] = 42  # *2\r\n$
     buf[p + 1] = 50
@@ -331,10 +319,15 @@ def _put_dec(buf: bytearray, p: int, v: int) -> int:
         buf[p] = 48 + v
         return p + 1
     end = p + _ndigits(v)
-    i = end
+    _put_dec_back(buf, end, v)
+    return end
+
+
+def _put_dec_back(buf: bytearray, end: int, v: int) -> int:
+    """Write v in decimal at buf[:end], ending there; returns where it starts."""
     while True:
-        i -= 1
-        buf[i] = 48 + v % 10
+        end -= 1
+        buf[end] = 48 + v % 10
         v //= 10
         if v == 0:
             return end
