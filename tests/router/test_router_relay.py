@@ -43,13 +43,19 @@ def _ignore(_reply: bytes | None) -> None:
     pass
 
 
+def _connected(loop: asyncio.AbstractEventLoop) -> tuple[Outbox, Upstream, _Transport]:
+    """An upstream connection with its outbox, writing to a recording transport."""
+    outbox = Outbox(loop)
+    up = Upstream("127.0.0.1", 0, [], outbox)
+    t = _Transport()
+    up.transport = t
+    return outbox, up, t
+
+
 def test_a_request_for_an_idle_node_is_urgent_a_busy_one_batches() -> None:
     loop = asyncio.new_event_loop()
     try:
-        outbox = Outbox(loop)
-        up = Upstream("127.0.0.1", 0, [], outbox)
-        t = _Transport()
-        up.transport = t
+        outbox, up, t = _connected(loop)
         up.send(b"a", _ignore)
         assert outbox.urgent and t.writes == []  # queued, and marked to leave at once
         outbox.now()
@@ -68,10 +74,7 @@ def test_a_held_read_asks_for_the_end_of_the_iteration_only_for_what_it_left() -
     end-of-iteration callback; one that batches still gets it."""
     loop = asyncio.new_event_loop()
     try:
-        outbox = Outbox(loop)
-        up = Upstream("127.0.0.1", 0, [], outbox)
-        t = _Transport()
-        up.transport = t
+        outbox, up, t = _connected(loop)
         held = outbox.hold()
         up.send(b"a", _ignore)  # an idle node: urgent, written before the read returns
         assert outbox.urgent
