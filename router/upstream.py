@@ -177,9 +177,11 @@ class Upstream(Writer):
         try:
             self._relay(data)
         finally:
-            if self._outbox.pending:
-                self._outbox.now()
-            self._outbox.unhold(held)
+            try:
+                if self._outbox.pending:
+                    self._outbox.now()
+            finally:
+                self._outbox.unhold(held)
 
     def _relay(self, data: bytes) -> None:
         """Hand every complete reply in `data` to its callback; keep the incomplete rest."""
