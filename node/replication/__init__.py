@@ -167,6 +167,13 @@ class Replication:
                  int(idle))
 
     def _on_effect(self, data: bytes) -> None:
+        backlog = self.backlog
+        if backlog is not None and self.server.following and not self.primary.replicas \
+                and not self._out:
+            # A replica with no replicas of its own publishes once per read from its primary
+            # (node/effects.py EffectApplier): nothing to batch, so no loop callback per read.
+            backlog.append(data)
+            return
         self._out.append(data)
         if not self._flush_scheduled:
             self._flush_scheduled = True
