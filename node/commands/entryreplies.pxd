@@ -38,9 +38,10 @@ cpdef bytes encode_span(blk, Py_ssize_t i0, Py_ssize_t i1, bint rev=*)
                names=Py_ssize_t, j=Py_ssize_t, xo=object, x=bytes, off=Py_ssize_t,
                end=Py_ssize_t, cap=Py_ssize_t, buf="char *", pm="const char *", mw=int,
                ps="const char *", sw=int, pf="const unsigned char *", base="unsigned long long",
-               pb="const char *", q="const char *", vlen=Py_ssize_t, pl="const char *", lw=int,
-               e=Py_ssize_t, p=Py_ssize_t, i=Py_ssize_t, w=Py_ssize_t, step=Py_ssize_t,
-               _n=Py_ssize_t)
+               pb="const char *", src="const char *", vlen=Py_ssize_t, pl="const char *",
+               lw=int, e=Py_ssize_t, p=Py_ssize_t, i=Py_ssize_t, w=Py_ssize_t,
+               step=Py_ssize_t, _n=Py_ssize_t, hl="Py_ssize_t *", hb="char *", hp="char *",
+               h=Py_ssize_t, q=Py_ssize_t)
 cdef bytes _encode_span_c(Block b, Py_ssize_t i0, Py_ssize_t i1, bint rev)
 
 # cpdef: XRANGE, XREVRANGE and XREAD call it as C (cimported).

@@ -251,10 +251,33 @@ def _encode_span_c(b: Block, i0: int, i1: int, rev: bool) -> bytes:
     off = _string_off(b, e0)
     end = _string_off(b, e1)
     cap = (i1 - i0) * (96 + 48 * k + names) + end - off  # headers as in _encode_rows_c
+    vlen = b.elen
+    pl = _lens_ptr(b)
+    lw = _width(b.lentc) if pl else 0
+    # What stands before each value is the same in every entry: the field name's bulk string
+    # and, when all values have one length (lw == 0), the value's `$<n>\r\n`. It is written
+    # once, into `hb` (its pieces' lengths in `hl`), and copied per entry.
+    hl = cython.cast(cython.p_Py_ssize_t, malloc(k * cython.sizeof(cython.Py_ssize_t)
+                                                 + names + 48 * k + 1))
     buf = cython.cast(cython.p_char, malloc(cap + 1))
-    if buf == cython.NULL:
+    if buf == cython.NULL or hl == cython.NULL:
+        free(buf)
+        free(hl)
         raise MemoryError
     try:
+        hb = cython.cast(cython.p_char, hl + k)
+        h = 0
+        for j in range(k):
+            x = master[j]
+            q = _put_bulk(hb, h, PyBytes_AS_STRING(x), len(x))
+            if not lw:
+                hb[q] = 36
+                q = _put_dec(hb, q + 1, vlen)
+                hb[q] = 13
+                hb[q + 1] = 10
+                q += 2
+            hl[j] = q - h
+            h = q
         pm = PyBytes_AS_STRING(b.msd)
         mw = _width(b.mtc)
         ps = PyBytes_AS_STRING(b.seq)
@@ -262,9 +285,6 @@ def _encode_span_c(b: Block, i0: int, i1: int, rev: bool) -> bytes:
         pf = _flags_ptr(b)
         base = b.ms0
         pb = PyBytes_AS_STRING(b.blob)
-        vlen = b.elen
-        pl = _lens_ptr(b)
-        lw = _width(b.lentc) if pl else 0
         p = 0
         # The values of entry i are strings i*k..i*k+k-1, at blob offset `off` (forward: the
         # offset after the entry before it; backward: the offset of the entry after it, less
@@ -288,14 +308,22 @@ def _encode_span_c(b: Block, i0: int, i1: int, rev: bool) -> bytes:
                 off -= w
             if pf == cython.NULL or not pf[i] & _DEL:
                 p = _put_entry_head(buf, p, base + _uget(pm, mw, i), _uget(ps, sw, i), 2 * k)
-                q = pb + off
+                src = pb + off
+                hp = hb
                 for j in range(k):
-                    x = master[j]
-                    p = _put_bulk(buf, p, PyBytes_AS_STRING(x), len(x))
+                    memcpy(buf + p, hp, hl[j])
+                    p += hl[j]
+                    hp += hl[j]
                     if lw:
                         vlen = _uget(pl, lw, e + j)
-                    p = _put_bulk(buf, p, q, vlen)
-                    q += vlen
+                        p = _put_bulk(buf, p, src, vlen)
+                    else:
+                        memcpy(buf + p, src, vlen)
+                        p += vlen
+                        buf[p] = 13
+                        buf[p + 1] = 10
+                        p += 2
+                    src += vlen
             if not rev:
                 e += k
                 off += w
@@ -303,6 +331,7 @@ def _encode_span_c(b: Block, i0: int, i1: int, rev: bool) -> bytes:
         return PyBytes_FromStringAndSize(buf, p)
     finally:
         free(buf)
+        free(hl)
 
 
 def _ndigits(v: int) -> int:
