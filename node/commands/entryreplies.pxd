@@ -9,17 +9,22 @@ from node.streamnodes cimport Block, Tail
 
 cpdef bytes encode_entries(list sids, list ents)
 
-cdef unsigned char _DEL
+cdef unsigned char _DEL, _SAME
 
 @cython.locals(m=Py_ssize_t)
 cdef bytes _encode_entries_c(list sids, list ents)
 
 @cython.locals(cap=Py_ssize_t, i=Py_ssize_t, j=Py_ssize_t, w=Py_ssize_t, p=Py_ssize_t,
                step=Py_ssize_t, _n=Py_ssize_t, buf="char *", f=list, x=bytes, fo=object,
-               xo=object, seq="unsigned long long", ms="unsigned long long")
+               xo=object, seq="unsigned long long", ms="unsigned long long", k=Py_ssize_t,
+               master=list, hl="Py_ssize_t *", hb="char *", hp="char *",
+               base="unsigned long long")
 cdef bytes _encode_rows_c(list sids, list ents, const unsigned char *pf, Py_ssize_t i0,
-                          Py_ssize_t i1, bint rev, list msds, list seqs,
-                          unsigned long long base)
+                          Py_ssize_t i1, bint rev, Tail t)
+
+@cython.locals(total=Py_ssize_t, j=Py_ssize_t, x=bytes, hl="Py_ssize_t *", hb="char *",
+               h=Py_ssize_t, q=Py_ssize_t)
+cdef Py_ssize_t *_before_values(names, Py_ssize_t k, Py_ssize_t vlen)
 
 @cython.locals(idx=list, i=Py_ssize_t)
 cdef bytes _encode_rows_py(list sids, list ents, const unsigned char *pf, Py_ssize_t i0,

@@ -13,12 +13,13 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from itertools import chain
+from typing import Any
 
 import cython
 
 from node.stream import Stream
 from node.streamid import SEQ_MAX
-from node.streamnodes import FLAG_DELETED, Block, Node, live_rows
+from node.streamnodes import FLAG_DELETED, FLAG_SAMEFIELDS, Block, Node, Tail, live_rows
 
 if cython.compiled:
     from cython.cimports.cpython.bytearray import PyByteArray_AS_STRING
@@ -36,7 +37,8 @@ if cython.compiled:
         _width,
     )
 
-_DEL = FLAG_DELETED  # a C constant compiled
+_DEL = FLAG_DELETED  # C constants compiled
+_SAME = FLAG_SAMEFIELDS
 
 # An entry is [id, [field, value, ...]], the same in RESP2 and RESP3. Encoding a range is the
 # larger part of XRANGE's cost, so it is done in bulk: C-level maps over all the strings of a
@@ -105,16 +107,17 @@ def _encode_entries_c(sids: list[int], ents: list[list[bytes]]) -> bytes:
     m = len(sids)
     if len(ents) != m:
         raise ValueError("encode_entries: IDs and entries differ in number")
-    return _encode_rows_c(sids, ents, cython.NULL, 0, m, False, None, None, 0)
+    return _encode_rows_c(sids, ents, cython.NULL, 0, m, False, None)
 
 
 def _encode_rows_c(sids: list[int], ents: list[list[bytes]], pf: bytes | None, i0: int,
-                   i1: int, rev: bool, msds: list[int] | None, seqs: list[int] | None,
-                   base: int) -> bytes:
+                   i1: int, rev: bool, t: Tail | None) -> bytes:
     """encode_entries of rows i0..i1-1 of parallel lists (in bounds), in direction order,
-    leaving out the rows whose flag in pf (if not NULL) says deleted: an open node's entries
-    as they are stored, no list sliced, filtered or reversed. Given `msds` and `seqs` (an open
-    node's small ints), an ID is `base + msds[i]`-`seqs[i]`, not split from its 128-bit int."""
+    leaving out the rows whose flag in pf (if not NULL) says deleted. With `t`, the rows are
+    that open node's entries as it stores them (no list sliced, filtered or reversed): an ID
+    is `ms0 + msds[i]`-`seqs[i]` of its small ints, not split from its 128-bit int, and an
+    entry flagged SAMEFIELDS in pf has the node's master field names, whose bulk strings are
+    written once (_before_values)."""
     cap = 0
     for i in range(i0, i1):
         if pf != cython.NULL and pf[i] & _DEL:
@@ -130,33 +133,89 @@ def _encode_rows_c(sids: list[int], ents: list[list[bytes]], pf: bytes | None, i
             if type(xo) is not bytes:
                 return _encode_rows_py(sids, ents, pf, i0, i1, rev)
             cap += len(cython.cast(bytes, xo))
+    k = -1  # no master fields to write from hb
+    hl = cython.NULL
+    base = 0
+    if t is not None:
+        base = t.ms0
+        master = t.master
+        k = len(master)
+        for j in range(k):
+            if type(master[j]) is not bytes:
+                k = -1
+                break
+        if k >= 0:
+            hl = _before_values(master, k, -1)
+            if hl == cython.NULL:
+                raise MemoryError
     buf = cython.cast(cython.p_char, malloc(cap + 1))
     if buf == cython.NULL:
+        free(hl)
         raise MemoryError
     try:
+        hb = cython.cast(cython.p_char, hl + k) if hl != cython.NULL else cython.NULL
         p = 0
         step = -1 if rev else 1
         i = i1 - 1 if rev else i0
         for _n in range(i1 - i0):
             if pf == cython.NULL or not pf[i] & _DEL:
-                if msds is None:
+                if t is None:
                     sid = sids[i]
                     seq = PyLong_AsUnsignedLongLongMask(sid)
                     ms = _sid_ms(sid)
                 else:
-                    ms = msds[i]
+                    ms = t.msds[i]
                     ms += base
-                    seq = seqs[i]
+                    seq = t.seqs[i]
                 f = ents[i]
                 w = len(f)
                 p = _put_entry_head(buf, p, ms, seq, w)
-                for j in range(w):
-                    x = f[j]
-                    p = _put_bulk(buf, p, PyBytes_AS_STRING(x), len(x))
+                if hb != cython.NULL and pf[i] & _SAME and w == 2 * k:
+                    hp = hb
+                    for j in range(k):
+                        memcpy(buf + p, hp, hl[j])
+                        p += hl[j]
+                        hp += hl[j]
+                        x = f[2 * j + 1]
+                        p = _put_bulk(buf, p, PyBytes_AS_STRING(x), len(x))
+                else:
+                    for j in range(w):
+                        x = f[j]
+                        p = _put_bulk(buf, p, PyBytes_AS_STRING(x), len(x))
             i += step
         return PyBytes_FromStringAndSize(buf, p)
     finally:
         free(buf)
+        free(hl)
+
+
+def _before_values(names: Any, k: int, vlen: int) -> Any:
+    """What stands before each value of an entry whose k field names are `names` (bytes): each
+    name's bulk string and, when vlen >= 0 (every value has that length), the value's
+    `$<vlen>\r\n`. One malloc'd block to free: the k pieces' lengths (Py_ssize_t), then their
+    bytes; NULL when out of memory. Written once per node, copied per entry."""
+    total = 0
+    for j in range(k):
+        x = names[j]
+        total += len(x)
+    hl = cython.cast(cython.p_Py_ssize_t, malloc(k * cython.sizeof(cython.Py_ssize_t)
+                                                 + total + 48 * k + 1))
+    if hl == cython.NULL:
+        return hl
+    hb = cython.cast(cython.p_char, hl + k)
+    h = 0
+    for j in range(k):
+        x = names[j]
+        q = _put_bulk(hb, h, PyBytes_AS_STRING(x), len(x))
+        if vlen >= 0:
+            hb[q] = 36
+            q = _put_dec(hb, q + 1, vlen)
+            hb[q] = 13
+            hb[q + 1] = 10
+            q += 2
+        hl[j] = q - h
+        h = q
+    return hl
 
 
 def _encode_rows_py(sids: list[int], ents: list[list[bytes]], pf: bytes | None, i0: int,
@@ -228,7 +287,7 @@ def encode_span(blk: Node, i0: int, i1: int, rev: bool = False) -> bytes:
             i0 = max(i0, 0)
             i1 = min(i1, len(t.sids))
             return _encode_rows_c(t.sids, t.ents, cython.cast(cython.p_uchar, PyByteArray_AS_STRING(
-                t.flags)) if t.ndel else cython.NULL, i0, i1, rev, t.msds, t.seqs, t.ms0)
+                t.flags)), i0, i1, rev, t)
     return encode_entries(*live_rows(blk, i0, i1, rev))
 
 
@@ -254,11 +313,8 @@ def _encode_span_c(b: Block, i0: int, i1: int, rev: bool) -> bytes:
     vlen = b.elen
     pl = _lens_ptr(b)
     lw = _width(b.lentc) if pl else 0
-    # What stands before each value is the same in every entry: the field name's bulk string
-    # and, when all values have one length (lw == 0), the value's `$<n>\r\n`. It is written
-    # once, into `hb` (its pieces' lengths in `hl`), and copied per entry.
-    hl = cython.cast(cython.p_Py_ssize_t, malloc(k * cython.sizeof(cython.Py_ssize_t)
-                                                 + names + 48 * k + 1))
+    # What stands before each value is the same in every entry: written once (_before_values).
+    hl = _before_values(master, k, -1 if lw else vlen)
     buf = cython.cast(cython.p_char, malloc(cap + 1))
     if buf == cython.NULL or hl == cython.NULL:
         free(buf)
@@ -266,18 +322,6 @@ def _encode_span_c(b: Block, i0: int, i1: int, rev: bool) -> bytes:
         raise MemoryError
     try:
         hb = cython.cast(cython.p_char, hl + k)
-        h = 0
-        for j in range(k):
-            x = master[j]
-            q = _put_bulk(hb, h, PyBytes_AS_STRING(x), len(x))
-            if not lw:
-                hb[q] = 36
-                q = _put_dec(hb, q + 1, vlen)
-                hb[q] = 13
-                hb[q + 1] = 10
-                q += 2
-            hl[j] = q - h
-            h = q
         pm = PyBytes_AS_STRING(b.msd)
         mw = _width(b.mtc)
         ps = PyBytes_AS_STRING(b.seq)
