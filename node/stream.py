@@ -43,7 +43,7 @@ insertion ordered; owned by node.groups).
 - `range(start, end, count=None, rev=False)`: iterator of `(sid, fields)` of live entries with
   `start <= sid <= end`; `range_chunks` yields the same per node as `(sids, field_lists)`,
   or `(sids, encode(node, i0, i1, rev))` when given an encoder (node/streamnodes.py
-  _live_slice).
+  _live_slice); `range_counted` the same as `(number of entries, encoding)`.
   The yielded lists may be shared with the stream: never mutate them, and do not modify the
   stream while iterating.
 - `get(sid)`, `delete(sid)`, `trim(strategy, threshold, approx, limit)`.
@@ -326,11 +326,21 @@ class Stream:
         (node/streamnodes.py _live_slice)."""
         if start > end or not self._nodes or (count is not None and count <= 0):
             return iter(())
-        return (self._range_rev(start, end, count, encode) if rev
-                else self._range_fwd(start, end, count, encode))
+        return (self._range_rev(start, end, count, encode, True) if rev
+                else self._range_fwd(start, end, count, encode, True))
 
-    def _range_fwd(self, start: int, end: int, left: int | None, encode: Any = None
-                   ) -> Iterator[tuple[list[int], Any]]:
+    def range_counted(self, start: int, end: int, count: int | None, rev: bool, encode: Any
+                      ) -> Iterator[tuple[int, Any]]:
+        """range_chunks with an encoder, each node's part as (number of entries, encoding):
+        for the replies that only count the entries (XRANGE, XREVRANGE, XREAD), whose IDs
+        are then never made as ints."""
+        if start > end or not self._nodes or (count is not None and count <= 0):
+            return iter(())
+        return (self._range_rev(start, end, count, encode, False) if rev
+                else self._range_fwd(start, end, count, encode, False))
+
+    def _range_fwd(self, start: int, end: int, left: int | None, encode: Any, ids: bool
+                   ) -> Iterator[tuple[Any, Any]]:
         nodes = self._nodes
         bi = bisect_right(self._firsts, start) - 1
         if bi < 0:
@@ -347,16 +357,17 @@ class Stream:
             i1 = blk.n if bi < len(nodes) and nodes[bi].first <= end else blk.upper(end)
             if i0 >= i1:
                 continue
-            sids, ents = _live_slice(blk, i0, i1, False, left, encode)
-            if sids:
-                yield sids, ents
+            got, ents = _live_slice(blk, i0, i1, False, left, encode, ids)
+            m = len(got) if ids else got
+            if m:
+                yield got, ents
                 if left is not None:
-                    left -= len(sids)
+                    left -= m
                     if left <= 0:
                         return
 
-    def _range_rev(self, start: int, end: int, left: int | None, encode: Any = None
-                   ) -> Iterator[tuple[list[int], Any]]:
+    def _range_rev(self, start: int, end: int, left: int | None, encode: Any, ids: bool
+                   ) -> Iterator[tuple[Any, Any]]:
         nodes = self._nodes
         bi = bisect_right(self._firsts, end) - 1
         while bi >= 0:
@@ -365,11 +376,12 @@ class Stream:
                 i0 = blk.lower(start) if start > blk.first else 0
                 i1 = blk.n if bi + 1 < len(nodes) and nodes[bi + 1].first <= end else blk.upper(end)
                 if i0 < i1:
-                    sids, ents = _live_slice(blk, i0, i1, True, left, encode)
-                    if sids:
-                        yield sids, ents
+                    got, ents = _live_slice(blk, i0, i1, True, left, encode, ids)
+                    m = len(got) if ids else got
+                    if m:
+                        yield got, ents
                         if left is not None:
-                            left -= len(sids)
+                            left -= m
                             if left <= 0:
                                 return
             if blk.first <= start:

@@ -35,7 +35,11 @@ cdef class Tail:
 @cython.locals(t=Tail, b=Block)
 cdef tuple _span(blk, Py_ssize_t i0, Py_ssize_t i1)
 
-cpdef tuple _live_slice(blk, Py_ssize_t i0, Py_ssize_t i1, bint rev, cap, encode=*)
+cpdef tuple _live_slice(blk, Py_ssize_t i0, Py_ssize_t i1, bint rev, cap, encode=*,
+                        bint ids=*)
+
+@cython.locals(flags=bytearray, n=Py_ssize_t, i=Py_ssize_t)
+cdef Py_ssize_t _live_count(blk, Py_ssize_t i0, Py_ssize_t i1) except -1
 
 @cython.locals(flags=bytearray, left=Py_ssize_t, i=Py_ssize_t)
 cdef (Py_ssize_t, Py_ssize_t) _live_bounds(blk, Py_ssize_t i0, Py_ssize_t i1, bint rev,

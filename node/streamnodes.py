@@ -477,12 +477,12 @@ def _span(blk: Node, i0: int, i1: int) -> tuple[list[int], list[list[bytes]]]:
     return b.sids(i0, i1), b.entries(i0, i1)
 
 
-def _live_slice(blk: Node, i0: int, i1: int, rev: bool, cap: int | None, encode: Any = None
-                ) -> tuple[list[int], Any]:
+def _live_slice(blk: Node, i0: int, i1: int, rev: bool, cap: int | None, encode: Any = None,
+                ids: bool = True) -> tuple[Any, Any]:
     """IDs and fields of the live entries among i0..i1-1, in direction order, at most cap.
     With `encode`, the fields come as `encode(node, lo, hi, rev)`: the encoding of the live
     entries among lo..hi-1 in direction order (bytes, no field lists built), lo..hi being the
-    span that holds the entries taken."""
+    span that holds the entries taken; without `ids`, their number instead of their IDs."""
     if blk.ndel:
         i0, i1 = _live_bounds(blk, i0, i1, rev, -1 if cap is None else cap)
         if i0 >= i1:
@@ -493,8 +493,21 @@ def _live_slice(blk: Node, i0: int, i1: int, rev: bool, cap: int | None, encode:
         else:
             i1 = i0 + cap
     if encode is not None:
-        return live_ids(blk, i0, i1, rev), encode(blk, i0, i1, rev)
+        return (live_ids(blk, i0, i1, rev) if ids else _live_count(blk, i0, i1),
+                encode(blk, i0, i1, rev))
     return live_rows(blk, i0, i1, rev)
+
+
+def _live_count(blk: Node, i0: int, i1: int) -> int:
+    """How many of entries i0..i1-1 are live."""
+    if not blk.ndel:
+        return i1 - i0
+    flags = blk.flags
+    n = 0
+    for i in range(i0, i1):
+        if not flags[i] & _DEL:
+            n += 1
+    return n
 
 
 def _live_bounds(blk: Node, i0: int, i1: int, rev: bool, cap: int) -> tuple[int, int]:

@@ -50,7 +50,7 @@ cpdef bytes encode_span(blk, Py_ssize_t i0, Py_ssize_t i1, bint rev=*)
 cdef bytes _encode_span_c(Block b, Py_ssize_t i0, Py_ssize_t i1, bint rev)
 
 # cpdef: XRANGE, XREVRANGE and XREAD call it as C (cimported).
-@cython.locals(n=Py_ssize_t, parts=list)
+@cython.locals(n=Py_ssize_t, m=Py_ssize_t, parts=list)
 cpdef tuple stream_range_reply(Stream s, start, end, count, bint rev)
 
 @cython.locals(n=int)

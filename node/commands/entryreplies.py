@@ -448,7 +448,7 @@ def stream_range_reply(s: Stream, start: int, end: int, count: int | None, rev: 
     straight from what the node stores (`encode_span`)."""
     n = 0
     parts = []
-    for sids, body in s.range_chunks(start, end, count, rev, encode_span):
-        n += len(sids)
+    for m, body in s.range_counted(start, end, count, rev, encode_span):
+        n += m
         parts.append(body)
     return n, b"".join(parts)
