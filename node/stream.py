@@ -324,20 +324,21 @@ class Stream:
         With `encode`, each node's part comes already encoded: (IDs, encode(node, i0, i1,
         rev)), the live entries of i0..i1-1 in direction order, no field lists built
         (node/streamnodes.py _live_slice)."""
-        if start > end or not self._nodes or (count is not None and count <= 0):
-            return iter(())
-        return (self._range_rev(start, end, count, encode, True) if rev
-                else self._range_fwd(start, end, count, encode, True))
+        return self._chunks(start, end, count, rev, encode, True)
 
     def range_counted(self, start: int, end: int, count: int | None, rev: bool, encode: Any
                       ) -> Iterator[tuple[int, Any]]:
         """range_chunks with an encoder, each node's part as (number of entries, encoding):
         for the replies that only count the entries (XRANGE, XREVRANGE, XREAD), whose IDs
         are then never made as ints."""
+        return self._chunks(start, end, count, rev, encode, False)
+
+    def _chunks(self, start: int, end: int, count: int | None, rev: bool, encode: Any,
+                ids: bool) -> Iterator[tuple[Any, Any]]:
         if start > end or not self._nodes or (count is not None and count <= 0):
             return iter(())
-        return (self._range_rev(start, end, count, encode, False) if rev
-                else self._range_fwd(start, end, count, encode, False))
+        return (self._range_rev(start, end, count, encode, ids) if rev
+                else self._range_fwd(start, end, count, encode, ids))
 
     def _range_fwd(self, start: int, end: int, left: int | None, encode: Any, ids: bool
                    ) -> Iterator[tuple[Any, Any]]:
