@@ -36,6 +36,8 @@ cdef class RespConnection:
     cdef Py_ssize_t _run_requests(self, Client c, list out) except -1
     @cython.locals(c=Client)
     cdef Py_ssize_t _run(self) except -1
+    @cython.locals(requests=RequestBuffer)
+    cdef void _read(self, object data) except *
     @cython.locals(requests=RequestBuffer, c=Client)
     cdef void _after_requests(self) except *
     @cython.locals(c=Client)

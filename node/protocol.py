@@ -308,8 +308,12 @@ class RespConnection:
             self._resume_reading()
             self._process()
 
-    @cython.locals(requests=RequestBuffer)
     def data_received(self, data: bytes) -> None:
+        self._read(data)
+
+    def _read(self, data: bytes) -> None:
+        """`data_received` itself, as C: the router's connection wraps a read in its own
+        `data_received` (router/client.py) and calls this without a Python-level call."""
         if self._closing:
             return
         if self._stats is not None:

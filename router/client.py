@@ -108,7 +108,7 @@ class ClientConn(RespConnection):
         end-of-iteration callback."""
         held = self.outbox.hold()
         try:
-            RespConnection.data_received(self, data)
+            self._read(data)
         finally:
             self.outbox.unhold(held)
 
