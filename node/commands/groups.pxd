@@ -34,6 +34,7 @@ cdef long long _plain_uint_c(a) noexcept
 
 cdef object _int_arg(b, bytes error)
 
+@cython.locals(ch=int)
 cdef object _strict_id(b)
 
 cdef dict _LOWER

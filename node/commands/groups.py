@@ -404,11 +404,17 @@ def _int_arg(b: bytes, error: bytes) -> int:
 
 
 def _strict_id(b: bytes) -> int | None:
-    """parse_id(b, 0, strict=True), the plain `ms-seq` first in C when compiled."""
+    """parse_id(b, 0, strict=True), the plain `ms-seq` first in C when compiled, and a word
+    (XCLAIM's TIME, the option that ends its IDs in every effect) refused there too, as
+    parse_id refuses anything that starts with an ASCII letter."""
     if cython.compiled:
         sid = _plain_id_c(b)
         if sid is not None:
             return sid
+        if type(b) is bytes and len(b):
+            ch = cython.cast(cython.p_uchar, PyBytes_AS_STRING(b))[0]
+            if 65 <= ch <= 90 or 97 <= ch <= 122:
+                return None
     return parse_id(b, 0, strict=True)
 
 
