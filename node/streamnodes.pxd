@@ -48,7 +48,7 @@ cdef (Py_ssize_t, Py_ssize_t) _live_bounds(blk, Py_ssize_t i0, Py_ssize_t i1, bi
 @cython.locals(b=Block, t=Tail, ids=list, flags=bytearray)
 cpdef list live_ids(blk, Py_ssize_t i0, Py_ssize_t i1, bint rev)
 
-@cython.locals(ids=list, ents=list, flags=bytearray, keep=list)
+@cython.locals(ids=list, ents=list, flags=bytearray, keep=bytearray)
 cpdef tuple live_rows(blk, Py_ssize_t i0, Py_ssize_t i1, bint rev)
 
 cdef int _width(str tc) noexcept

@@ -11,6 +11,7 @@ from __future__ import annotations
 import struct
 from array import array
 from bisect import bisect_left, bisect_right
+from itertools import compress
 from typing import Any
 
 import cython
@@ -27,6 +28,8 @@ __all__ = ["Block", "Tail", "Node", "FLAG_DELETED", "FLAG_SAMEFIELDS", "live_ids
 FLAG_DELETED = 1  # STREAM_ITEM_FLAG_DELETED
 FLAG_SAMEFIELDS = 2  # STREAM_ITEM_FLAG_SAMEFIELDS
 _DEL = FLAG_DELETED  # the same, a C constant compiled
+# flags.translate(_LIVE): 1 for each live entry, 0 for each deleted one (C-speed filters).
+_LIVE = bytes(0 if f & FLAG_DELETED else 1 for f in range(256))
 
 
 # --- nodes ------------------------------------------------------------------------------------
@@ -503,6 +506,8 @@ def _live_count(blk: Node, i0: int, i1: int) -> int:
     if not blk.ndel:
         return i1 - i0
     flags = blk.flags
+    if not cython.compiled:
+        return flags[i0:i1].translate(_LIVE).count(1)
     n = 0
     for i in range(i0, i1):
         if not flags[i] & _DEL:
@@ -515,7 +520,13 @@ def _live_bounds(blk: Node, i0: int, i1: int, rev: bool, cap: int) -> tuple[int,
     them if cap < 0); empty (lo >= hi) when none is live."""
     flags = blk.flags
     assert flags is not None
-    left = i1 - i0 if cap < 0 else cap
+    if cap < 0:  # every live entry: the span less the deleted ones at its ends
+        while i1 > i0 and flags[i1 - 1] & _DEL:
+            i1 -= 1
+        while i0 < i1 and flags[i0] & _DEL:
+            i0 += 1
+        return i0, i1
+    left = cap
     if rev:
         while i1 > i0 and flags[i1 - 1] & _DEL:
             i1 -= 1
@@ -547,7 +558,7 @@ def live_ids(blk: Node, i0: int, i1: int, rev: bool) -> list[int]:
         ids = t.sids[i0:i1]
     if blk.ndel:
         flags = blk.flags
-        ids = [x for i, x in enumerate(ids, i0) if not flags[i] & _DEL]
+        ids = list(compress(ids, flags[i0:i0 + len(ids)].translate(_LIVE)))
     if rev:
         ids.reverse()
     return ids
@@ -558,9 +569,9 @@ def live_rows(blk: Node, i0: int, i1: int, rev: bool) -> tuple[list[int], list[l
     ids, ents = _span(blk, i0, i1)
     if blk.ndel:
         flags = blk.flags
-        keep = [not flags[i] & _DEL for i in range(i0, i0 + len(ids))]
-        ids = [x for x, k in zip(ids, keep, strict=True) if k]
-        ents = [e for e, k in zip(ents, keep, strict=True) if k]
+        keep = flags[i0:i0 + len(ids)].translate(_LIVE)
+        ids = list(compress(ids, keep))
+        ents = list(compress(ents, keep))
     if rev:
         ids.reverse()
         ents = ents[::-1]
