@@ -5,8 +5,8 @@ so a test can cut a link (connections closed, new ones refused) and restore it. 
 asserted from the primary's INFO stats (`sync_full`, `sync_partial_ok`), as Redis reports
 them. `--node-impl redis` runs the same tests against redis-server replicas (they use only
 options both understand), which is how the tests themselves are checked. Redis 7.0 (Debian's)
-fails one of them for its own reason: its replicas lose a group's entries-read after a
-partial resync (fixed in 7.2); WAITAOF is 7.2+. Restarts are in test_replication_restart.py
+fails the ones that compare a consumer group after a partial resync for its own reason: its
+replicas lose a group's entries-read then (fixed in 7.2); WAITAOF is 7.2+. Restarts are in test_replication_restart.py
 (xshard only: Redis 7 keeps no replication ID in its AOF).
 
 Environment: XSHARD_REPL_SEEDS=N runs the state-comparison test over N seeds (default 3;
@@ -36,6 +36,7 @@ from tests.support.replset import (
     states_equal,
     sync_counts,
 )
+from tests.support.tcpproxy import TcpProxy
 
 SEEDS = int(os.environ.get("XSHARD_REPL_SEEDS", "3"))
 COMMANDS = int(os.environ.get("XSHARD_REPL_COMMANDS", "400"))
@@ -202,6 +203,37 @@ def test_client_kill_type_replica_and_master_drop_the_link(
         rs.synced()
     assert sync_counts(p.c) == (full0, partial0 + 3)
     states_equal([p, r])
+
+
+def test_replica_of_a_replica_continues_from_its_backlog(rset: Callable[..., ReplicaSet]) -> None:
+    """A replica's backlog takes what it republishes straight while it has no replicas of its
+    own and once per loop iteration while it has: a replica of it continues partially from
+    either, and every member ends with the same data."""
+    rs = rset(2)
+    p, r1, r2 = rs.primary, *rs.replicas
+    p.c.xgroup_create("s", "g", id="0", mkstream=True)
+    for i in range(20):
+        p.c.xadd("s", {"i": i})
+    p.c.xreadgroup("g", "c1", {"s": ">"}, count=5)
+    rs.synced()
+    to_r1 = TcpProxy(r1.node.port).start()
+    rs.proxies.append(to_r1)  # closed with the set
+    r2.c.execute_command("REPLICAOF", "127.0.0.1", to_r1.port)  # r1 now has a replica
+    for i in range(20):
+        p.c.xadd("s", {"j": i})
+        p.c.xack("s", "g", *[e[0] for e in p.c.xreadgroup("g", "c2", {"s": ">"}, count=1)[0][1]])
+    rs.synced()
+    full0, partial0 = sync_counts(r1.c)
+    to_r1.cut()
+    wait_until(lambda: info(r1.c)["connected_slaves"] == "0", 10, what="r2 gone from r1")
+    for i in range(20):  # r1 has no replica now
+        p.c.xadd("s", {"k": i})
+    p.c.xreadgroup("g", "c3", {"s": ">"}, count=7)
+    rs.synced([r1])
+    to_r1.restore()
+    rs.synced()
+    assert sync_counts(r1.c) == (full0, partial0 + 1)
+    states_equal([p, r1, r2])
 
 
 def test_backlog_overflow_falls_back_to_full_resync(rset: Callable[..., ReplicaSet]) -> None:
