@@ -20,6 +20,7 @@ cdef class Router(RouterCore):
     cdef public object config, loop, map, router_id, host, routers, node_password, node_user
     cdef public object pools, clients, acl, acl_sync, monitors, role, db, blocking
     cdef public object start_time, redirects, tcp_server, tls_server
+    cdef public object now_ms, _clock_timer
     cdef public object tls_client_context
     cdef public dict primary_addr
     cdef public tuple primary_pools

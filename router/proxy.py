@@ -61,6 +61,7 @@ ROUTES: dict[bytes, Route] = build(ROUTER_COMMANDS, load_all())
 _SPELLED: dict[bytes, Route] = {**ROUTES, **{k.upper(): v for k, v in ROUTES.items()}}
 _KEYED = Kind.KEYED  # (a module global: no attribute lookup on the enum per request)
 _UNKNOWN = ("", 0)  # Router.primary_addr has no entry for the shard
+_CLOCK_TICK = 0.1  # seconds between updates of Router.now_ms
 
 
 class RouterWatches:
@@ -123,6 +124,8 @@ class Router(RouterCore):
         self.blocking = RouterBlocking()
         self.stats = CommandStats()
         self.start_time = time.time()
+        self.now_ms = time.time_ns() // 1_000_000  # Router._tick keeps it
+        self._clock_timer: asyncio.TimerHandle | None = None
         self.redirects = {"moved": 0, "ask": 0}
         self.upstream = UpstreamStats(self)  # round trips and failures (router/metrics.py)
         self.tcp_server: asyncio.AbstractServer | None = None
@@ -213,9 +216,20 @@ class Router(RouterCore):
         """Listen; returns the plain port (0 with `port 0` and a TLS port: TLS only)."""
         self.tcp_server, self.tls_server, port = await tls.listen(
             self.loop, lambda: ClientConn(self).as_protocol(), bind, port, tls_port, tls_context)
+        self._tick()
         return port
 
+    def _tick(self) -> None:
+        """The wall clock in ms, cached every 100 ms as Redis caches its own (server.mstime):
+        each request stores it as its client's last interaction (CLIENT LIST idle=, in
+        seconds), which a clock read per request would make cost 3% of a relayed XADD."""
+        self.now_ms = time.time_ns() // 1_000_000
+        self._clock_timer = self.loop.call_later(_CLOCK_TICK, self._tick)
+
     def close(self) -> None:
+        if self._clock_timer is not None:
+            self._clock_timer.cancel()
+            self._clock_timer = None
         for srv in (self.tcp_server, self.tls_server):
             if srv is not None:
                 srv.close()
@@ -232,6 +246,7 @@ class Router(RouterCore):
         bytes the client sent for exactly this request, relayed as they are when the request
         goes to one node unchanged (None: it is encoded again)."""
         self.stats.total_commands += 1
+        c.last_interaction_ms = self.now_ms  # CLIENT LIST idle=, as a node's call() sets it
         if self.monitors:
             feed_monitors(self.monitors, c, argv)
         conn: ClientConn = c.conn  # type: ignore[assignment]
@@ -239,11 +254,17 @@ class Router(RouterCore):
         if route is None:
             route = ROUTES.get(argv[0].lower())
             if route is None:
+                c.last_cmd = None  # CLIENT LIST cmd=NULL, as on a node (Redis's c->lastcmd)
                 if c.in_multi:
                     c.multi_failed = True
                 return conn.fill(cell, error(errors.unknown_command(argv[0], argv[1:])))
+        # The command CLIENT LIST shows, set before the checks as a node does (node/server.py
+        # execute): a container's is its subcommand's fullname, None for an unknown one.
+        c.last_cmd = route.name
         n, arity = len(argv), route.arity
         if arity is None or (n != arity if arity > 0 else n < -arity):
+            if arity is None:
+                c.last_cmd = command_table.stat_name(argv, route.name)
             err = command_table.check_arity(argv, argv[0].lower())
             if err is not None:
                 if c.in_multi:

@@ -45,12 +45,13 @@ _FANOUT_POLICIES = frozenset(("multi_shard", "all_shards", "all_nodes"))
 class Route:
     """A command's routing, with what dispatch needs at hand (one dict lookup per request)."""
 
-    __slots__ = ("kind", "spec", "handler", "arity", "write", "blocking", "no_auth",
+    __slots__ = ("kind", "spec", "name", "handler", "arity", "write", "blocking", "no_auth",
                  "run_in_multi", "request_policy", "response_policy", "subs", "fixed_key")
 
     def __init__(self, kind: Kind, spec: CommandSpec, handler: Any = None) -> None:
         self.kind = kind
         self.spec = spec
+        self.name: bytes = spec.name  # the fullname (CLIENT LIST cmd=), a C field compiled
         self.handler = handler  # the node handler (LOCAL) or the router command (ROUTER)
         # Plain commands are arity-checked inline; containers go through check_arity.
         self.arity: int | None = None if spec.subcommands else spec.arity

@@ -116,3 +116,58 @@ def test_pipeline_finds_the_shards_from_the_routers_info(cluster: Cluster) -> No
 
     seeds, is_router = Topology(f"redis://{cluster.router.host}:{cluster.router.port}")._seeds()
     assert is_router and sorted(seeds) == sorted((p.host, p.port) for p in cluster.primaries())
+
+
+_CMD_SCRIPT = [["NOSUCH", "x"], ["PING"], ["XADD", "cmd:s"], ["CLIENT", "NOSUCH"], ["XGROUP"],
+               ["CLIENT", "GETNAME"], ["XADD", "cmd:s", "*", "f", "v"], ["MULTI"],
+               ["XLEN", "cmd:s"], ["NOSUCH"], ["EXEC"], ["MULTI"],
+               ["XADD", "cmd:s", "*", "f", "v"], ["EXEC"], ["XINFO", "STREAM", "cmd:s"]]
+
+
+def _last_commands(host: str, port: int) -> list[tuple[list[str], str]]:
+    """cmd= in CLIENT LIST (seen from another connection) after each command of the script."""
+    admin, c = RawClient(host, port), RawClient(host, port)
+    out = []
+    try:
+        host, lport = c.sock.getsockname()[:2]
+        addr = f"addr={host}:{lport}"
+        for cmd in _CMD_SCRIPT:
+            c.call(*cmd)
+            line = next(ln for ln in admin.call("CLIENT", "LIST")[1].decode().splitlines()
+                        if addr in ln.split())
+            out.append((cmd, next(f for f in line.split() if f.startswith("cmd="))))
+        admin.call("DEL", "cmd:s")
+    finally:
+        admin.close()
+        c.close()
+    return out
+
+
+def test_client_list_cmd_through_a_router_matches_redis(cluster: Cluster, oracle) -> None:
+    """A router's clients show their last command as Redis's do (c->lastcmd): set before the
+    checks, so a command refused for its arity or queued in MULTI shows; an unknown command or
+    subcommand shows NULL, a subcommand its fullname. The router used to show cmd=NULL always."""
+    h = cluster.router
+    mine, theirs = _last_commands(h.host, h.port), _last_commands("127.0.0.1", oracle.port)
+    for a, b in zip(mine, theirs, strict=True):
+        assert a == b, f"router {a} redis {b}"
+
+
+def test_client_idle_through_a_router_counts_from_the_last_command(cluster: Cluster) -> None:
+    """idle= is the time since the client's last command, not since it connected."""
+    from tests.support.procs import wait_until
+
+    h = cluster.router
+    raw = RawClient(h.host, h.port)
+    fields: dict[str, str] = {}
+
+    def aged() -> bool:
+        info = raw.call("CLIENT", "INFO")[1].decode()
+        fields.update(f.split("=", 1) for f in info.split() if "=" in f)
+        return int(fields["age"]) >= 2
+
+    try:
+        wait_until(aged, 10, interval=0.2, what="a connection two seconds old")
+    finally:
+        raw.close()
+    assert int(fields["idle"]) == 0, fields
