@@ -325,7 +325,7 @@ class Router(RouterCore):
         so a read costs one scan of its arguments. A read whose options do not parse takes
         the general path, where a node or the multi-slot read phrases the error."""
         try:
-            options = parse_xread_options(argv, int(time.time() * 1000))
+            options = parse_xread_options(argv, self.now_ms)  # (now: its overflow check)
         except ReplyError:
             options = None
         if options is None or not options[4]:

@@ -30,7 +30,7 @@ cdef Py_ssize_t _dec(const unsigned char *p, Py_ssize_t i, Py_ssize_t n,
 cdef object _plain_id_c(a)
 
 @cython.locals(n=Py_ssize_t, p="const unsigned char *", v="unsigned long long")
-cdef long long _plain_uint_c(a) noexcept
+cpdef long long plain_uint(a) noexcept
 
 cdef object _int_arg(b, bytes error)
 

@@ -228,7 +228,7 @@ def xgroup(c: Client, argv: list[bytes]) -> bytes:
                 mkstream = True
                 i += 1
             elif (create or setid) and opt == b"entriesread" and i + 1 < argc:
-                v = _plain_uint_c(argv[i + 1]) if cython.compiled else -1
+                v = plain_uint(argv[i + 1])
                 if v < 0:
                     v = string2ll(argv[i + 1])
                 if v is None:
@@ -376,14 +376,17 @@ def _plain_id_c(a: bytes) -> int | None:
     return _sid_of(ms, seq)
 
 
-def _plain_uint_c(a: bytes) -> int:
-    """Compiled only: `0` or digits without a leading zero, fewer than 19 (what effects and
-    clients send), in C; -1 for anything else (errors.py's string2ll rules then decide)."""
+def plain_uint(a: bytes) -> int:
+    """`0` or digits without a leading zero, fewer than 19 (what clients and effects send: COUNT,
+    BLOCK, XCLAIM's integers, ENTRIESREAD); -1 for anything else, which then takes errors.py's
+    string2ll rules. Compiled, one C loop (no chain of interpreted calls)."""
     if type(a) is not bytes:
         return -1
     n = len(a)
     if n == 0 or n > 18:
         return -1
+    if not cython.compiled:
+        return int(a) if a.isdigit() and (a[0] != 48 or n == 1) else -1
     v = 0
     p = cython.cast(cython.p_uchar, PyBytes_AS_STRING(a))
     if p[0] == 48 and n > 1:
@@ -394,12 +397,11 @@ def _plain_uint_c(a: bytes) -> int:
 
 
 def _int_arg(b: bytes, error: bytes) -> int:
-    """errors.parse_int_or_error, the plain form first in C when compiled (a replica parses
-    three integers in every XCLAIM effect, and errors.py runs interpreted)."""
-    if cython.compiled:
-        v = _plain_uint_c(b)
-        if v >= 0:
-            return v
+    """errors.parse_int_or_error, the plain form first (a replica parses three integers in
+    every XCLAIM effect, and errors.py runs interpreted)."""
+    v = plain_uint(b)
+    if v >= 0:
+        return v
     return errors.parse_int_or_error(b, error)
 
 

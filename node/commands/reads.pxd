@@ -4,6 +4,7 @@
 
 import cython
 
+from node.commands.groups cimport plain_uint
 from node.groups cimport Consumer, ConsumerGroup
 from node.keyspace cimport Keyspace
 from node.stream cimport Stream

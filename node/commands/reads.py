@@ -26,6 +26,7 @@ from node.commands import command
 from node.commands.entryreplies import encode_span, entry_reply, fields_hdr
 from node.commands.groups import (
     lookup_or_create_consumer,
+    plain_uint,
     propagate_group_id,
     propagate_xclaim,
     xclaim_run_len,
@@ -78,14 +79,14 @@ def parse_xread_options(argv: list[bytes], now_ms: int) -> XReadOptions:
         if o == b"block" and moreargs:
             i += 1
             block_arg = i
-            timeout = _plain_uint(argv[i])
+            timeout = plain_uint(argv[i])
             if timeout < 0:
                 timeout = errors.parse_timeout_ms_or_error(argv[i])
             if timeout > errors.LLONG_MAX - now_ms:
                 raise ReplyError(errors.TIMEOUT_OUT_OF_RANGE)
         elif o == b"count" and moreargs:
             i += 1
-            count = _plain_uint(argv[i])
+            count = plain_uint(argv[i])
             if count < 0:
                 count = max(errors.parse_int_or_error(argv[i]), 0)
         elif o == b"streams" and moreargs:
@@ -120,15 +121,6 @@ def parse_xread_options(argv: list[bytes], now_ms: int) -> XReadOptions:
     if xreadgroup and groupname is None:
         raise ReplyError(errors.MISSING_GROUP)
     return timeout, count, noack, streams_arg, nkeys, groupname, consumername, block_arg, claim
-
-
-def _plain_uint(b: bytes) -> int:
-    """COUNT and BLOCK as clients send them (`0`, or digits without a leading zero, fewer
-    than 19) without errors.py's chain of interpreted calls, which a consumer's every read
-    went through twice; -1 for anything else, which takes that chain (string2ll's rules)."""
-    if b.isdigit() and len(b) < 19 and (b[0] != 48 or len(b) == 1):
-        return int(b)
-    return -1
 
 
 def _has_new(s: Stream, g: ConsumerGroup) -> bool:
