@@ -11,8 +11,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from base.store import View, read_view
 from control.etcd import EtcdProcess
-from control.store import View, read_view
 
 REPO = Path(__file__).resolve().parent.parent
 XSHARD = [sys.executable, "-m", "control.cli"]

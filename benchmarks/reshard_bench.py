@@ -37,10 +37,10 @@ import redis
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from base.records import owners  # noqa: E402
+from base.store import read_view  # noqa: E402
 from control.etcd import EtcdProcess  # noqa: E402
 from control.ports import free_port  # noqa: E402
-from control.records import owners  # noqa: E402
-from control.store import read_view  # noqa: E402
 from node.slots import keys_in_slots  # noqa: E402
 
 FIELDS = {"sensor": "t-17", "value": "21.5", "unit": "C", "site": "north-3"}

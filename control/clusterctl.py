@@ -1,7 +1,7 @@
 """The cluster subcommands of `xshard`: create, status, failover, controller.
 
 They find etcd from --etcd, else $XSHARD_ETCD, else the local cluster's (./.xshard, written by
-`xshard up`), else http://127.0.0.1:2379; see control/etcdconn.py for auth and TLS. Bad input
+`xshard up`), else http://127.0.0.1:2379; see base/etcdconn.py for auth and TLS. Bad input
 and unreachable services end in one line on stderr and a non-zero exit (1 for a failure, 2 for
 usage), never a traceback: these are the commands people type first.
 """
@@ -15,9 +15,9 @@ import os
 import ssl
 import sys
 
-from control import etcdconn
-from control.etcdconn import EtcdConfig
-from control.store import BaseStore, EtcdError
+from base import etcdconn
+from base.etcdconn import EtcdConfig
+from base.store import BaseStore, EtcdError
 
 DEFAULT_CLUSTER = "xshard"
 
@@ -82,7 +82,7 @@ def conn_from(a: argparse.Namespace) -> EtcdConfig:
 
 
 async def open_store(conn: EtcdConfig | str, cluster: str) -> BaseStore:
-    from control.store import Store, Unreachable
+    from base.store import Store, Unreachable
 
     store = Store(conn, cluster)
     try:
@@ -98,7 +98,7 @@ async def open_store(conn: EtcdConfig | str, cluster: str) -> BaseStore:
 async def create(conn: EtcdConfig | str, cluster: str, shards: int) -> str:
     """Write the shards and an even slot map once; returns a one-line summary. Raises
     ClusterExists when the cluster is there already."""
-    from control.records import even_slots
+    from base.records import even_slots
 
     if shards < 1 or shards > 16384:
         raise CliError("--shards must be between 1 and 16384")
@@ -162,7 +162,7 @@ async def status_rows(conn: EtcdConfig | str, cluster: str, node_password: str =
     Replication lag in seconds and the groups furthest behind come from the primaries'
     /metrics (nodes started with --metrics-port); without it they show as '-'."""
     from control import nodemetrics
-    from control.nodeclient import NodeOps
+    from node.link import NodeOps
 
     nodes = NodeOps(node_password, tls=tls, user=node_user)
     store = await open_store(conn, cluster)
@@ -275,8 +275,8 @@ async def manual_failover(conn: EtcdConfig | str, cluster: str, shard: str, forc
     """--force, or a primary that is gone: the controller's failover (control/controller.py);
     a live primary without --force: a planned switchover (control/switchover.py)."""
     from control.controller import FailoverError, failover
-    from control.nodeclient import NodeOps
     from control.switchover import switchover
+    from node.link import NodeOps
 
     store = await open_store(conn, cluster)
     nodes = NodeOps(node_password, tls=tls, user=node_user)

@@ -21,9 +21,9 @@ A write that WAIT acknowledged on k replicas is on each of them; the chosen node
 least as much of the primary's stream as any live replica, so the write survives whenever one
 of the k is alive.
 
-The controller holds its leader key on a lease session (control/lease.py) and reaches nodes
-through `NodeOps` (control/nodeclient.py, with AUTH when nodes have requirepass); with the
-in-memory store (control/memstore.py) and scripted nodes, every decision here is unit-tested
+The controller holds its leader key on a lease session (base/lease.py) and reaches nodes
+through `NodeOps` (node/link.py, with AUTH when nodes have requirepass); with the
+in-memory store (base/memstore.py) and scripted nodes, every decision here is unit-tested
 (tests/control/test_controller_unit.py).
 
 Faster detection of a crash: a primary whose port refuses connections for DEAD_PROBES
@@ -31,7 +31,7 @@ consecutive probes is a dead process (a frozen or partitioned one times out inst
 leader revokes its lease rather than waiting out the TTL. The key disappears and the ordinary
 failover follows. A refused connection is what a dead process looks like, and also what a
 live one behind a firewall's REJECT looks like. Such a primary, cut off from etcd too, still
-takes writes until its last accepted keep-alive is FENCE_AFTER old (control/agent.py); that
+takes writes until its last accepted keep-alive is FENCE_AFTER old (node/membership/agent.py); that
 keep-alive was sent before etcd applied the revoke, so FENCE_WAIT after the revoke it is
 fenced, whatever it is. The controller waits FENCE_WAIT unless every replica of the shard says
 its link to the primary is down: a crash closes the primary's sockets, so its replicas see it
@@ -51,13 +51,13 @@ import ssl
 import time
 from dataclasses import dataclass
 
+from base.etcdconn import EtcdConfig
+from base.lease import POLICY, LeaseLost, LeaseSession
+from base.records import Compare, Entry, ShardRecord, View
+from base.store import BaseStore
+from base.tasks import cancel_and_wait
 from control import reshard
-from control.etcdconn import EtcdConfig
-from control.lease import POLICY, LeaseLost, LeaseSession
-from control.nodeclient import NodeError, NodeOps
-from control.records import Compare, Entry, ShardRecord, View
-from control.store import BaseStore
-from control.tasks import cancel_and_wait
+from node.link import NodeError, NodeOps
 
 log = logging.getLogger("xshard.controller")
 
@@ -321,7 +321,7 @@ def run(conn: EtcdConfig | str, cluster: str, cid: str | None = None,
 
     import uvloop
 
-    from control.store import Store
+    from base.store import Store
 
     async def main() -> int:
         c = Controller(Store(conn, cluster), cid, NodeOps(node_password, tls=tls, user=node_user),
@@ -350,7 +350,7 @@ def run(conn: EtcdConfig | str, cluster: str, cid: str | None = None,
             stopped.cancel()
             await task  # it ended by itself: its error, if any, is the process's
         else:
-            await cancel_and_wait(task)  # once may not be enough (control/tasks.py)
+            await cancel_and_wait(task)  # once may not be enough (base/tasks.py)
             log.info("controller %s: stopped", c.id)
         if metrics is not None:
             await metrics.stop()

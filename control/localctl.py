@@ -1,5 +1,5 @@
 """`xshard down` and `xshard logs`: act on the local cluster that `xshard up` runs in a
-directory (./.xshard by default), through what it leaves there (control/statedir.py)."""
+directory (./.xshard by default), through what it leaves there (base/statedir.py)."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ import sys
 import time
 from pathlib import Path
 
+from base.statedir import DEFAULT as STATE_DIR
+from base.statedir import StateDir
 from control.clusterctl import CliError
-from control.statedir import DEFAULT as STATE_DIR
-from control.statedir import StateDir
 
 
 def _parser(prog: str, desc: str) -> argparse.ArgumentParser:

@@ -9,8 +9,7 @@ from typing import TYPE_CHECKING
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
-from control.lease import KEEPALIVE_RTT
-from node import histogram
+from base.lease import etcd_rtt
 
 if TYPE_CHECKING:
     from control.controller import Controller
@@ -19,12 +18,6 @@ if TYPE_CHECKING:
 # lease expired, or the controller revoked it because the process refused connections.
 FAILOVER_REASONS = ("lease_expired", "process_gone")
 READY_WITHIN = 5.0  # seconds: a controller that read etcd this recently is connected
-
-
-def etcd_rtt() -> Metric:
-    return histogram.family(
-        "xshard_etcd_rtt_seconds", "Round trip of each accepted etcd lease keep-alive (one a "
-        "second per lease holder): this process's etcd latency.", [], [([], KEEPALIVE_RTT)])
 
 
 class ControllerCollector:

@@ -6,7 +6,7 @@ require each record to be absent (a second migration of a slot is refused) and t
 to be the one the plan was made from. The leader controller (`Resharder.tick`)
 starts up to PER_SOURCE moves per source shard (state "moving") and deletes records that can
 no longer complete (a shard that was removed, a slot whose owner changed). From "moving" on,
-the nodes finish the move by themselves (control/slotmover.py): the source commits the flip,
+the nodes finish the move by themselves (node/membership/slotmover.py): the source commits the flip,
 which deletes the record. So a move survives the death of the controller (queued ones wait
 for the next leader), of the source or of the target (their successors start it over after a
 failover). A move whose source or target shard stays without a live primary longer than the
@@ -23,8 +23,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from control.records import Compare, ShardRecord, View, owners
-from control.store import BaseStore
+from base.records import Compare, ShardRecord, View, owners
+from base.store import BaseStore
 from node.slots import SLOTS
 
 log = logging.getLogger("xshard.controller")

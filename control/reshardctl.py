@@ -14,9 +14,9 @@ import ssl
 import sys
 import time
 
+from base.records import View, owners
+from base.store import BaseStore
 from control.clusterctl import CliError, add_tls, conn_from, node_tls, open_store, parser
-from control.nodeclient import NodeError, NodeOps, call_all
-from control.records import View, owners
 from control.reshard import (
     Move,
     ReshardError,
@@ -28,7 +28,7 @@ from control.reshard import (
     queue,
     retire_shard,
 )
-from control.store import BaseStore
+from node.link import NodeError, NodeOps, call_all
 from node.slots import SLOTS, key_slot
 
 
@@ -46,7 +46,7 @@ def _wait_args(p) -> None:  # noqa: ANN001 - argparse.ArgumentParser
 async def _node_totals(v: View, password: str, user: str = "",
                        tls: ssl.SSLContext | None = None) -> tuple[int, int]:
     """(keys, bytes) the primaries have sent in slot moves, from INFO cluster."""
-    from control.nodeclient import NodeOps, info
+    from node.link import NodeOps, info
 
     ops = NodeOps(password, tls=tls, user=user)
     keys = nbytes = 0

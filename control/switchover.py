@@ -33,10 +33,10 @@ import logging
 import time
 from dataclasses import dataclass
 
+from base.records import ShardRecord, View
+from base.store import BaseStore
 from control.controller import FailoverError, ask_offsets, shard_entry
-from control.nodeclient import NodeOps
-from control.records import ShardRecord, View
-from control.store import BaseStore
+from node.link import NodeOps
 
 log = logging.getLogger("xshard.switchover")
 

@@ -1,7 +1,7 @@
 """`xshard up`: a whole local cluster in one command, kept running until Ctrl-C or `xshard down`.
 
 It starts an embedded etcd (control/etcd.py), N shards x (1 + R) nodes, a controller and the
-routers, with data and logs under `./.xshard/` (control/statedir.py), and supervises them
+routers, with data and logs under `./.xshard/` (base/statedir.py), and supervises them
 (control/supervisor.py): whatever dies is restarted with backoff.
 
 Starting again in the same directory resumes the same cluster: the same etcd ports and data,
@@ -29,11 +29,11 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from base.statedir import DEFAULT as STATE_DIR
+from base.statedir import AlreadyRunning, StateDir
 from control import promconfig
 from control.clusterctl import CliError, ClusterExists, create, format_table, status_rows
 from control.ports import free_port
-from control.statedir import DEFAULT as STATE_DIR
-from control.statedir import AlreadyRunning, StateDir
 from control.supervisor import Child, exit_text, say, xshard_argv
 
 READY = "Ctrl-C stops the cluster."
@@ -269,7 +269,7 @@ class LocalCluster:
         return True
 
     def view(self):  # noqa: ANN201 - a View, or None while etcd does not answer
-        from control.store import Store
+        from base.store import Store
 
         async def go():  # noqa: ANN202
             s = Store(self.url, self.shape.cluster)
@@ -409,8 +409,8 @@ class LocalCluster:
 
     def _grow(self, have: int) -> list[str]:
         """Shard records for the shards that --shards adds to an existing cluster."""
+        from base.store import Store
         from control.reshard import ReshardError, add_shards
-        from control.store import Store
 
         ids = [str(i) for i in range(have, self.shape.shards)]
         if not ids:
@@ -434,8 +434,8 @@ class LocalCluster:
     def _rebalance(self, new: list[str]) -> None:
         """Queue the moves that even the slots out over the old and the new shards; the nodes
         carry them out while `up` supervises (xshard status shows them)."""
+        from base.store import Store
         from control.reshard import ReshardError, queue_rebalance
-        from control.store import Store
 
         async def go() -> int:
             store = Store(self.url, self.shape.cluster)

@@ -1,6 +1,6 @@
 """The node's view of the cluster: who owns which slot, and the redirects that follow from it.
 
-The state comes from etcd (control/records.py) through the membership agent (`control/agent.py`), which
+The state comes from etcd (base/records.py) through the membership agent (`node/membership/agent.py`), which
 calls `ClusterState.update` with the decoded `nodes/`, `shards/` and `slots` values. From it
 the node answers CLUSTER SLOTS/SHARDS/NODES/INFO in Redis's formats and refuses keys it does
 not serve with `-MOVED` (or `-CROSSSLOT`, `-CLUSTERDOWN`), which is all a cluster-aware client
@@ -78,7 +78,7 @@ class SlotMap:
     def update(self, nodes: dict[str, dict[str, Any]] | None = None,
                shards: dict[str, dict[str, Any]] | None = None,
                slots: list[list[Any]] | None = None, version: int | None = None) -> None:
-        """Replace the parts given, in the value formats of control/records.py (node and shard
+        """Replace the parts given, in the value formats of base/records.py (node and shard
         dicts keyed by id, slots as [[start, end, shard-id], ...])."""
         if nodes is not None:
             self.nodes = {nid: NodeInfo(nid, str(v["host"]), int(v["port"]), str(v["shard"]),

@@ -172,7 +172,7 @@ SETTINGS: tuple[Setting, ...] = (
             help="snapshot file name (xshard's own format, not RDB)"),
     Setting("cluster-enabled", "bool", False, mutable=False,
             help="accepted for redis.conf compatibility; cluster mode comes from --etcd"),
-    # Cluster membership through etcd (control/agent.py); without --etcd the node is standalone.
+    # Cluster membership through etcd (node/membership/agent.py); without --etcd the node is standalone.
     Setting("etcd", "str", "", mutable=False,
             help="etcd endpoints (comma list) of the cluster to join; empty: a standalone node"),
     Setting("etcd-user", "str", "", mutable=False,

@@ -31,7 +31,6 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
-    from control.agent import Agent
     from node.acl import Acl
     from node.blocking import Blocked, BlockingManager
     from node.client import Client
@@ -42,6 +41,7 @@ if TYPE_CHECKING:
     from node.effects import EffectLog
     from node.keyspace import Keyspace
     from node.latency import LatencyMonitor
+    from node.membership.agent import Agent
     from node.persistence import Persistence
     from node.protocol import RespConnection
     from node.replication import Replication
@@ -140,7 +140,7 @@ class ServerContext(ClientContext, DataContext, Protocol):
     replication: Replication | None  # set at start-up
     child_saver: ChildSaver | None  # the forked saver, once one ran
     cluster: ClusterState | None  # set when the node is part of a cluster
-    agent: Agent | None  # the etcd membership agent (control/agent.py), with --etcd
+    agent: Agent | None  # the etcd membership agent (node/membership/agent.py), with --etcd
     config_file: str  # the --config file, "" without one
     peak_memory: int  # the highest RSS INFO has seen (used_memory_peak)
     reply_gate: ReplyGate | None

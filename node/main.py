@@ -163,8 +163,8 @@ async def _serve(config: Config, config_file: str) -> int:
     server.replication.start()
     agent = None
     if config.etcd:  # cluster membership: lease, role and fencing from etcd
-        from control.agent import Agent
-        from control.etcdconn import ConfigError as EtcdConfigError
+        from base.etcdconn import ConfigError as EtcdConfigError
+        from node.membership.agent import Agent
 
         try:
             agent = Agent.start(server)

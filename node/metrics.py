@@ -24,8 +24,8 @@ from prometheus_client.core import (
     Metric,
 )
 
-from node import histogram
-from node.histogram import Histogram
+from base import histogram
+from base.histogram import Histogram
 from node.streammetrics import StreamMetrics, exposition
 
 if TYPE_CHECKING:
@@ -107,7 +107,7 @@ class NodeCollector:
         yield from self._replication()
         yield from self._persistence()
         if s.agent is not None:
-            from control.metrics import etcd_rtt
+            from base.lease import etcd_rtt
 
             yield etcd_rtt()
         yield GaugeMetricFamily("xshard_metrics_tracked_streams", "Streams the per-stream "

@@ -34,6 +34,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
+from base.histogram import Histogram
 from node import errors, loading, snapshot
 from node.aof import (
     HistoryMark,
@@ -42,7 +43,6 @@ from node.aof import (
     check_aof,  # noqa: F401 - `xshard check-aof` (control/cli.py) imports it from here
     manifest_path,
 )
-from node.histogram import Histogram
 
 if TYPE_CHECKING:
     from node.server import Connection, Server

@@ -46,8 +46,8 @@ if cython.compiled:
     )
 
 if TYPE_CHECKING:
-    from control.agent import Agent
     from node.cluster import ClusterState
+    from node.membership.agent import Agent
     from node.metrics import NodeCollector
     from node.persistence import Persistence
     from node.replication import Replication
@@ -159,7 +159,7 @@ class Server:
         self.persistence: Persistence | None = None
         self.replication: Replication | None = None
         self.child_saver: ChildSaver | None = None  # the one forked saver (snapshot, sync)
-        self.agent: Agent | None = None  # etcd membership and the write fence (control/agent.py)
+        self.agent: Agent | None = None  # etcd membership and the write fence (node/membership/agent.py)
         self.cluster: ClusterState | None = None  # set when the node is part of a cluster
         self.config_listeners: list[Callable[[str], None]] = []  # CONFIG SET, per setting
         self.shutdown_hook: Callable[[], None] | None = None  # SHUTDOWN stops the process
@@ -324,7 +324,7 @@ class Server:
         return err
 
     def check_fence(self) -> bytes | None:
-        """CLUSTERDOWN on a primary whose etcd lease or role is not fresh (control/agent.py)."""
+        """CLUSTERDOWN on a primary whose etcd lease or role is not fresh (node/membership/agent.py)."""
         return self.agent.fence() if self.agent is not None else None
 
     def check_misconf(self) -> bytes | None:

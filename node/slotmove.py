@@ -1,7 +1,7 @@
 """The node-local half of moving slots: what a source sends, what a target rebuilds, and what
 a source drops.
 
-The move itself is driven from etcd (control/slotmover.py). The source primary copies the
+The move itself is driven from etcd (node/membership/slotmover.py). The source primary copies the
 keys of a batch of slots to the target primary as one consistent image and then forwards the
 effects of every later write to those slots (`SlotCopy`), so the target applies the same
 deterministic commands that the source's replicas get. The target applies them as ordinary

@@ -10,11 +10,12 @@ from binascii import crc_hqx
 
 import cython
 
+from base.records import SLOTS  # noqa: F401 - one count for the slot map and the hash
+
 if cython.compiled:
     from cython.cimports.cpython.bytes import PyBytes_AS_STRING
     from cython.cimports.libc.string import memchr
 
-SLOTS = 16384
 
 
 def key_slot(key: bytes) -> int:

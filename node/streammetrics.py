@@ -23,7 +23,7 @@ from bisect import bisect_left
 from itertools import islice
 from typing import TYPE_CHECKING
 
-from node.histogram import MsHistogram
+from base.histogram import MsHistogram
 from node.patterns import stringmatch
 from node.stream import Stream
 

@@ -22,8 +22,8 @@ from node.resp import OK, ReplyError, error, integer
 from router.commands import router_command
 
 if TYPE_CHECKING:
-    from control.records import Entry
-    from control.store import BaseStore
+    from base.records import Entry
+    from base.store import BaseStore
     from router.client import Cell, ClientConn, RouterClient
     from router.proxy import Router
 

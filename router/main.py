@@ -17,7 +17,7 @@ SHUTDOWN_TIMEOUT = 10.0  # seconds for the metrics server and etcd to let go at 
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from control import etcdconn
+    from base import etcdconn
 
     p = argparse.ArgumentParser(prog="xshard router", description=(
         "A stateless RESP proxy: clients see one Redis; each command goes to the shard that "
@@ -64,7 +64,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p = build_parser()
     a = p.parse_args(argv)
     if not a.topology:
-        from control import etcdconn
+        from base import etcdconn
 
         try:
             a.etcd_config = etcdconn.from_args(a, find_local=False) if (

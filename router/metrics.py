@@ -8,8 +8,8 @@ from typing import TYPE_CHECKING
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
-from node import histogram
-from node.histogram import Histogram
+from base import histogram
+from base.histogram import Histogram
 from node.resp import error_code
 from router.upstream import RETRYABLE
 
@@ -134,6 +134,6 @@ class RouterCollector:
                                 "read.", value=sum(1 for c in r.clients.values()
                                                    if c.blocked is not None))
         if self.etcd:
-            from control.metrics import etcd_rtt
+            from base.lease import etcd_rtt
 
             yield etcd_rtt()

@@ -1,7 +1,7 @@
 """The router's link to etcd: watch the slot map and topology, and register on a lease.
 
 A router keeps nothing that a restart would lose: everything it routes by is read
-from etcd, and its own `routers/<id>` key lives on a lease session (control/lease.py) so that
+from etcd, and its own `routers/<id>` key lives on a lease session (base/lease.py) so that
 CLUSTER SLOTS served by the other routers drops it within the lease TTL when it dies.
 """
 
@@ -12,9 +12,9 @@ import contextlib
 import json
 import logging
 
-from control.etcdconn import EtcdConfig
-from control.lease import LeaseSession
-from control.store import Store, View
+from base.etcdconn import EtcdConfig
+from base.lease import LeaseSession
+from base.store import Store, View
 from router.aclsync import AclSync
 from router.proxy import Router
 

@@ -95,7 +95,7 @@ def parser_section(name: str, p: argparse.ArgumentParser) -> list[str]:
 
 
 def render() -> str:
-    from control.etcdconn import OPTIONS
+    from base.etcdconn import OPTIONS
 
     env = ", ".join(f"`{e}` (`--{n}`)" for n, (e, _h) in OPTIONS.items())
     lines = [

@@ -72,7 +72,7 @@ def cluster(c: Client, argv: list[bytes]) -> bytes:
 
 def _setslot(c: Client, state, argv: list[bytes]) -> bytes:  # noqa: ANN001 - ClusterState
     """CLUSTER SETSLOT slot IMPORTING node | MIGRATING node | NODE node | STABLE, node-local
-    (the slot map itself changes in etcd, control/slotmover.py). IMPORTING on a slot this
+    (the slot map itself changes in etcd, node/membership/slotmover.py). IMPORTING on a slot this
     node does not own also marks the connection as the importer of the slot and drops keys
     a previous, unfinished import left there, so a move that starts over starts clean."""
     from node.slotmove import drop_slot

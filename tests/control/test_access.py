@@ -15,10 +15,10 @@ from pathlib import Path
 import pytest
 import redis
 
+from base.lease import POLICY, LeaseSession
+from base.records import NodeRecord
+from base.store import Store, read_view
 from control.certs import make_tls
-from control.lease import POLICY, LeaseSession
-from control.records import NodeRecord
-from control.store import Store, read_view
 from tests.conftest import REPO
 from tests.support.cluster import run_cli
 from tests.support.etcdmembers import EtcdMembers

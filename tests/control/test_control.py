@@ -19,9 +19,9 @@ import redis
 from redis.cluster import ClusterNode, RedisCluster
 from redis.exceptions import ClusterDownError, MovedError
 
+from base.store import Store, even_slots, read_view
 from control.etcd import MIN_SAFE, find_etcd, wheel_binary
 from control.ports import free_block
-from control.store import Store, even_slots, read_view
 from node.slots import SLOTS, key_slot
 from tests.conftest import REPO
 from tests.support.cluster import Cluster, run_cli
@@ -80,7 +80,7 @@ def test_store_create_once_and_guarded_writes(etcd_url: str) -> None:
             assert v2.shards["0"].value.epoch == 1 and v2.shards["0"].value.primary == "a"
             # A lease-bound node key vanishes with its lease.
             lease = await s.grant(3)
-            from control.store import NodeRecord
+            from base.store import NodeRecord
             assert await s.put_node(NodeRecord("a", "127.0.0.1", 1, "0"), lease, 0)
             assert not await s.put_node(NodeRecord("a", "127.0.0.1", 1, "0"), lease, 0)
             assert "a" in (await s.view()).nodes

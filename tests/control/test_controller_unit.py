@@ -1,5 +1,5 @@
 """Controller decisions without etcd: the real Controller and failover() against the in-memory
-store (control/memstore.py) and scripted nodes, as kvrocks-controller tests its controller.
+store (base/memstore.py) and scripted nodes, as kvrocks-controller tests its controller.
 
 What is decided here: which replica a failover promotes (highest offset, ties by replica
 order), the epoch bump and the new membership in one guarded transaction, fencing by compare
@@ -15,12 +15,12 @@ import time
 
 import pytest
 
-from control.agent import FENCE_AFTER
+from base.memstore import MemoryEtcd, MemoryStore
+from base.records import NodeRecord, ShardRecord
+from base.store import BaseStore
 from control.controller import DEAD_PROBES, FENCE_WAIT, TICK, Controller, FailoverError, failover
-from control.memstore import MemoryEtcd, MemoryStore
-from control.nodeclient import NodeError, NodeOps
-from control.records import NodeRecord, ShardRecord
-from control.store import BaseStore
+from node.link import NodeError, NodeOps
+from node.membership.agent import FENCE_AFTER
 from tests.support.memetcd import in_memory, run, until
 
 

@@ -1,14 +1,14 @@
-"""The lease session (control/lease.py) against the in-memory etcd, plus the store's
+"""The lease session (base/lease.py) against the in-memory etcd, plus the store's
 endpoint handling; the same session runs against real etcd in every test_control.py test."""
 
 from __future__ import annotations
 
 import asyncio
 
-from control.etcdconn import ConfigError, EtcdConfig
-from control.lease import POLICY, LeasePolicy, LeaseSession
-from control.memstore import FakeClock, MemoryEtcd, MemoryStore
-from control.records import NodeRecord
+from base.etcdconn import ConfigError, EtcdConfig
+from base.lease import POLICY, LeasePolicy, LeaseSession
+from base.memstore import FakeClock, MemoryEtcd, MemoryStore
+from base.records import NodeRecord
 from tests.support.memetcd import in_memory, run, until
 
 FAST = LeasePolicy(ttl=1, interval=0.05, rpc_timeout=0.5)
@@ -18,12 +18,12 @@ FAST = LeasePolicy(ttl=1, interval=0.05, rpc_timeout=0.5)
 
 def test_one_policy_for_every_holder() -> None:
     assert (POLICY.ttl, POLICY.interval, POLICY.rpc_timeout) == (3, 1.0, 1.0)
-    import control.agent
     import control.controller
+    import node.membership.agent
     import router.topology
 
     # None of the holders keeps a keep-alive loop or a TTL of its own any more.
-    for mod in (control.agent, control.controller, router.topology):
+    for mod in (node.membership.agent, control.controller, router.topology):
         src = open(mod.__file__).read()
         assert "keepalive(" not in src and "grant(" not in src, mod.__name__
 

@@ -15,7 +15,7 @@ from redis.backoff import ExponentialBackoff
 from redis.cluster import RedisCluster
 from redis.retry import Retry
 
-from control.records import owners
+from base.records import owners
 from tests.support.cluster import keys_in_slots, run_cli
 from tests.support.procs import wait_until
 from tests.support.streamload import StreamLoad

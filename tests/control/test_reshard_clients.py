@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 import redis
 
-from control.records import owners
+from base.records import owners
 from tests.control.test_reshard_router import Reader, blocked, half_moved
 from tests.router.test_router_core import ioredis_dir  # noqa: F401 - a fixture
 from tests.support.cluster import keys_in_slots, run_cli

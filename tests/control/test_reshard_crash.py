@@ -22,9 +22,9 @@ import redis
 from redis.backoff import ExponentialBackoff
 from redis.retry import Retry
 
-from control.records import owners
+from base.records import owners
+from base.store import Store
 from control.reshard import Move, queue
-from control.store import Store
 from tests.support.cluster import keys_in_slots
 from tests.support.procs import wait_until
 from tests.support.streamload import StreamLoad

@@ -17,7 +17,7 @@ import redis
 from redis.backoff import ExponentialBackoff
 from redis.retry import Retry
 
-from control.records import owners
+from base.records import owners
 from tests.support.cluster import run_cli
 from tests.support.procs import wait_until
 from tests.support.rawresp import RawClient

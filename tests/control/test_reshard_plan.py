@@ -14,8 +14,8 @@ import json
 
 import pytest
 
-from control.memstore import FakeClock, MemoryEtcd, MemoryStore
-from control.records import NodeRecord, ShardRecord, even_slots, owners, ranges_of
+from base.memstore import FakeClock, MemoryEtcd, MemoryStore
+from base.records import NodeRecord, ShardRecord, even_slots, owners, ranges_of
 from control.reshard import Move, Resharder, ReshardError, plan_even, plan_remove, queue
 from node.slots import SLOTS
 

@@ -16,7 +16,7 @@ import threading
 import pytest
 import redis
 
-from control.records import owners
+from base.records import owners
 from node.slots import key_slot
 from tests.support.cluster import keys_in_slots, run_cli
 from tests.support.procs import wait_until

@@ -1,7 +1,7 @@
 """Resyncs after restarts in a cluster: roles come from etcd, not from --replicaof.
 
 A node restarts as a primary under a new replication ID and the agent makes it a replica a
-moment later (control/agent.py). Its data is still the history it loaded, so it continues with
+moment later (node/membership/agent.py). Its data is still the history it loaded, so it continues with
 a partial resync (node/replication/__init__.py `psync_position`): a killed replica, and a killed
 primary that comes back after the failover as a replica of the promoted one.
 """

@@ -1,4 +1,4 @@
-"""control/tasks.py: a task whose cancellation asyncio.wait_for swallowed (Python 3.11) still
+"""base/tasks.py: a task whose cancellation asyncio.wait_for swallowed (Python 3.11) still
 stops, where cancelling once and awaiting it would wait for ever."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import asyncio
 import pytest
 import uvloop
 
-from control.tasks import cancel_and_wait
+from base.tasks import cancel_and_wait
 
 
 async def _swallowed_cancel(stop_with_helper: bool) -> tuple[bool, int]:

@@ -22,7 +22,7 @@ import pytest
 import redis
 from redis.cluster import RedisCluster
 
-from control.store import read_view
+from base.store import read_view
 from node.slots import key_slot
 from tests.conftest import REPO, _node_env
 from tests.support.cluster import run_cli

@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 import redis
 
+from base.store import read_view
 from control.ports import free_block
-from control.store import read_view
 from tests.conftest import REPO
 from tests.support.procs import wait_until
 

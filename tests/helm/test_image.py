@@ -78,7 +78,8 @@ def test_dockerfile_is_multi_stage_non_root_with_xshard_as_entrypoint() -> None:
 def test_dockerignore_keeps_what_pip_install_needs(tmp_path: Path) -> None:
     ctx = build_context(tmp_path)
     for need in ("pyproject.toml", "README.md", "node/server.py", "node/commands.json",
-                 "router/proxy.py", "control/cli.py", "pipeline/__init__.py"):
+                 "router/proxy.py", "control/cli.py", "base/store.py",
+                 "pipeline/__init__.py"):
         assert (ctx / need).is_file(), need
     for never in ("tests", "benchmarks", "helm", ".git"):
         assert not (ctx / never).exists(), never

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import redis
 
-from control.store import View, even_slots, read_view
+from base.store import View, even_slots, read_view
 from node.slots import key_slot, keys_in_slots
 from tests.conftest import REPO, NodeHandle, _node_env, spawn_node
 from tests.support.procs import LOCALHOST, ServerProcess, wait_until

@@ -1,4 +1,4 @@
-"""Running control-plane unit tests on the in-memory etcd (control/memstore.py): `run` an
+"""Running control-plane unit tests on the in-memory etcd (base/memstore.py): `run` an
 async test body with a time limit, wait `until` a condition (never a fixed sleep), and
 `in_memory`, which hands a test body a fresh MemoryEtcd and a store on it."""
 
@@ -8,7 +8,7 @@ import asyncio
 import inspect
 from collections.abc import Awaitable, Callable
 
-from control.memstore import MemoryEtcd, MemoryStore
+from base.memstore import MemoryEtcd, MemoryStore
 
 __all__ = ["in_memory", "run", "until"]
 

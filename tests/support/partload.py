@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 
 import redis
 
-from control.store import read_view
+from base.store import read_view
 
 __all__ = ["Consumer", "Watcher", "Write", "Writer", "check"]
 

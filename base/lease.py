@@ -9,7 +9,7 @@ new session; nothing tries to revive a lost lease.
 
 `age()` is the time since the last keep-alive that etcd accepted was *sent*: etcd keeps the
 lease at least TTL after that moment, which is what the node's write fence relies on
-(control/agent.py).
+(node/membership/agent.py).
 
 One timeout policy for every holder (the control-plane contract): TTL 3 s, a keep-alive every
 second, each keep-alive given a second to answer. A holder that dies is forgotten by etcd in
@@ -24,9 +24,12 @@ import logging
 import time
 from dataclasses import dataclass
 
-from control.store import BaseStore
-from control.tasks import cancel_and_wait
-from node.histogram import Histogram
+from prometheus_client.core import Metric
+
+from base import histogram
+from base.histogram import Histogram
+from base.store import BaseStore
+from base.tasks import cancel_and_wait
 
 log = logging.getLogger("xshard.lease")
 # Round trips of accepted keep-alives, every session of the process: its etcd latency as seen
@@ -43,7 +46,7 @@ class LeasePolicy:
     @property
     def fence_after(self) -> float:
         """A primary refuses writes once its last accepted keep-alive was sent this long ago
-        (control/agent.py): half the TTL, so well before etcd can let its lease expire."""
+        (node/membership/agent.py): half the TTL, so well before etcd can let its lease expire."""
         return self.ttl / 2
 
     @property
@@ -151,3 +154,9 @@ class LeaseSession:
         if revoke and was_alive and self.id:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(self.store.revoke(self.id), self.policy.rpc_timeout)
+
+
+def etcd_rtt() -> Metric:
+    return histogram.family(
+        "xshard_etcd_rtt_seconds", "Round trip of each accepted etcd lease keep-alive (one a "
+        "second per lease holder): this process's etcd latency.", [], [([], KEEPALIVE_RTT)])

@@ -22,7 +22,7 @@ from node.cluster import client_port
 from node.resp import encode_command
 
 if TYPE_CHECKING:
-    from control.records import NodeRecord
+    from base.records import NodeRecord
 
 
 class NodeError(Exception):

@@ -3,7 +3,7 @@
 One `EtcdConfig` is built from the command line (`add_arguments` / `from_args`), from a node's
 settings or from `./.xshard` (a local cluster that `xshard up` runs) and handed to the store.
 The endpoint list is a comma list (`http://a:2379,http://b:2379`): the store talks to one at a
-time and moves to the next when the current one stops answering (control/store.py), as etcd's
+time and moves to the next when the current one stops answering (base/store.py), as etcd's
 own clients do. `https://` endpoints, or a CA file, switch to TLS; a client certificate and
 key give mutual TLS. User and password authenticate as etcdctl's `--user` does.
 
@@ -27,7 +27,7 @@ from aetcd import exceptions as _exceptions
 from aetcd import rpc as _rpc
 from aetcd import watcher as _watcher
 
-from control import statedir
+from base import statedir
 
 DEFAULT_URL = "http://127.0.0.1:2379"
 

@@ -10,8 +10,8 @@ Everything lives under `/xshard/<cluster>/`:
     migrations/<slot>    {"from","to","state"}                  while a slot moves
     controller/leader    the leader controller's id             on the leader's lease
 
-Data only: no I/O here, so the etcd store (control/store.py) and the in-memory one
-(control/memstore.py) decode into exactly the same `View`.
+Data only: no I/O here, so the etcd store (base/store.py) and the in-memory one
+(base/memstore.py) decode into exactly the same `View`.
 """
 
 from __future__ import annotations
@@ -22,7 +22,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
-from node.slots import SLOTS
+# Redis Cluster's hash slots, which the slot map covers (node/slots.py hashes keys onto them).
+SLOTS = 16384
 
 log = logging.getLogger("xshard.store")
 

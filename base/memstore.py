@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 
 import aetcd.exceptions
 
-from control.records import Compare, KeyValue
-from control.store import BaseStore
+from base.records import Compare, KeyValue
+from base.store import BaseStore
 
 
 @dataclass
@@ -150,7 +150,7 @@ class MemoryStore(BaseStore):
         self.url = "memory://"
 
     async def connect(self, timeout: float = 3.0) -> None:
-        from control.store import Unreachable
+        from base.store import Unreachable
 
         if self.etcd.down:
             raise Unreachable(f"cannot reach etcd at {self.url} (ConnectionFailedError)")

@@ -47,12 +47,12 @@ from typing import TYPE_CHECKING
 
 import hiredis
 
-from control.records import View, move_slots, owners
+from base.records import View, move_slots, owners
 from node.resp import encode_command
 from node.slotmove import SlotCopy, drop_slot, unblock_slot
 
 if TYPE_CHECKING:
-    from control.agent import Agent
+    from node.membership.agent import Agent
 
 log = logging.getLogger("xshard.agent")
 

@@ -4,11 +4,11 @@
 use: a consistent `view()` of the cluster prefix, `commit()` of one guarded transaction,
 leases (`grant`/`keepalive`/`revoke`) and `views()`, the level-triggered stream of views.
 Two implementations: `Store` here (etcd, the real thing) and `MemoryStore`
-(control/memstore.py), so controller decisions are unit-tested without etcd.
+(base/memstore.py), so controller decisions are unit-tested without etcd.
 
 Every write is one transaction whose compares name the mod_revision (0: absent) that the
 writer read, so a decision made on stale state fails instead of overwriting someone else's.
-Readers get a `View` (control/records.py): the whole prefix read at one revision, which is
+Readers get a `View` (base/records.py): the whole prefix read at one revision, which is
 small (a few records per shard) and makes every decision level-triggered: re-read, compare,
 act.
 """
@@ -25,8 +25,8 @@ from typing import Any, TypeVar
 import aetcd
 import aetcd.exceptions
 
-from control.etcdconn import EtcdConfig
-from control.records import (  # noqa: F401 - the records are part of this module's interface
+from base.etcdconn import EtcdConfig
+from base.records import (  # noqa: F401 - the records are part of this module's interface
     Compare,
     Entry,
     KeyValue,
@@ -35,7 +35,7 @@ from control.records import (  # noqa: F401 - the records are part of this modul
     View,
     even_slots,
 )
-from control.tasks import cancel_and_wait
+from base.tasks import cancel_and_wait
 
 log = logging.getLogger("xshard.store")
 

@@ -1,6 +1,6 @@
 """The node's membership agent: runs inside `xshard node --etcd URL --cluster NAME --shard ID`.
 
-It keeps the node's `nodes/<id>` key on a lease session (control/lease.py: TTL 3 s,
+It keeps the node's `nodes/<id>` key on a lease session (base/lease.py: TTL 3 s,
 keep-alive every second),
 joins the node to its shard, gives the node the role that etcd names (primary, or replica of
 the named primary, through the node's own REPLICAOF command), feeds the slot map and topology
@@ -29,11 +29,11 @@ from typing import TYPE_CHECKING
 
 import hiredis
 
-from control.etcdconn import EtcdConfig
-from control.lease import POLICY, LeaseSession
-from control.records import NodeRecord, ShardRecord, View
-from control.store import Store
-from control.tasks import cancel_and_wait
+from base.etcdconn import EtcdConfig
+from base.lease import POLICY, LeaseSession
+from base.records import NodeRecord, ShardRecord, View
+from base.store import Store
+from base.tasks import cancel_and_wait
 from node import errors
 
 if TYPE_CHECKING:
@@ -75,7 +75,7 @@ class Agent:
         self._last_target: tuple[str, int] | None = None
         # Until etcd has spoken, serve no keys at all: the node is not a standalone server.
         server.cluster = ClusterState(server, self._node_id or "?", self.shard)
-        from control.slotmover import SlotMover
+        from node.membership.slotmover import SlotMover
 
         self.mover = SlotMover(self)
 
@@ -318,7 +318,7 @@ def etcd_config(cfg: object) -> EtcdConfig:
     variables fill what the settings leave empty)."""
     import os
 
-    from control.etcdconn import OPTIONS
+    from base.etcdconn import OPTIONS
 
     vals = {}
     for name, (env, _h) in OPTIONS.items():
