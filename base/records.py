@@ -8,6 +8,8 @@ Everything lives under `/xshard/<cluster>/`:
     shards/<shard-id>    {"primary","replicas":[...],"epoch"}   permanent, epoch +1 per change
     slots                [[start,end,shard-id],...]              permanent, covers 0..16383
     migrations/<slot>    {"from","to","state"}                  while a slot moves
+    pstreams/<name>      {"partitions","stride","key_field","keys"}  permanent (a partitioned
+                         stream: the routers resolve <name> to its partition keys)
     controller/leader    the leader controller's id             on the leader's lease
 
 Data only: no I/O here, so the etcd store (base/store.py) and the in-memory one
@@ -86,6 +88,42 @@ class ShardRecord:
 
 
 @dataclass
+class PStreamRecord:
+    """A partitioned stream: one logical name over `partitions` real stream keys.
+
+    `keys[p]` is partition p's stream key, and the node generates its IDs with
+    seq = p (mod `stride`), so an ID names its partition; `stride` is fixed at creation and
+    bounds how many partitions the stream may ever have. `key_field`, when set, is the entry
+    field whose value picks the partition of an XADD (one value's entries stay in order).
+    Partitions are only added, never removed."""
+    partitions: int
+    stride: int
+    keys: list[str]
+    key_field: str | None = None
+
+    def encode(self) -> bytes:
+        return json.dumps({"partitions": self.partitions, "stride": self.stride,
+                           "key_field": self.key_field, "keys": self.keys}).encode()
+
+    @classmethod
+    def decode(cls, raw: bytes) -> PStreamRecord:
+        v = json.loads(raw)
+        keys = [str(k) for k in v["keys"]]
+        n, stride = int(v["partitions"]), int(v["stride"])
+        if not 1 <= n <= stride or len(keys) != n:
+            raise ValueError(f"partitions {n}, stride {stride}, {len(keys)} keys")
+        kf = v.get("key_field")
+        return cls(n, stride, keys, None if kf is None else str(kf))
+
+    def partition_of(self, seq: int) -> int:
+        """The partition that made an ID with this sequence number."""
+        return seq % self.stride
+
+    def as_dict(self) -> dict[str, Any]:
+        return json.loads(self.encode())
+
+
+@dataclass
 class Entry(Generic[T]):
     """A decoded value with the etcd metadata that guards the next write to its key."""
     value: T
@@ -124,6 +162,7 @@ class View:
     migrations: dict[int, Entry[dict]] = field(default_factory=dict)
     leader: Entry[str] | None = None
     acl: Entry[bytes] | None = None  # the routers' ACL users (router/aclsync.py)
+    pstreams: dict[str, Entry[PStreamRecord]] = field(default_factory=dict)
 
     def live(self, node_id: str | None) -> bool:
         return node_id is not None and node_id in self.nodes
@@ -153,6 +192,9 @@ class View:
                                                 kv.lease)
                 elif name.startswith("migrations/"):
                     v.migrations[int(name[11:])] = Entry(json.loads(kv.value), kv.mod, kv.create)
+                elif name.startswith("pstreams/"):
+                    v.pstreams[name[9:]] = Entry(PStreamRecord.decode(kv.value), kv.mod,
+                                                 kv.create)
                 elif name == "acl/users":
                     v.acl = Entry(kv.value, kv.mod, kv.create)
                 elif name == "controller/leader":

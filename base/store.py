@@ -31,6 +31,7 @@ from base.records import (  # noqa: F401 - the records are part of this module's
     Entry,
     KeyValue,
     NodeRecord,
+    PStreamRecord,
     ShardRecord,
     View,
     even_slots,
@@ -139,6 +140,17 @@ class BaseStore:
         """(Re-)register a node on its lease, if its key is still at the revision read."""
         return await self.commit([self.guard(self.key("nodes", rec.id), expect_mod)],
                                  [(self.key("nodes", rec.id), rec.encode(), lease)])
+
+    async def put_pstream(self, name: str, rec: PStreamRecord, expect_mod: int) -> bool:
+        """Create (expect_mod 0) or replace a partitioned stream's record, if it is still the
+        one read."""
+        return await self.commit([self.guard(self.key("pstreams", name), expect_mod)],
+                                 [(self.key("pstreams", name), rec.encode(), 0)])
+
+    async def delete_pstream(self, name: str, expect_mod: int) -> bool:
+        """Remove a partitioned stream's record, if it is still the one read."""
+        return await self.commit([self.guard(self.key("pstreams", name), expect_mod)], [],
+                                 (self.key("pstreams", name),))
 
     async def views(self, resync: float = 1.0) -> AsyncIterator[View]:
         """The view now and again after every change under the prefix (and at least every
