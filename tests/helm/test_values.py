@@ -1,4 +1,5 @@
-"""values.yaml, values.schema.json and the README's values table agree."""
+"""values.yaml, values.schema.json and the values table of the chart's README
+(helm/xshard/README.md) agree."""
 
 from __future__ import annotations
 
@@ -48,5 +49,5 @@ def test_readme_values_table_is_current() -> None:
     r = subprocess.run([sys.executable, "tools/helm_values_table.py", "--check"], cwd=REPO,
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
-    readme = (REPO / "README.md").read_text()
+    readme = (CHART / "README.md").read_text()
     assert "| `node.appendfsync` |" in readme and "| `etcd.external.endpoints` |" in readme
