@@ -7,6 +7,9 @@ source and Python's import system prefers it.
 
 This module decides, per hot module, which of the two is imported:
 - `XSHARD_PURE_PYTHON=1` forces the source (the differential tests run both paths);
+- all or nothing: when the build compiled some hot modules but not others (one failed to
+  compile), every one runs from source, with a warning, as the compiled ones share C-level
+  types with the others;
 - an extension built from other sources than the `.py` and `.pxd` beside it is stale (the
   source was edited, or a checkout changed it, after the build): the source runs and a
   warning says to rebuild, because a stale extension would silently run old code. setup.py
@@ -31,7 +34,7 @@ from pathlib import Path
 from types import ModuleType
 
 __all__ = ["COMPILED", "PURE_ENV", "compiled", "install", "is_stale", "pure_forced",
-           "record_sources", "source_digest"]
+           "record_sources", "source_digest", "why_interpreted"]
 
 # The modules setup.py compiles (dotted names; the `.py` and optional `.pxd` are beside). The
 # router's are here too: it imports `node` first, so this finder covers them.
@@ -116,16 +119,29 @@ def _paths(name: str) -> tuple[Path, Path | None]:
 
 def _use_source() -> bool:
     """All or nothing: the compiled modules share C-level types (a .pxd cimports another's
-    class), so one stale extension sends every hot module to its source."""
+    class), so one stale extension, or one hot module the build did not compile while others
+    it did, sends every hot module to its source."""
     global _source
     if _source is None:
-        stale = [ext.name for py, ext in map(_paths, COMPILED)
-                 if ext is not None and is_stale(ext, py)]
-        if stale and not pure_forced():
-            print(f"xshard: {', '.join(stale)} older than the source; the hot path runs "
-                  "interpreted (rebuild: pip install -e .)", file=sys.stderr)
-        _source = pure_forced() or bool(stale)
+        paths = [(name, *_paths(name)) for name in COMPILED]
+        reason = "" if pure_forced() else why_interpreted(paths)
+        if reason:
+            print(f"xshard: {reason}; the hot path runs interpreted (rebuild: pip install -e .)",
+                  file=sys.stderr)
+        _source = pure_forced() or bool(reason)
     return _source
+
+
+def why_interpreted(paths: list[tuple[str, Path, Path | None]]) -> str:
+    """Why the extensions that are there must not run ("" when they may): some are stale, or
+    the build compiled only some of the hot modules. (name, source, extension or None) each."""
+    stale = [ext.name for _n, py, ext in paths if ext is not None and is_stale(ext, py)]
+    if stale:
+        return f"{', '.join(stale)} older than the source"
+    missing = [name for name, _py, ext in paths if ext is None]
+    if missing and len(missing) < len(paths):
+        return f"{', '.join(missing)} not compiled (a partial build)"
+    return ""
 
 
 class _SourceFinder(importlib.abc.MetaPathFinder):

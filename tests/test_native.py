@@ -120,6 +120,47 @@ def test_recorded_sources_decide_over_times(tmp_path: Path) -> None:
     py.write_text("x = 3\n")
     assert not native.is_stale(ext, py)
 
+def test_a_partial_build_runs_every_hot_module_interpreted(tmp_path: Path, monkeypatch,  # noqa: ANN001
+                                                          capsys) -> None:  # noqa: ANN001
+    """All or nothing: one hot module left uncompiled (its compile failed) while the others
+    were compiled sends every one of them to its source, with a warning; a full build and no
+    build at all run as they are."""
+    suffix = native.importlib.machinery.EXTENSION_SUFFIXES[0]
+    pkg = tmp_path / "hotpkg"
+    pkg.mkdir()
+    names = ["hotpkg.a", "hotpkg.b", "hotpkg.c"]
+    for n in names:
+        (tmp_path / (n.replace(".", "/") + ".py")).write_text(f"NAME = {n!r}\n")
+    monkeypatch.setattr(native, "_ROOT", tmp_path)
+    monkeypatch.setattr(native, "COMPILED", names)
+    monkeypatch.setattr(native, "_HOT", frozenset(names))
+    monkeypatch.delenv(native.PURE_ENV, raising=False)
+
+    def decide() -> tuple[bool, str]:
+        monkeypatch.setattr(native, "_source", None)
+        source = native._use_source()
+        return source, capsys.readouterr().err
+
+    assert decide() == (False, "")  # nothing built: the ordinary import of the sources
+    for n in names[:2]:  # a and b compiled, c failed to compile
+        py = tmp_path / (n.replace(".", "/") + ".py")
+        ext = py.with_suffix(suffix)
+        ext.write_bytes(b"")
+        native.record_sources(ext, py)
+    source, err = decide()
+    assert source and "hotpkg.c not compiled (a partial build)" in err, err
+    assert "runs interpreted" in err
+    spec = native._finder.find_spec("hotpkg.a")  # a compiled module is handed its source
+    assert spec is not None and spec.origin == str(tmp_path / "hotpkg" / "a.py")
+    c = tmp_path / "hotpkg" / ("c" + suffix)
+    c.write_bytes(b"")
+    native.record_sources(c, tmp_path / "hotpkg" / "c.py")
+    assert decide() == (False, "")  # the full build runs compiled
+    assert native._finder.find_spec("hotpkg.a") is None  # the ordinary finder: the extension
+    monkeypatch.setenv(native.PURE_ENV, "1")
+    assert decide() == (True, "")  # forced: no warning
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(900)
 def test_build_without_a_compiler_falls_back(tmp_path: Path) -> None:
