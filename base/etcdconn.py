@@ -29,7 +29,9 @@ from aetcd import watcher as _watcher
 
 from base import statedir
 
-DEFAULT_URL = "http://127.0.0.1:2379"
+NO_ETCD = ("no etcd given: pass --etcd URLS or set XSHARD_ETCD (e.g. http://127.0.0.1:2379), "
+           "or run this in the directory of a cluster that `xshard up` runs (it leaves "
+           "./.xshard/etcd.url there; none here)")
 
 # option name -> (environment variable, help)
 OPTIONS = {
@@ -180,12 +182,15 @@ def add_arguments(p: argparse.ArgumentParser, *, etcd_help: str = "") -> None:
 
 def from_args(a: argparse.Namespace, *, find_local: bool = True) -> EtcdConfig:
     """The etcd to use: options, else their environment variables; for the endpoints also the
-    local cluster's (./.xshard), else http://127.0.0.1:2379."""
+    local cluster's (./.xshard). Without any of them a ConfigError says how to name one: a
+    silent default port could be somebody else's etcd."""
     vals = {}
     for name, (env, _h) in OPTIONS.items():
         v = getattr(a, name.replace("-", "_"), None)
         vals[name] = v if v is not None else os.environ.get(env, "")
-    urls = vals["etcd"] or (find_local and statedir.local_etcd_url()) or DEFAULT_URL
+    urls = vals["etcd"] or (find_local and statedir.local_etcd_url()) or ""
+    if not urls.strip():
+        raise ConfigError(NO_ETCD)
     return EtcdConfig.parse(urls, vals["etcd-user"], vals["etcd-password"],
                             vals["etcd-cacert"], vals["etcd-cert"], vals["etcd-key"])
 

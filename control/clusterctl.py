@@ -1,7 +1,7 @@
 """The cluster subcommands of `xshard`: create, status, failover, controller.
 
 They find etcd from --etcd, else $XSHARD_ETCD, else the local cluster's (./.xshard, written by
-`xshard up`), else http://127.0.0.1:2379; see base/etcdconn.py for auth and TLS. Bad input
+`xshard up`); without any of them they stop at once and say so. See base/etcdconn.py for auth and TLS. Bad input
 and unreachable services end in one line on stderr and a non-zero exit (1 for a failure, 2 for
 usage), never a traceback: these are the commands people type first.
 """
@@ -31,7 +31,7 @@ def parser(prog: str, desc: str, *, nodes: bool = False) -> argparse.ArgumentPar
     --node-password."""
     p = argparse.ArgumentParser(prog=f"xshard {prog}", description=desc)
     etcdconn.add_arguments(p, etcd_help="etcd endpoints, a comma list of URLs (default: the "
-                           "local cluster's in ./.xshard, else http://127.0.0.1:2379)")
+                           "local cluster's in ./.xshard; required elsewhere)")
     p.add_argument("--cluster", default=etcdconn.default_cluster(), metavar="NAME",
                    help="cluster name, the etcd key prefix /xshard/NAME/ (default: the local "
                         f"cluster's in ./.xshard, else {DEFAULT_CLUSTER})")
@@ -366,8 +366,10 @@ def controller_parser() -> argparse.ArgumentParser:
     p.add_argument("--metrics-port", type=int, default=0, metavar="PORT",
                    help="serve /metrics, /healthz and /readyz over HTTP on this port "
                    "(default: 0, off)")
-    p.add_argument("--metrics-bind", default="127.0.0.1", metavar="ADDR",
-                   help="address the metrics port listens on (default: 127.0.0.1)")
+    # The node's and the router's metrics listen at their --bind: so does the controller's
+    # (its only listener); --metrics-bind is the older name.
+    p.add_argument("--bind", "--metrics-bind", dest="bind", default="127.0.0.1", metavar="ADDR",
+                   help="address to listen on: the metrics port's (default: 127.0.0.1)")
     return add_tls(p)
 
 
@@ -380,7 +382,7 @@ def cmd_controller(argv: list[str]) -> int:
     from control.controller import run
 
     return run(conn, a.cluster, a.id, a.node_password, a.move_timeout, a.metrics_port,
-               a.metrics_bind, tls, a.node_user)
+               a.bind, tls, a.node_user)
 
 
 COMMANDS = {

@@ -313,7 +313,7 @@ class Controller:
 
 def run(conn: EtcdConfig | str, cluster: str, cid: str | None = None,
         node_password: str = "", move_timeout: float = reshard.MOVE_TIMEOUT,
-        metrics_port: int = 0, metrics_bind: str = "127.0.0.1",
+        metrics_port: int = 0, bind: str = "127.0.0.1",
         tls: ssl.SSLContext | None = None, node_user: str = "") -> int:
     """Run a controller until SIGINT/SIGTERM; `tls`: nodes are reached over TLS; it logs in
     to them as `node_user` (the default user when "") with `node_password`."""
@@ -334,9 +334,9 @@ def run(conn: EtcdConfig | str, cluster: str, cid: str | None = None,
             mc = ControllerCollector(c)
             try:
                 metrics = await metricsserver.start(metricsserver.new_registry(mc), mc.ready,
-                                                    metrics_bind, metrics_port)
+                                                    bind, metrics_port)
             except OSError as e:
-                log.error("cannot listen for metrics on %s:%d: %s", metrics_bind,
+                log.error("cannot listen for metrics on %s:%d: %s", bind,
                           metrics_port, e.strerror)
                 return 1
         task = asyncio.ensure_future(c.run())

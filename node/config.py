@@ -6,7 +6,10 @@ Names and value syntax follow redis.conf (`stream-node-max-entries 100`, `proto-
 
 from __future__ import annotations
 
+import argparse
+import os
 import shlex
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -61,6 +64,9 @@ class Setting:
     maximum: int | None = None
     aliases: tuple[str, ...] = ()
     help: str = ""  # one line for `xshard node --help`
+    # A secret's environment variable: read when neither the command line nor the config file
+    # sets it, so that it need not be on argv (which `ps` and /proc/PID/cmdline show).
+    env: str = ""
 
     @property
     def attr(self) -> str:
@@ -91,15 +97,34 @@ class Setting:
             return b"%d" % v
         return str(v).encode(errors="surrogateescape")
 
-    def usage(self) -> str:
-        """This setting's entry in `xshard node --help`."""
-        kind = {"enum": "|".join(self.choices), "bool": "yes|no", "memory": "BYTES",
+    def metavar(self) -> str:
+        """The value's form in --help, as the other subcommands write it (yes/no, N, ...)."""
+        return {"enum": "/".join(self.choices), "bool": "yes/no", "memory": "BYTES",
                 "int": "N", "str": "VALUE"}[self.kind]
+
+    def help_text(self) -> str:
+        """The description with the default, once: a help that names its own default (e.g.
+        "(default: host:port)") is not given a second one."""
+        text = self.help + (f" (env {self.env})" if self.env else "")
+        if "(default:" in self.help:
+            return text
         shown = self.render(self.default).decode(errors="replace")
         if shown == "" or " " in shown:
             shown = repr(shown)
-        extra = f"; alias --{', --'.join(self.aliases)}" if self.aliases else ""
-        return f"  --{self.name} {kind}\n      {self.help} (default: {shown}){extra}"
+        return f"{text} (default: {shown})"
+
+
+def help_parser(usage: str, description: str) -> argparse.ArgumentParser:
+    """A parser that only prints `xshard node --help`, in the layout of every other
+    subcommand; the node parses its options Redis-style (node/main.py), which argparse
+    cannot (`--save 900 1 300 10`, redis.conf files, CONFIG SET)."""
+    p = argparse.ArgumentParser(prog="xshard node", usage=usage, description=description,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--config", metavar="FILE", help="read options from a redis.conf-style file")
+    for s in SETTINGS:
+        p.add_argument(f"--{s.name}", *(f"--{a}" for a in s.aliases), metavar=s.metavar(),
+                       help=s.help_text().replace("%", "%%"))
+    return p
 
 
 _LL = (1 << 63) - 1
@@ -111,13 +136,13 @@ SETTINGS: tuple[Setting, ...] = (
             help="addresses to listen on, space separated"),
     Setting("dir", "str", ".", mutable=False,
             help="working directory: AOF, snapshots and the log go here"),
-    Setting("requirepass", "str", "",
+    Setting("requirepass", "str", "", env="XSHARD_REQUIREPASS",
             help="password clients must send with AUTH (empty: none)"),
     Setting("aclfile", "str", "", mutable=False,
             help="file of ACL users, loaded at start and written by ACL SAVE (empty: none)"),
     Setting("acllog-max-len", "int", 128, minimum=0, maximum=_LL,
             help="entries kept by ACL LOG (denied commands, keys and logins)"),
-    Setting("masterauth", "str", "",
+    Setting("masterauth", "str", "", env="XSHARD_MASTERAUTH",
             help="password this node sends to its primary when it replicates"),
     Setting("enable-debug-command", "enum", "no", mutable=False, choices=("yes", "no", "local"),
             help="allow DEBUG: yes, no, or local (loopback clients only)"),
@@ -201,13 +226,13 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("tls-cert-file", "str", "",
             help="server certificate (PEM), also the client one for outgoing TLS links"),
     Setting("tls-key-file", "str", "", help="private key of tls-cert-file"),
-    Setting("tls-key-file-pass", "str", "",
+    Setting("tls-key-file-pass", "str", "", env="XSHARD_TLS_KEY_FILE_PASS",
             help="passphrase of tls-key-file, if it is encrypted"),
     Setting("tls-client-cert-file", "str", "",
             help="client certificate for outgoing TLS links (default: tls-cert-file)"),
     Setting("tls-client-key-file", "str", "",
             help="private key of tls-client-cert-file"),
-    Setting("tls-client-key-file-pass", "str", "",
+    Setting("tls-client-key-file-pass", "str", "", env="XSHARD_TLS_CLIENT_KEY_FILE_PASS",
             help="passphrase of tls-client-key-file"),
     Setting("tls-ca-cert-file", "str", "",
             help="CA bundle that client and peer certificates must chain to"),
@@ -298,6 +323,20 @@ for _s in SETTINGS:
     BY_NAME[_s.name] = _s
     for _a in _s.aliases:
         BY_NAME[_a] = _s
+
+
+def apply_environment(config: Config, given: set[str],
+                      environ: Mapping[str, str] | None = None) -> None:
+    """Set each secret that `given` (the settings the command line and the config file set)
+    lacks from its environment variable, when that is set; raises ConfigError naming it."""
+    environ = os.environ if environ is None else environ
+    for s in SETTINGS:
+        if s.env and s.name not in given and s.env in environ:
+            try:
+                config.apply(s.name, environ[s.env].encode(errors="surrogateescape"),
+                             startup=True)
+            except ConfigError as e:
+                raise ConfigError(f"{s.env}: {e}") from None
 
 
 class Config:

@@ -10,7 +10,7 @@ import sys
 from typing import TYPE_CHECKING
 
 from node import __version__, gctuning
-from node.config import BY_NAME, Config, ConfigError, parse_config_file
+from node.config import BY_NAME, Config, ConfigError, apply_environment, parse_config_file
 
 # Snapshots fork (node.snapshot.ChildSaver). gRPC (etcd's client) installs fork handlers that
 # it skips while its threads are busy, and the child then crashed in at-fork code; without
@@ -22,24 +22,18 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("xshard.node")
 
-USAGE = """usage: xshard node [CONFIG-FILE] [--config FILE] [--<option> <value> ...]
-
-Options use redis.conf names, e.g. --port 7000 --bind 127.0.0.1 --requirepass secret
---dir ./data --enable-debug-command yes --stream-node-max-entries 100.
-"""
+USAGE = "xshard node [CONFIG-FILE] [--config FILE] [--<option> <value> ...]"
+EXAMPLE = """Options use redis.conf names, e.g. --port 7000 --bind 127.0.0.1 --requirepass secret
+--dir ./data --enable-debug-command yes --stream-node-max-entries 100."""
 
 
 def full_usage() -> str:
     """`xshard node --help`: every setting of the config table, with default and description."""
-    from node.config import SETTINGS
+    from node.config import help_parser
 
-    lines = [USAGE, "A redis.conf-style file (the first argument, or --config FILE) sets the "
-             "same options;", "the command line wins. Without --etcd the node is a "
-             "standalone server, like one Redis.", "", "options:",
-             "  --config FILE\n      read options from a redis.conf-style file", "  -h, --help"
-             "\n      show this help and exit"]
-    lines += [s.usage() for s in SETTINGS]
-    return "\n".join(lines)
+    return help_parser(USAGE, EXAMPLE + "\n\nA redis.conf-style file (the first argument, or "
+                       "--config FILE) sets the same options;\nthe command line wins. Without "
+                       "--etcd the node is a standalone server, like one Redis.").format_help()
 
 
 class UsageError(Exception):
@@ -64,7 +58,7 @@ def parse_args(argv: list[str]) -> tuple[Config, str]:
         if a in ("-h", "--help"):
             raise HelpRequested(full_usage())
         if not a.startswith("--") or len(a) == 2:
-            raise UsageError(f"xshard node: unexpected argument '{a}'\n{USAGE}")
+            raise UsageError(f"xshard node: unexpected argument '{a}'\nusage: {USAGE}\n{EXAMPLE}")
         name = a[2:].lower()
         vals = []
         i += 1
@@ -88,11 +82,15 @@ def parse_args(argv: list[str]) -> tuple[Config, str]:
         opts = file_opts + opts  # the command line wins, as with redis-server
     for name, vals in opts:
         if name not in BY_NAME:
-            raise UsageError(f"xshard node: unknown option '{name}'\n{USAGE}")
+            raise UsageError(f"xshard node: unknown option '{name}'\nusage: {USAGE}\n{EXAMPLE}")
         try:
             config.apply(name, " ".join(vals).encode(), startup=True)
         except ConfigError as e:
             raise UsageError(f"xshard node: bad value for '{name}': {e}") from None
+    try:  # secrets from the environment, so that they need not be on argv
+        apply_environment(config, {BY_NAME[name].name for name, _v in opts})
+    except ConfigError as e:
+        raise UsageError(f"xshard node: bad value in the environment: {e}") from None
     if config.daemonize:
         raise UsageError("xshard node: daemonize is not supported; run it under a supervisor")
     return config, os.path.abspath(config_file) if config_file else ""

@@ -37,12 +37,16 @@ def build_parser() -> argparse.ArgumentParser:
                    "etcd value formats, instead of etcd (static set-ups and tests)")
     p.add_argument("--router-id", default="", help="this router's id in etcd and CLUSTER "
                    "replies (default: a random one)")
-    p.add_argument("--requirepass", default="", help="password clients must send with AUTH "
-                   "(default: none)")
-    p.add_argument("--node-password", default="", help="password the router sends to nodes "
-                   "(their requirepass; default: none)")
-    p.add_argument("--node-user", default="", help="ACL user the router logs in as on the "
-                   "nodes, with --node-password (default: the default user)")
+    # The passwords also come from the environment, so that they need not be on argv.
+    p.add_argument("--requirepass", default=os.environ.get("XSHARD_REQUIREPASS", ""),
+                   help="password clients must send with AUTH (env XSHARD_REQUIREPASS; "
+                   "default: none)")
+    p.add_argument("--node-password", default=os.environ.get("XSHARD_NODE_PASSWORD", ""),
+                   help="password the router sends to nodes (their requirepass; env "
+                   "XSHARD_NODE_PASSWORD; default: none)")
+    p.add_argument("--node-user", default=os.environ.get("XSHARD_NODE_USER", ""),
+                   help="ACL user the router logs in as on the nodes, with --node-password "
+                   "(env XSHARD_NODE_USER; default: the default user)")
     p.add_argument("--cluster-down-timeout-ms", type=int, default=5000, help="how long a "
                    "command waits for a shard without a primary before -CLUSTERDOWN "
                    "(default: 5000)")

@@ -18,6 +18,33 @@ helm = pytest.importorskip("helm_python", reason="pip install helm-python-sdk (t
 CHART = REPO / "helm" / "xshard"
 RELEASE, NAMESPACE = "rel", "ns"
 
+def _side(name: str) -> dict[str, Any]:
+    """A container as the lock-down tests require every one to be."""
+    return {"name": name, "image": "busybox:1.36", "command": ["sleep", "infinity"],
+            "resources": {"requests": {"cpu": "10m", "memory": "16Mi"},
+                          "limits": {"memory": "32Mi"}},
+            "securityContext": {"runAsNonRoot": True, "readOnlyRootFilesystem": True,
+                                "allowPrivilegeEscalation": False, "privileged": False,
+                                "capabilities": {"drop": ["ALL"]},
+                                "seccompProfile": {"type": "RuntimeDefault"}}}
+
+
+def extras(comp: str) -> dict[str, Any]:
+    """A component's Bitnami values, each naming the component so a test can find it."""
+    probe = {"exec": {"command": ["true"]}}
+    return {
+        "podLabels": {"pod-of": comp},
+        "extraEnvVars": [{"name": "EXTRA_" + comp.upper(), "value": comp}],
+        "extraVolumes": [{"name": f"extra-{comp}", "emptyDir": {}}],
+        "extraVolumeMounts": [{"name": f"extra-{comp}", "mountPath": f"/extra/{comp}"}],
+        "initContainers": [_side(f"init-{comp}")],
+        "sidecars": [{**_side(f"side-{comp}"), "livenessProbe": probe, "readinessProbe": probe}],
+        "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+            "nodeSelectorTerms": [{"matchExpressions": [
+                {"key": "pool", "operator": "In", "values": [comp]}]}]}}},
+    }
+
+
 # The variants of the issue; each renders, lints strictly and validates.
 VARIANTS: dict[str, dict[str, Any]] = {
     "default": {},
@@ -50,6 +77,11 @@ VARIANTS: dict[str, dict[str, Any]] = {
         "extraDnsNames": ["xshard.example.com"]}},
         "networkPolicy": {"enabled": True, "nodeFrom": [
             {"podSelector": {"matchLabels": {"app": "spark"}}}]}},
+    # Bitnami's common values, every one set (tests/helm/test_common_values.py).
+    "bitnami": {"commonLabels": {"team": "streams"}, "commonAnnotations": {"owner": "ops"},
+                "serviceAccount": {"name": "xs-account", "annotations": {"iam": "role-1"}},
+                "auth": {"enabled": True, "password": "s3cret"},
+                **{comp: extras(comp) for comp in ("node", "router", "controller")}},
 }
 
 

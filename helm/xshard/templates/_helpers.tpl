@@ -30,6 +30,51 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | 
 app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
 app.kubernetes.io/managed-by: {{ .Release.Service }}
 app.kubernetes.io/part-of: xshard
+{{- with .Values.commonLabels }}
+{{ toYaml . }}
+{{- end }}
+{{- end -}}
+
+{{/* The annotations block of an object: commonAnnotations and the object's own (dict "ctx" $
+     "extra" map), which win; nothing when both are empty. */}}
+{{- define "xshard.annotations" -}}
+{{- $all := merge (deepCopy (default dict .extra)) (deepCopy (default dict .ctx.Values.commonAnnotations)) -}}
+{{- with $all }}
+annotations:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- end -}}
+
+{{/* The account the pods run as: the chart's (serviceAccount.create), else an existing one. */}}
+{{- define "xshard.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create -}}
+{{- default (include "xshard.fullname" .) .Values.serviceAccount.name -}}
+{{- else -}}
+{{- default "default" .Values.serviceAccount.name -}}
+{{- end -}}
+{{- end -}}
+
+{{/* A pod template's labels: the component's, then the component's podLabels (dict "ctx" $
+     "component" "node" "values" .Values.node). */}}
+{{- define "xshard.podLabels" -}}
+{{ include "xshard.componentLabels" . }}
+{{- with .values.podLabels }}
+{{ toYaml . }}
+{{- end }}
+{{- end -}}
+
+{{/* A password from the auth Secret in the environment variable `name`: the processes read
+     their passwords from there, never from argv (ps and /proc show argv to anyone). */}}
+{{- define "xshard.passwordEnv" -}}
+{{- if .ctx.Values.auth.enabled }}
+{{- range .names }}
+- name: {{ . }}
+  valueFrom:
+    secretKeyRef:
+      name: {{ include "xshard.secretName" $.ctx | quote }}
+      key: {{ $.ctx.Values.auth.existingSecretPasswordKey | quote }}
+{{- end }}
+{{- end }}
 {{- end -}}
 
 {{/* Labels of one component: (dict "ctx" $ "component" "node") */}}
@@ -130,13 +175,7 @@ app.kubernetes.io/component: {{ .component }}
 {{- end }}
 {{- end }}
 {{- end }}
-{{- if .Values.auth.enabled }}
-- name: XSHARD_NODE_PASSWORD
-  valueFrom:
-    secretKeyRef:
-      name: {{ include "xshard.secretName" . | quote }}
-      key: {{ .Values.auth.existingSecretPasswordKey | quote }}
-{{- end }}
+{{- include "xshard.passwordEnv" (dict "ctx" . "names" (list "XSHARD_NODE_PASSWORD")) }}
 {{- end -}}
 
 {{/* TLS: the Secret every xshard pod mounts read-only at /etc/xshard/tls. */}}
