@@ -70,6 +70,7 @@ def node_section() -> list[str]:
                 kind += f" ({lo}..{hi})"
         default = s.render(s.default).decode(errors="replace")
         desc = s.help + (f"; alias `--{'`, `--'.join(s.aliases)}`" if s.aliases else "")
+        desc += f"; env `{s.env}`" if s.env else ""
         out.append(f"| `--{s.name}` | {kind} | {('`' + _cell(default) + '`') if default else '(empty)'} "
                    f"| {'yes' if s.mutable else 'no'} | {_cell(desc)} |")
     return out
@@ -96,8 +97,10 @@ def parser_section(name: str, p: argparse.ArgumentParser) -> list[str]:
 
 def render() -> str:
     from base.etcdconn import OPTIONS
+    from node.config import SETTINGS
 
     env = ", ".join(f"`{e}` (`--{n}`)" for n, (e, _h) in OPTIONS.items())
+    node_env = ", ".join(f"`{s.env}` (`--{s.name}`)" for s in SETTINGS if s.env)
     lines = [
         "# Configuration",
         "",
@@ -106,10 +109,16 @@ def render() -> str:
         "`xshard <command> --help` prints the same options.",
         "",
         f"Environment variables, read where the option is not given: {env}, "
-        "`XSHARD_NODE_USER` (`--node-user`) and `XSHARD_NODE_PASSWORD` (`--node-password`). "
+        "`XSHARD_NODE_USER` (`--node-user`) and `XSHARD_NODE_PASSWORD` (`--node-password`); "
+        f"for the node {node_env}; for the router `XSHARD_REQUIREPASS` (`--requirepass`). "
         "Commands that talk to a cluster find "
         "etcd from `--etcd`, else `XSHARD_ETCD`, else the local cluster's (`./.xshard`, "
-        "written by `xshard up`).",
+        "written by `xshard up`); without any of them they stop and say so.",
+        "",
+        "Passwords belong in these variables (or, for ACL users, in the `--aclfile`), not on "
+        "the command line: `ps` and `/proc/PID/cmdline` show a process's arguments to anyone "
+        "on the machine. The Helm chart passes every password this way, from its Secret. "
+        "`CONFIG GET requirepass` still answers with the password, as Redis does.",
         "",
         *node_section(),
     ]
