@@ -52,9 +52,11 @@ def _modules() -> list[str]:
 
 
 def _say(line: str) -> None:
-    """One progress line: pip captures the build's output, so the terminal gets it directly."""
+    """One progress line: pip captures the build's output (its build subprocesses have
+    PIP_BUILD_TRACKER set), so under pip the terminal gets it directly."""
     print(line, file=sys.stderr, flush=True)
-    if sys.stderr.isatty():
+    if sys.stderr.isatty() or not (os.environ.get("PIP_BUILD_TRACKER")
+                                    or os.environ.get("PIP_REQ_TRACKER")):
         return
     try:
         with open("/dev/tty", "w") as tty:

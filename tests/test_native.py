@@ -171,14 +171,55 @@ def test_build_without_a_compiler_falls_back(tmp_path: Path) -> None:
     shutil.copy(REPO / "node" / "effects.py", tmp_path / "node" / "effects.py")
     shutil.copy(REPO / "node" / "effects.pxd", tmp_path / "node" / "effects.pxd")
     (tmp_path / "node" / "__init__.py").write_text("")
-    (tmp_path / "node" / "native.py").write_text('COMPILED = ["node.effects"]\n')
+    native_py = (REPO / "node" / "native.py").read_text()  # its helpers, one hot module
+    (tmp_path / "node" / "native.py").write_text(
+        re.sub(r"(?ms)^COMPILED = \[.*?^\]", 'COMPILED = ["node.effects"]', native_py))
     env = _env(pure=False)
     env.update(CC="false", LDSHARED="false", CXX="false")
     res = subprocess.run([sys.executable, "setup.py", "build_ext", "--inplace"], cwd=tmp_path,
                          env=env, capture_output=True, text=True, timeout=600)
     assert res.returncode == 0, res.stdout + res.stderr
     assert "runs interpreted" in res.stderr
+    assert "xshard: [1/1] compiling node.effects" in res.stderr  # a line per module
     assert not list((tmp_path / "node").glob("effects.*.so"))
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_a_module_built_from_the_same_sources_is_not_compiled_again(tmp_path: Path) -> None:
+    """Built once: a second build in fresh build directories (as pip makes for every install,
+    e.g. `pip install -e '.[spark]'` after `pip install -e .`) reuses the extension beside the
+    source, with no compiler at all (CC=false would fail any compile); an edited source is
+    compiled again."""
+    pytest.importorskip("Cython")
+    shutil.copy(REPO / "setup.py", tmp_path / "setup.py")
+    (tmp_path / "node").mkdir()
+    (tmp_path / "node" / "__init__.py").write_text("")
+    (tmp_path / "node" / "tiny.py").write_text("def f(x):\n    return x + 1\n")
+    native_py = (REPO / "node" / "native.py").read_text()
+    (tmp_path / "node" / "native.py").write_text(
+        re.sub(r"(?ms)^COMPILED = \[.*?^\]", 'COMPILED = ["node.tiny"]', native_py))
+
+    def build(n: int, **env: str) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [sys.executable, "setup.py", "build_ext", "--inplace", "--build-temp", f"t{n}",
+             "--build-lib", f"l{n}"], cwd=tmp_path, env={**_env(pure=False), **env},
+            capture_output=True, text=True, timeout=600)
+
+    first = build(1)
+    assert first.returncode == 0 and "[1/1] compiling node.tiny" in first.stderr, first.stderr
+    (so,) = (tmp_path / "node").glob("tiny.*.so")
+    built = so.stat().st_mtime_ns
+    again = build(2, CC="false", LDSHARED="false")
+    assert again.returncode == 0, again.stderr
+    assert "[1/1] node.tiny: already compiled from these sources" in again.stderr, again.stderr
+    assert "compiling" not in again.stderr and "not compiled" not in again.stderr
+    assert so.stat().st_mtime_ns == built
+    assert not native.is_stale(so, tmp_path / "node" / "tiny.py")
+    (tmp_path / "node" / "tiny.py").write_text("def f(x):\n    return x + 2\n")
+    edited = build(3)
+    assert edited.returncode == 0 and "[1/1] compiling node.tiny" in edited.stderr
+    assert not native.is_stale(so, tmp_path / "node" / "tiny.py")
 
 
 @pytest.mark.slow
