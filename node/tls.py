@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import ssl
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -208,13 +209,17 @@ def add_arguments(p: argparse.ArgumentParser, *, listener: bool) -> None:
                    "on tls-port, and the client one towards nodes unless "
                    "--tls-client-cert-file is given")
     p.add_argument("--tls-key-file", metavar="FILE", default="", help="private key of --tls-cert-file")
-    p.add_argument("--tls-key-file-pass", metavar="PASS", default="", help="passphrase of --tls-key-file")
+    # The passphrases also come from the environment (as the node's do), to keep them off argv.
+    p.add_argument("--tls-key-file-pass", metavar="PASS",
+                   default=os.environ.get("XSHARD_TLS_KEY_FILE_PASS", ""),
+                   help="passphrase of --tls-key-file (env XSHARD_TLS_KEY_FILE_PASS)")
     p.add_argument("--tls-client-cert-file", metavar="FILE", default="", help="client certificate towards "
                    "the nodes (default: --tls-cert-file)")
     p.add_argument("--tls-client-key-file", metavar="FILE", default="", help="private key of "
                    "--tls-client-cert-file")
-    p.add_argument("--tls-client-key-file-pass", metavar="PASS", default="", help="passphrase of "
-                   "--tls-client-key-file")
+    p.add_argument("--tls-client-key-file-pass", metavar="PASS",
+                   default=os.environ.get("XSHARD_TLS_CLIENT_KEY_FILE_PASS", ""),
+                   help="passphrase of --tls-client-key-file (env XSHARD_TLS_CLIENT_KEY_FILE_PASS)")
     p.add_argument("--tls-ca-cert-file", metavar="FILE", default="", help="CA bundle that client and node "
                    "certificates must chain to")
     p.add_argument("--tls-ca-cert-dir", metavar="DIR", default="", help="directory of CA certificates")

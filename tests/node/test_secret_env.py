@@ -49,7 +49,7 @@ def test_every_password_setting_has_an_environment_variable() -> None:
     assert {s.name for s in SETTINGS if s.env} == secrets - {"etcd-password"}
 
 
-def test_the_router_takes_its_passwords_from_the_environment(tmp_path: Path) -> None:
+def test_the_router_and_controller_take_their_passwords_from_the_environment(tmp_path: Path) -> None:
     from router.main import parse_args
 
     topo = tmp_path / "t.json"
@@ -61,3 +61,12 @@ def test_the_router_takes_its_passwords_from_the_environment(tmp_path: Path) -> 
         assert (a.requirepass, a.node_password, a.node_user) == ("r-pass", "n-pass", "u")
         a = parse_args(["--topology", str(topo), "--requirepass", "argv"])
         assert a.requirepass == "argv"
+
+    from control.clusterctl import controller_parser
+
+    env = {"XSHARD_TLS_KEY_FILE_PASS": "k-pass", "XSHARD_TLS_CLIENT_KEY_FILE_PASS": "c-pass",
+           "XSHARD_NODE_PASSWORD": "n-pass"}
+    with mock.patch.dict("os.environ", env):
+        for a in (parse_args(["--topology", str(topo)]), controller_parser().parse_args([])):
+            assert (a.tls_key_file_pass, a.tls_client_key_file_pass) == ("k-pass", "c-pass")
+            assert a.node_password == "n-pass"
