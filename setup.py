@@ -16,6 +16,8 @@ Built once: an extension beside its source that was built from the sources as th
 (the digest recorded beside it) is reused, not compiled again. pip builds each install in a
 fresh temporary directory (and a fresh build environment), so without this `pip install -e
 '.[spark]'` after `pip install -e .` would compile everything a second time.
+To rebuild from unchanged sources (a new Cython, other directives), delete the extensions
+first: `rm node/*.so node/*/*.so router/*.so`.
 """
 
 from __future__ import annotations

@@ -19,7 +19,8 @@ run processes:
 a local cluster (data and logs under ./.xshard):
   up        run a whole cluster: etcd, nodes, a controller, routers; restarts what dies
   down      stop the cluster that `up --detach` runs here
-  logs      [NAME] [-f]: show (and follow) the logs of the local cluster's processes
+  logs      [NAME] [-f] | --list: show (and follow) the logs of the local cluster's
+            processes, or list their names
 
 manage a cluster (etcd from --etcd, $XSHARD_ETCD or ./.xshard):
   create    create a cluster in etcd (--shards N --replicas R)
