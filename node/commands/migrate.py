@@ -269,5 +269,5 @@ async def _transfer(c: Client, b: Blocked, host: str, port: int, timeout: float,
         reply = error(errors.internal_error(e))
     finally:
         server.pauses.resume_keys(keys)
-    if c.blocked is b:
+    if c.blocked is b:  # unblock counts an error reply in errorstats
         server.blocking.unblock(c, reply)
