@@ -162,6 +162,7 @@ async def status_rows(conn: EtcdConfig | str, cluster: str, node_password: str =
     Replication lag in seconds and the groups furthest behind come from the primaries'
     /metrics (nodes started with --metrics-port); without it they show as '-'."""
     from control import nodemetrics
+    from node.errors import AuthError
     from node.link import NodeOps
 
     nodes = NodeOps(node_password, tls=tls, user=node_user)
@@ -182,7 +183,7 @@ async def status_rows(conn: EtcdConfig | str, cluster: str, node_password: str =
             offsets[nid] = await nodes.offset(*nodes.addr(n))
         except Exception as e:  # noqa: BLE001 - shown as "?"
             offsets[nid] = None
-            if "NOAUTH" in str(e) or "WRONGPASS" in str(e):
+            if isinstance(e, AuthError):
                 errors.append(f"{nid}: {str(e)[:60]} (use --node-password)")
 
     metrics: dict[str, nodemetrics.PrimaryMetrics] = {}

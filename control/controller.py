@@ -57,7 +57,8 @@ from base.records import Compare, Entry, ShardRecord, View
 from base.store import BaseStore
 from base.tasks import cancel_and_wait
 from control import reshard
-from node.link import NodeError, NodeOps
+from node.errors import ResponseError
+from node.link import NodeOps
 
 log = logging.getLogger("xshard.controller")
 
@@ -94,7 +95,7 @@ async def ask_offsets(view: View, ids: list[str],
         try:
             host, port = nodes.addr(rec)
             off = await nodes.offset(host, port)
-        except NodeError as e:  # e.g. NOAUTH: say so, it is fixable
+        except ResponseError as e:  # e.g. NOAUTH: say so, it is fixable
             skipped[nid] = f"error: {str(e)[:80]}"
             return None
         except (TimeoutError, OSError) as e:

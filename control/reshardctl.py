@@ -28,7 +28,8 @@ from control.reshard import (
     queue,
     retire_shard,
 )
-from node.link import NodeError, NodeOps, call_all
+from node.errors import ResponseError
+from node.link import NodeOps, call_all
 from node.slots import SLOTS, key_slot
 
 
@@ -224,7 +225,7 @@ async def slot_weights(v: View, password: str = "", batch: int = 500,
         try:
             await _shard_weights(*NodeOps(tls=tls).addr(n), sid, owner, weight, password,
                                  batch, user, tls)
-        except (OSError, TimeoutError, NodeError) as e:
+        except (OSError, TimeoutError, ResponseError) as e:
             raise CliError(f"cannot size the keys of shard {sid} on {n.id}: {e!r}") from None
     return weight
 
@@ -237,7 +238,7 @@ async def _shard_weights(host: str, port: int, sid: str, owner: list[str | None]
         got = (await call_all(host, port, [["SCAN", cursor, "COUNT", batch]], timeout=10,
                               password=password, user=user, ssl=tls))[0]
         if not isinstance(got, list):
-            raise NodeError(f"SCAN failed: {got}")
+            raise CliError(f"SCAN on {host}:{port} answered {got!r}")
         cursor, keys = got
         keys = [k for k in keys if owner[key_slot(k)] == sid]
         sizes = await call_all(host, port, [["MEMORY", "USAGE", k] for k in keys], timeout=30,

@@ -1,13 +1,17 @@
-"""Every error text of the node, once, byte-identical to Redis, plus the integer parsers.
+"""Every error text of the node, once, byte-identical to Redis, plus the integer parsers, and
+the exception classes of the error replies the node reads from other servers.
 
 Texts are the message without the leading '-'; raise them as `ReplyError(TEXT)`. The integer
 helpers follow Redis's own parsing rules (string2ll, string2ull) so that the same odd input gets
-the same reply; stream IDs are parsed in node/streamid.py.
+the same reply; stream IDs are parsed in node/streamid.py. An error reply that comes back from
+another server (node/link.py) becomes a `ResponseError` subclass through one table,
+EXCEPTION_CLASSES, as redis-py's parsers do: callers catch `MovedError` or `NoAuthError`, they
+never compare reply bytes.
 """
 
 from __future__ import annotations
 
-from node.resp import ReplyError
+from node.resp import ReplyError, error_code, parse_redirect
 
 # --- generic ---------------------------------------------------------------------------------
 SYNTAX = b"ERR syntax error"
@@ -555,3 +559,150 @@ def setslot_claim_failed(slot: int, why: str) -> bytes:
 def setslot_still_has_keys(slot: int) -> bytes:
     return (b"ERR Can't assign hashslot %d to a different node while I still hold keys for "
             b"this hash slot." % slot)
+
+
+# --- error replies read from other servers (node/link.py) -------------------------------------
+class ResponseError(Exception):
+    """An error reply from another server. `message` is its text without the leading '-'
+    (b"ERR syntax error"), `code` its first word; str() gives the text."""
+
+    def __init__(self, message: bytes | str) -> None:
+        if isinstance(message, str):
+            message = message.encode(errors="replace")
+        super().__init__(message.decode(errors="replace"))
+        self.message = message
+        self.code = error_code(b"-%s\r\n" % message) or b""
+
+
+class RedirectError(ResponseError):
+    """-MOVED or -ASK: `slot` is served at `host`:`port` (host "" means the server's own)."""
+
+    def __init__(self, message: bytes | str) -> None:
+        super().__init__(message)
+        r = parse_redirect(b"-%s\r\n" % self.message)
+        self.slot, self.host, self.port = (r[1], r[2], r[3]) if r is not None else (-1, "", 0)
+
+
+class MovedError(RedirectError):
+    """-MOVED: the slot has another owner now."""
+
+
+class AskError(RedirectError):
+    """-ASK: this one command goes to the slot's importing node."""
+
+
+class ClusterDownError(ResponseError):
+    """-CLUSTERDOWN: the slot is served by nobody, or the cluster is down."""
+
+
+class TryAgainError(ResponseError):
+    """-TRYAGAIN: the keys are split by a slot move in progress."""
+
+
+class CrossSlotError(ResponseError):
+    """-CROSSSLOT: the keys are in different slots."""
+
+
+class ReadOnlyError(ResponseError):
+    """-READONLY: a write sent to a replica."""
+
+
+class AuthError(ResponseError):
+    """The connection is not logged in: no password given, or a wrong one."""
+
+
+class NoAuthError(AuthError):
+    """-NOAUTH: the server wants AUTH first."""
+
+
+class WrongPassError(AuthError):
+    """-WRONGPASS: no such user, a wrong password, or a disabled user."""
+
+
+class NoPermError(ResponseError):
+    """-NOPERM: the user may not run this command or touch this key."""
+
+
+class WrongTypeError(ResponseError):
+    """-WRONGTYPE: the key holds another kind of value."""
+
+
+class BusyKeyError(ResponseError):
+    """-BUSYKEY: RESTORE without REPLACE onto a key that exists."""
+
+
+class BusyGroupError(ResponseError):
+    """-BUSYGROUP: the consumer group exists already."""
+
+
+class NoGroupError(ResponseError):
+    """-NOGROUP: no such key or consumer group."""
+
+
+class ExecAbortError(ResponseError):
+    """-EXECABORT: the transaction was discarded."""
+
+
+class NoReplicasError(ResponseError):
+    """-NOREPLICAS: min-replicas-to-write is not met."""
+
+
+class MasterDownError(ResponseError):
+    """-MASTERDOWN or -NOMASTERLINK: a replica without its primary."""
+
+
+class LoadingError(ResponseError):
+    """-LOADING: the server is loading its data set."""
+
+
+class OutOfMemoryError(ResponseError):
+    """-OOM: used memory is over maxmemory."""
+
+
+class MisconfError(ResponseError):
+    """-MISCONF: the server cannot persist, so it takes no writes."""
+
+
+class UnblockedError(ResponseError):
+    """-UNBLOCKED: a blocked command released by CLIENT UNBLOCK or a role change."""
+
+
+EXCEPTION_CLASSES: dict[bytes, type[ResponseError]] = {
+    b"MOVED": MovedError,
+    b"ASK": AskError,
+    b"CLUSTERDOWN": ClusterDownError,
+    b"TRYAGAIN": TryAgainError,
+    b"CROSSSLOT": CrossSlotError,
+    b"READONLY": ReadOnlyError,
+    b"NOAUTH": NoAuthError,
+    b"WRONGPASS": WrongPassError,
+    b"NOPERM": NoPermError,
+    b"WRONGTYPE": WrongTypeError,
+    b"BUSYKEY": BusyKeyError,
+    b"BUSYGROUP": BusyGroupError,
+    b"NOGROUP": NoGroupError,
+    b"EXECABORT": ExecAbortError,
+    b"NOREPLICAS": NoReplicasError,
+    b"MASTERDOWN": MasterDownError,
+    b"NOMASTERLINK": MasterDownError,
+    b"LOADING": LoadingError,
+    b"OOM": OutOfMemoryError,
+    b"MISCONF": MisconfError,
+    b"UNBLOCKED": UnblockedError,
+}
+
+
+def parse_error(reply: bytes) -> ResponseError | None:
+    """The exception for an error reply (`-CODE text\\r\\n`) by its code (ResponseError for a
+    code the table does not name); None when `reply` is not an error reply."""
+    code = error_code(reply)
+    if code is None:
+        return None
+    return EXCEPTION_CLASSES.get(code, ResponseError)(reply[1:-2])
+
+
+def reply_error(message: str) -> ResponseError:
+    """hiredis.Reader's `replyError`: the text of an error reply (no '-', no CRLF) to its
+    exception, through the same table."""
+    raw = message.encode(errors="replace")
+    return EXCEPTION_CLASSES.get(error_code(b"-%s\r\n" % raw) or b"", ResponseError)(raw)

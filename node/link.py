@@ -1,8 +1,17 @@
-"""A minimal RESP client for the control plane: one command per connection, hard timeouts.
+"""The one RESP client for node-to-node links: the controller, the CLI, slot moves and MIGRATE.
 
-The controller and the CLI ask nodes a handful of things (INFO replication, REPLICAOF, PING)
-rarely; redis-py is only a test dependency, so this is hiredis over asyncio streams. Nodes
-with `requirepass` get AUTH first, on the same connection.
+A `Link` is one connection to a server (over TLS when given a context; AUTH [user] password
+first when given a password) that pipelines: `send` writes a command at once and never waits or
+raises, a task reads the replies in order and counts them, and `drain` waits until they are in.
+Error replies come back as typed exceptions through node/errors.py's one table
+(EXCEPTION_CLASSES: MovedError, NoAuthError, BusyKeyError...); a lost link is a
+ConnectionError, no answer in time a TimeoutError. redis-py is only a test dependency, so this
+is hiredis over asyncio streams.
+
+The control plane asks nodes a handful of things (INFO replication, REPLICAOF, PING) rarely,
+each on a connection of its own with one hard timeout (`call`, `call_all`): a node that froze
+costs one timeout and leaves nothing behind. A slot move keeps one Link open and streams the
+image and the effects through it, bounded by `window`.
 
 `NodeOps` is everything the controller does to nodes, in one narrow class, so that controller
 decisions can be unit-tested with scripted nodes (tests/control/test_controller_unit.py) the
@@ -13,27 +22,209 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
+from collections import deque
 from ssl import SSLContext
 from typing import TYPE_CHECKING
 
 import hiredis
 
 from node.cluster import client_port
+from node.errors import ResponseError, reply_error
 from node.resp import encode_command
 
 if TYPE_CHECKING:
     from base.records import NodeRecord
 
-
-class NodeError(Exception):
-    """The node answered with an error, or could not be reached in time."""
+Arg = bytes | str | int
 
 
-async def call(host: str, port: int, *argv: bytes | str | int, timeout: float = 1.0,
+class Link:
+    """A pipelined connection to one server: sends commands, counts and keeps their replies."""
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.reader = reader
+        self.writer = writer
+        self.sent = 0
+        self.acked = 0
+        self.bytes = 0
+        self.acked_bytes = 0  # bytes of the commands answered so far
+        # The first failure: an error reply (a ResponseError) or the link's loss.
+        self.error: Exception | None = None
+        self.lost: ConnectionError | None = None
+        self._replies: dict[int, object] = {}  # replies of the commands whose answer is wanted
+        self._want: set[int] = set()
+        self._ends: deque[int] = deque()  # `bytes` after each unanswered command
+        self._parser = hiredis.Reader(replyError=reply_error)
+        self._changed = asyncio.Event()
+        self._task = asyncio.ensure_future(self._read())
+
+    @classmethod
+    async def open(cls, host: str, port: int, *, password: str = "", user: str = "",
+                   ssl: SSLContext | None = None, timeout: float = 2.0) -> Link:
+        """Connect within `timeout` (TimeoutError, else OSError), over TLS with `ssl` (the
+        server's tls-port), and send AUTH first when `password` is set (as ACL user `user`
+        when that is set too): a refused login is the first error reply, NoAuthError or
+        WrongPassError, raised by the first `drain`."""
+        r, w = await asyncio.wait_for(asyncio.open_connection(
+            host, port, ssl=ssl, server_hostname=host if ssl else None), timeout)
+        link = cls(r, w)
+        for argv in auth_commands(password, user):
+            link.send(argv)
+        return link
+
+    def send(self, argv: list[bytes] | tuple[bytes, ...], want: bool = False) -> int:
+        """Write one command; returns its number, by which `reply` finds its answer when
+        `want` is set."""
+        return self.send_raw(encode_command(argv), want)
+
+    def send_raw(self, data: bytes, want: bool = False) -> int:
+        """Write one encoded command. Never raises (a slot move calls it inside the commands
+        whose effects it forwards): a link that is gone only records it."""
+        if self.lost is None:
+            try:
+                self.writer.write(data)
+            except (RuntimeError, OSError) as e:  # uvloop: "the handler is closed"
+                self._lose(f"link lost ({type(e).__name__})")
+        return self._count(len(data), want)
+
+    def _count(self, size: int, want: bool) -> int:
+        self.bytes += size
+        self.sent += 1
+        self._ends.append(self.bytes)
+        if want:
+            self._want.add(self.sent)
+        return self.sent
+
+    async def write(self, data: bytes, timeout: float, chunk: int = 64 * 1024,
+                    want: bool = False) -> int:
+        """Write one encoded command in `chunk`s, each taken by the socket within `timeout`
+        (TimeoutError, or ConnectionError): MIGRATE's bounded writes (Redis syncWrite)."""
+        for pos in range(0, len(data), chunk):
+            if self.lost is None:
+                try:
+                    self.writer.write(data[pos:pos + chunk])
+                except (RuntimeError, OSError) as e:
+                    self._lose(f"link lost ({type(e).__name__})")
+            if self.writer.transport.get_write_buffer_size() > chunk:
+                await self._flush(timeout)
+            if self.lost is not None:
+                raise self.lost
+        return self._count(len(data), want)
+
+    async def _flush(self, timeout: float) -> None:
+        """Wait (at most `timeout`: TimeoutError) until the socket has taken what is
+        buffered down to the transport's low-water mark."""
+        if self.lost is None and self.writer.transport.get_write_buffer_size():
+            try:
+                await asyncio.wait_for(self.writer.drain(), timeout)
+            except (RuntimeError, OSError) as e:
+                self._lose(f"link lost ({type(e).__name__})")
+
+    def reply(self, n: int) -> object:
+        """The answer to command `n` (sent with `want`): a value, or a ResponseError for an
+        error reply; None while it has not come."""
+        return self._replies.pop(n, None)
+
+    @property
+    def in_flight(self) -> int:
+        return self.bytes - self.acked_bytes
+
+    def _lose(self, why: str) -> None:
+        if self.lost is None:
+            self.lost = ConnectionError(why)
+            if self.error is None:
+                self.error = self.lost
+
+    async def _read(self) -> None:
+        try:
+            while True:
+                data = await self.reader.read(65536)
+                if not data:
+                    self._lose("the server closed the link")
+                    break
+                self._parser.feed(data)
+                while (r := self._parser.gets()) is not False:
+                    self.acked += 1
+                    if self._ends:
+                        self.acked_bytes = self._ends.popleft()
+                    if isinstance(r, ResponseError) and self.error is None:
+                        self.error = r
+                    if self.acked in self._want:
+                        self._want.discard(self.acked)
+                        self._replies[self.acked] = r
+                self._changed.set()
+        except (OSError, asyncio.IncompleteReadError) as e:
+            self._lose(f"link lost ({type(e).__name__})")
+        except hiredis.ProtocolError as e:
+            self._lose(f"protocol error ({e})")
+            self.writer.close()
+        finally:
+            self._changed.set()
+
+    def _check(self, errors: bool) -> None:
+        e = self.error if errors else self.lost
+        if e is not None:
+            raise e
+
+    async def drain(self, timeout: float, upto: int | None = None, errors: bool = True) -> None:
+        """Wait until every command sent so far (or the first `upto`) is answered; what is
+        sent meanwhile is not waited for. Raises the link's loss (ConnectionError),
+        TimeoutError, and with `errors` the first error reply any command got."""
+        deadline = time.monotonic() + timeout
+        upto = self.sent if upto is None else upto
+        await self._flush(timeout)
+        while self.acked < upto:
+            self._check(errors)
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError(f"no answer in {timeout:.1f}s")
+            self._changed.clear()
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self._changed.wait(), left)
+        if errors:
+            self._check(errors)
+
+    async def window(self, limit: int, commands: int, timeout: float) -> None:
+        """Wait until at most `limit` of the bytes sent, and at most `commands` commands,
+        are unanswered."""
+        floor = self.bytes - limit
+        n = 0
+        if self.acked_bytes < floor:
+            for end in self._ends:  # answers needed: up to the first command ending past floor
+                n += 1
+                if end >= floor:
+                    break
+        n = max(n, self.sent - self.acked - commands)
+        if n > 0:
+            await self.drain(timeout, self.acked + n)
+
+    async def call(self, *argv: Arg, timeout: float) -> object:
+        """One command, its answer within `timeout` (an error reply raises)."""
+        n = self.send(_argv(argv), want=True)
+        await self.drain(timeout, n)
+        return self.reply(n)
+
+    def close(self) -> None:
+        self._task.cancel()
+        self.writer.close()
+
+    async def aclose(self) -> None:
+        """close(), then wait (briefly) for the transport to go, so nothing is left behind."""
+        self.close()
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(self.writer.wait_closed(), 1.0)
+
+
+def _argv(argv: tuple[Arg, ...] | list[Arg]) -> list[bytes]:
+    return [a if isinstance(a, bytes) else str(a).encode() for a in argv]
+
+
+async def call(host: str, port: int, *argv: Arg, timeout: float = 1.0,
                password: str = "", ssl: SSLContext | None = None, user: str = "") -> object:
     """Send one command (after AUTH when `password` is set: as ACL user `user` when that is
-    set too) and return the decoded reply; raises NodeError on an error reply, OSError /
-    TimeoutError when the node cannot be reached."""
+    set too) and return the decoded reply; raises a ResponseError on an error reply,
+    OSError / TimeoutError when the node cannot be reached."""
     return (await call_all(host, port, [argv], timeout=timeout, password=password,
                            ssl=ssl, user=user))[-1]
 
@@ -41,39 +232,21 @@ async def call(host: str, port: int, *argv: bytes | str | int, timeout: float = 
 async def call_all(host: str, port: int, commands: list[tuple | list], timeout: float = 1.0,
                    password: str = "", ssl: SSLContext | None = None,
                    user: str = "") -> list[object]:
-    """Send `commands` in one write on one connection (after AUTH when `password` is set), so
-    that they run back to back; their decoded replies, or NodeError for the first error.
-    `ssl`: over TLS, to the node's tls-port (--tls-cluster)."""
-    cmds = auth_commands(password, user) + [
-        [a if isinstance(a, bytes) else str(a).encode() for a in argv] for argv in commands]
-
+    """Send `commands` in one write on a connection of their own (after AUTH when `password`
+    is set), so that they run back to back, all within `timeout`; their decoded replies, or
+    the first error reply raised as its ResponseError. `ssl`: over TLS, to the node's
+    tls-port (--tls-cluster)."""
     async def run() -> list[object]:
-        reader, writer = await asyncio.open_connection(
-            host, port, ssl=ssl, server_hostname=host if ssl else None)
+        link = await Link.open(host, port, password=password, user=user, ssl=ssl,
+                               timeout=timeout)
         try:
-            writer.write(b"".join(encode_command(c) for c in cmds))
-            parser = hiredis.Reader()
-            replies: list[object] = []
-            while len(replies) < len(cmds):
-                reply = parser.gets()
-                if reply is not False:
-                    replies.append(reply)
-                    continue
-                data = await reader.read(65536)
-                if not data:
-                    raise ConnectionResetError("connection closed by the node")
-                parser.feed(data)
-            return replies
+            sent = [link.send(_argv(c), want=True) for c in commands]
+            await link.drain(timeout)
+            return [link.reply(n) for n in sent]
         finally:
-            writer.close()
-            with contextlib.suppress(Exception):
-                await writer.wait_closed()
+            await link.aclose()
 
-    replies = await asyncio.wait_for(run(), timeout)
-    for reply in replies:
-        if isinstance(reply, hiredis.ReplyError):
-            raise NodeError(str(reply))
-    return replies[len(replies) - len(commands):]
+    return await asyncio.wait_for(run(), timeout)
 
 
 def auth_commands(password: str, user: str = "") -> list[list[bytes]]:

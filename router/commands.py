@@ -24,6 +24,7 @@ from node.resp import (
     encode,
     encode_command,
     error,
+    error_code,
     integer,
     reply_elements,
 )
@@ -107,7 +108,7 @@ class Wait:
             return
         pool, up = self.ups[i]
         pool.release(up)
-        self.replies[i] = self.zero if r is None or r[:1] == b"-" else r
+        self.replies[i] = self.zero if r is None or error_code(r) is not None else r
         self.left -= 1
         if self.left == 0:
             self.finish(self._merged())
@@ -160,7 +161,7 @@ def scan(router: Router, c: RouterClient, argv: list[bytes], cell: Cell) -> None
         return conn.fill(cell, encode([b"0", []], c.proto))
 
     def done(r: bytes) -> None:
-        if r[:1] == b"-":
+        if error_code(r) is not None:
             return conn.fill(cell, r)
         cur, keys = reply_elements(r)[1]
         out = scan_cursor(shard, int(bulk_value(cur)), len(prim))

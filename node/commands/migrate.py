@@ -14,21 +14,20 @@ transfer runs as a task, and writes to the keys being moved are postponed until 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import ssl
-
-import hiredis
 
 from node import errors, rdb, slotmove
 from node.blocking import Blocked
 from node.client import Client
 from node.commands import command
-from node.resp import OK, ReplyError, bulk, encode_command, null
+from node.errors import ResponseError
+from node.link import Link
+from node.resp import OK, ReplyError, bulk, encode_command, error, null
 
 log = logging.getLogger("xshard.node")
 
-_CHUNK = 64 * 1024  # MIGRATE writes the request in 64 KiB chunks, as Redis does
+_CHUNK = 64 * 1024  # MIGRATE writes each command in 64 KiB chunks, as Redis does
 
 
 @command(b"dump")
@@ -208,44 +207,34 @@ def migrate(c: Client, argv: list[bytes]) -> bytes:
     raise b
 
 
-async def _send(host: str, port: int, timeout: float, data: bytes, nreplies: int,
+async def _send(host: str, port: int, timeout: float, cmds: list[bytes],
                 ctx: ssl.SSLContext | None = None) -> tuple[list[object], bytes | None]:
-    """Write `data` and read up to `nreplies` replies; returns what came back and, when the
-    link failed, the IOERR text (nothing read yet: the caller may retry). `ctx`: the node's
-    TLS client context, with tls-cluster (as Redis, MIGRATE then goes over TLS)."""
+    """Send `cmds` (encoded) and read their replies, each step within `timeout` as Redis's
+    syncWrite/syncReadLine; returns the replies that came back (an error reply as its
+    ResponseError) and, when the link failed, the IOERR text (nothing read yet: the caller
+    may retry). `ctx`: the node's TLS client context, with tls-cluster (as Redis, MIGRATE then
+    goes over TLS)."""
     try:
-        reader, writer = await asyncio.wait_for(asyncio.open_connection(
-            host, port, ssl=ctx, server_hostname=host if ctx else None), timeout)
+        link = await Link.open(host, port, ssl=ctx, timeout=timeout)
     except TimeoutError:
         return [], errors.IOERR_CONNECT
     except OSError:  # Redis connects without blocking: a refusal shows up as a failed write
         return [], errors.IOERR_WRITE
-    replies: list[object] = []
     try:
         try:
-            for pos in range(0, len(data), _CHUNK):
-                writer.write(data[pos:pos + _CHUNK])
-                await asyncio.wait_for(writer.drain(), timeout)
+            sent = [await link.write(cmd, timeout, _CHUNK, want=True) for cmd in cmds]
         except (OSError, TimeoutError):
             return [], errors.IOERR_WRITE
-        parser = hiredis.Reader()
-        while len(replies) < nreplies:
-            r = parser.gets()
-            if r is not False:
-                replies.append(r)
-                continue
+        replies: list[object] = []
+        for n in sent:
             try:
-                chunk = await asyncio.wait_for(reader.read(65536), timeout)
+                await link.drain(timeout, n, errors=False)
             except (OSError, TimeoutError):
-                chunk = b""
-            if not chunk:
                 return replies, errors.IOERR_READ
-            parser.feed(chunk)
+            replies.append(link.reply(n))
         return replies, None
     finally:
-        writer.close()
-        with contextlib.suppress(Exception):
-            await writer.wait_closed()
+        await link.aclose()
 
 
 async def _transfer(c: Client, b: Blocked, host: str, port: int, timeout: float,
@@ -256,34 +245,29 @@ async def _transfer(c: Client, b: Blocked, host: str, port: int, timeout: float,
     reply: bytes
     try:
         lead = 2 if auth else 1  # AUTH and SELECT replies come first
-        data = b"".join(cmds)
-        replies, err = await _send(host, port, timeout, data, lead + len(keys), ctx)
+        replies, err = await _send(host, port, timeout, cmds, ctx)
         if err is not None and not replies[lead:] and err != errors.IOERR_CONNECT:
-            replies, err = await _send(host, port, timeout, data, lead + len(keys), ctx)  # once
-        first_error = next((r for r in replies if isinstance(r, hiredis.ReplyError)), None)
+            replies, err = await _send(host, port, timeout, cmds, ctx)  # once
+        first_error = next((r for r in replies if isinstance(r, ResponseError)), None)
         acked = []
-        for k, r in zip(keys, replies[lead:], strict=False):
-            if isinstance(r, hiredis.ReplyError) or any(
-                    isinstance(x, hiredis.ReplyError) for x in replies[:lead]):
-                continue
-            acked.append(k)
+        if not any(isinstance(r, ResponseError) for r in replies[:lead]):
+            acked = [k for k, r in zip(keys, replies[lead:], strict=False)
+                     if not isinstance(r, ResponseError)]
         if not copy:
             for k in acked:
                 if server.db.delete(k):
                     server.propagate([b"DEL", k])
             c.woff = server.effects.offset
         if first_error is not None:
-            reply = b"-%s\r\n" % errors.target_error(str(first_error).encode())
+            reply = error(errors.target_error(first_error.message))
         elif err is not None:
-            reply = b"-%s\r\n" % err
+            reply = error(err)
         else:
             reply = OK
     except Exception as e:  # a bug must not leave the keys paused or the client parked
         log.exception("MIGRATE to %s:%d failed", host, port)
-        reply = b"-%s\r\n" % errors.internal_error(e)
+        reply = error(errors.internal_error(e))
     finally:
         server.pauses.resume_keys(keys)
-    if c.blocked is b:
-        if reply[:1] == b"-":
-            server.stats.error(reply[1:-2])
+    if c.blocked is b:  # unblock counts an error reply in errorstats
         server.blocking.unblock(c, reply)

@@ -41,14 +41,11 @@ import contextlib
 import json
 import logging
 import time
-from collections import deque
-from ssl import SSLContext
 from typing import TYPE_CHECKING
 
-import hiredis
-
 from base.records import View, move_slots, owners
-from node.resp import encode_command
+from node.errors import ResponseError
+from node.link import Link
 from node.slotmove import SlotCopy, drop_slot, unblock_slot
 
 if TYPE_CHECKING:
@@ -69,116 +66,6 @@ SWITCH_TIMEOUT = 2.0  # seconds the switch (WAIT, etcd) may take before it is ab
 
 class MoveAborted(Exception):
     """This attempt cannot go on; the reason is one line."""
-
-
-class Link:
-    """A pipelined connection to the target primary: sends commands, counts the replies."""
-
-    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        self.reader = reader
-        self.writer = writer
-        self.sent = 0
-        self.acked = 0
-        self.bytes = 0
-        self.acked_bytes = 0  # bytes of the commands answered so far
-        self.error: str | None = None
-        self.replies: list[object] = []  # replies of commands whose answer is wanted
-        self._want: set[int] = set()
-        self._ends: deque[int] = deque()  # `bytes` after each unanswered command
-        self._parser = hiredis.Reader()
-        self._changed = asyncio.Event()
-        self._task = asyncio.ensure_future(self._read())
-
-    @classmethod
-    async def open(cls, host: str, port: int, password: str,
-                   ssl: SSLContext | None = None) -> Link:
-        """`ssl`: the node's TLS client context (tls-cluster), to the target's tls-port."""
-        r, w = await asyncio.wait_for(asyncio.open_connection(
-            host, port, ssl=ssl, server_hostname=host if ssl else None), 2)
-        link = cls(r, w)
-        if password:
-            link.send([b"AUTH", password.encode()])
-        return link
-
-    def send(self, argv: list[bytes], want: bool = False) -> int:
-        self.send_raw(encode_command(argv))
-        if want:
-            self._want.add(self.sent)
-        return self.sent
-
-    def send_raw(self, data: bytes) -> None:
-        """Send one encoded command. Never raises (it runs inside the commands whose effects
-        it forwards): a link that is gone only records the error."""
-        if self.error is None:
-            try:
-                self.writer.write(data)
-            except (RuntimeError, OSError) as e:  # uvloop: "the handler is closed"
-                self.error = f"link lost ({type(e).__name__})"
-        self.bytes += len(data)
-        self.sent += 1
-        self._ends.append(self.bytes)
-
-    @property
-    def in_flight(self) -> int:
-        return self.bytes - self.acked_bytes
-
-    async def _read(self) -> None:
-        try:
-            while True:
-                data = await self.reader.read(65536)
-                if not data:
-                    self.error = self.error or "the target closed the link"
-                    break
-                self._parser.feed(data)
-                while (r := self._parser.gets()) is not False:
-                    self.acked += 1
-                    if self._ends:
-                        self.acked_bytes = self._ends.popleft()
-                    if isinstance(r, hiredis.ReplyError) and self.error is None:
-                        self.error = f"target error: {r}"
-                    if self.acked in self._want:
-                        self.replies.append(r)
-                self._changed.set()
-        except (OSError, asyncio.IncompleteReadError) as e:
-            self.error = self.error or f"link lost ({type(e).__name__})"
-        finally:
-            self._changed.set()
-
-    async def drain(self, timeout: float, upto: int | None = None) -> None:
-        """Wait until every command sent so far (or the first `upto`) is answered; raises
-        MoveAborted. What is sent meanwhile is not waited for."""
-        deadline = time.monotonic() + timeout
-        upto = self.sent if upto is None else upto
-        await self.writer.drain()
-        while self.acked < upto:
-            if self.error:
-                raise MoveAborted(self.error)
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise MoveAborted(f"target did not answer in {timeout:.1f}s")
-            self._changed.clear()
-            with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(self._changed.wait(), left)
-        if self.error:
-            raise MoveAborted(self.error)
-
-    async def window(self, limit: int, commands: int, timeout: float) -> None:
-        """Wait until at most `limit` of the bytes sent, and at most `commands` commands,
-        are unanswered."""
-        floor = self.bytes - limit
-        n = 0
-        if self.acked_bytes < floor:
-            for end in self._ends:  # answers needed: up to the first command ending past floor
-                n += 1
-                if end >= floor:
-                    break
-        n = max(n, self.sent - self.acked - commands)
-        if n > 0:
-            await self.drain(timeout, self.acked + n)
-
-    def close(self) -> None:
-        self._task.cancel()
-        self.writer.close()
 
 
 class SlotMover:
@@ -274,12 +161,12 @@ class SlotMover:
                 try:
                     await self._attempt(to, slots)
                     continue
-                except MoveAborted as e:
+                except (MoveAborted, ResponseError) as e:  # a ResponseError: the target's reply
                     log.warning("slots %s: move attempt to shard %s abandoned (%s); retrying",
                                 _span(slots), to, e)
-                except (OSError, TimeoutError) as e:
-                    log.warning("slots %s: move attempt to shard %s failed (%s); retrying",
-                                _span(slots), to, type(e).__name__)
+                except (OSError, TimeoutError) as e:  # the link failed, or did not answer
+                    log.warning("slots %s: move attempt to shard %s failed (%s: %s); retrying",
+                                _span(slots), to, type(e).__name__, e)
                 await asyncio.sleep(RETRY)
         except asyncio.CancelledError:
             raise
@@ -302,13 +189,13 @@ class SlotMover:
         return n.id, n.host, n.tls_port if tls else n.port, replicas
 
     async def _attempt(self, to: str, slots: list[int]) -> None:
-        """One try at moving `slots` to shard `to`."""
+        """One try at moving `slots` to shard `to`: copy, catch up, switch, hand over."""
         tid, host, port, replicas = self._target(to)
         server = self.server
-        stats = server.move_stats
         cfg = server.config
-        link = await Link.open(host, port, cfg.masterauth or cfg.requirepass,
-                               self.server.tls_client_context if cfg.tls_cluster else None)
+        link = await Link.open(host, port, password=cfg.masterauth or cfg.requirepass,
+                               user=cfg.masteruser if cfg.masterauth else "",
+                               ssl=server.tls_client_context if cfg.tls_cluster else None)
         copy: SlotCopy | None = None
         paused: list[int] = []
         try:
@@ -318,78 +205,25 @@ class SlotMover:
             # One loop turn: the image and the effects that follow start at the same point.
             copy = SlotCopy(server, set(slots), link.send_raw)
             keys = copy.keys
-            t0 = time.monotonic()
-            while copy.next_image(IMAGE_STEP):
-                if link.error:
-                    raise MoveAborted(link.error)
-                if link.in_flight > IMAGE_WINDOW or link.sent - link.acked > IMAGE_COMMANDS:
-                    await link.window(IMAGE_WINDOW, IMAGE_COMMANDS, DRAIN_TIMEOUT)
-                else:
-                    await asyncio.sleep(0)  # let the loop serve clients between steps
-            image = link.bytes
-            await link.drain(DRAIN_TIMEOUT)
-            log.info("slots %s: sent %d keys (%d bytes) to shard %s (%s) in %.0f ms", _span(slots),
-                     keys, image, to, tid, (time.monotonic() - t0) * 1000)
-            # Catch up with the writes that came meanwhile, then switch.
-            for _ in range(50):
-                if copy.broken:
-                    raise MoveAborted("the copy broke (a FLUSHALL, or the link failed)")
-                if link.sent - link.acked < 64:
-                    break
-                await link.drain(DRAIN_TIMEOUT)
+            image = await self._send_image(link, copy, slots, to, tid)
             need = min(replicas, 1)
-            if need:  # let the target's replica catch up before the pause, not in it
-                link.send([b"WAIT", b"%d" % need, b"%d" % int(DRAIN_TIMEOUT * 1000)],
-                          want=True)
-                await link.drain(DRAIN_TIMEOUT + 1)
-                if not isinstance(link.replies[-1], int) or link.replies[-1] < need:
-                    raise MoveAborted("the target's replica did not catch up")
+            await self._catch_up(link, copy, need)
             async with self.switching:
                 v = await self.agent.store.view()  # read before the pause, not in it
                 for slot in slots:
                     server.pauses.pause_slot(slot)
                     paused.append(slot)
                 t1 = time.perf_counter()
-                if need:
-                    link.send([b"WAIT", b"%d" % need, b"%d" % int(SWITCH_TIMEOUT * 500)],
-                              want=True)
-                await link.drain(SWITCH_TIMEOUT)
-                if need and (not link.replies or not isinstance(link.replies[-1], int)
-                             or link.replies[-1] < need):
-                    raise MoveAborted("the target's replica did not acknowledge in time")
-                if copy.broken:
-                    raise MoveAborted("the copy broke (a FLUSHALL, or the link failed)")
-                copy.remove(server)
+                await self._drain_paused(link, copy, need)
                 effects = copy.forwarded
                 copy = None
                 t2 = time.perf_counter()
-                try:
-                    done = await asyncio.wait_for(self._commit(to, slots, v), SWITCH_TIMEOUT)
-                except (MoveAborted, asyncio.CancelledError):
-                    raise
-                except Exception as e:  # noqa: BLE001 - etcd slow or away
-                    # The transaction may have gone through: the pause holds until etcd says.
-                    log.warning("slots %s: the flip's outcome is unknown (%r); asking etcd",
-                                _span(slots), e)
-                    done = await self._outcome(to, slots)
+                done = await self._flip(to, slots, v)
                 t3 = time.perf_counter()
             if not done:
                 return  # rolled back, or this node is no longer the source's primary
-            # The slots are the target's now: say so there first and wait for its answer,
-            # so that no redirected client finds it still naming us (a ping-pong of
-            # -MOVED); answer -MOVED to the clients blocked on their keys, end the pause
-            # (the postponed writes get -MOVED), then drop the keys.
-            cl = server.cluster
-            for slot in done:
-                cl.set_owner(slot, to)
-                link.send([b"CLUSTER", b"SETSLOT", b"%d" % slot, b"NODE", tid.encode()])
-            with contextlib.suppress(MoveAborted):
-                await link.drain(1.0)  # a target that does not answer learns it from etcd
-            for slot in done:
-                unblock_slot(server, slot, b"-%s\r\n" % cl.redirect(slot))
-            ms = max(server.pauses.resume_slot(slot) for slot in paused)
-            paused = []
-            dropped = sum(drop_slot(server, slot) for slot in done)
+            ms, dropped = await self._hand_over(link, to, tid, done, paused)
+            stats = server.move_stats
             stats.done += len(done)
             stats.keys += keys
             stats.bytes += image
@@ -404,6 +238,89 @@ class SlotMover:
             for slot in paused:
                 server.pauses.resume_slot(slot)
             link.close()
+
+    async def _send_image(self, link: Link, copy: SlotCopy, slots: list[int], to: str,
+                          tid: str) -> int:
+        """Send the image in bounded steps and wait for its acknowledgement; its bytes."""
+        t0 = time.monotonic()
+        while copy.next_image(IMAGE_STEP):
+            if link.error:
+                raise link.error
+            if link.in_flight > IMAGE_WINDOW or link.sent - link.acked > IMAGE_COMMANDS:
+                await link.window(IMAGE_WINDOW, IMAGE_COMMANDS, DRAIN_TIMEOUT)
+            else:
+                await asyncio.sleep(0)  # let the loop serve clients between steps
+        image = link.bytes
+        await link.drain(DRAIN_TIMEOUT)
+        log.info("slots %s: sent %d keys (%d bytes) to shard %s (%s) in %.0f ms", _span(slots),
+                 copy.keys, image, to, tid, (time.monotonic() - t0) * 1000)
+        return image
+
+    async def _catch_up(self, link: Link, copy: SlotCopy, need: int) -> None:
+        """Catch up with the writes that came meanwhile, and let the target's replica (`need`:
+        1 when it has one) catch up before the pause, not in it."""
+        for _ in range(50):
+            if copy.broken:
+                raise MoveAborted("the copy broke (a FLUSHALL, or the link failed)")
+            if link.sent - link.acked < 64:
+                break
+            await link.drain(DRAIN_TIMEOUT)
+        if need:
+            n = link.send([b"WAIT", b"%d" % need, b"%d" % int(DRAIN_TIMEOUT * 1000)], want=True)
+            await link.drain(DRAIN_TIMEOUT + 1)
+            acks = link.reply(n)
+            if not isinstance(acks, int) or acks < need:
+                raise MoveAborted("the target's replica did not catch up")
+
+    async def _drain_paused(self, link: Link, copy: SlotCopy, need: int) -> None:
+        """With the slots paused: have the target acknowledge the tail (and its replica hold
+        it), then stop following the slots' effects."""
+        n = 0
+        if need:
+            n = link.send([b"WAIT", b"%d" % need, b"%d" % int(SWITCH_TIMEOUT * 500)], want=True)
+        try:
+            await link.drain(SWITCH_TIMEOUT)
+        except TimeoutError:
+            raise MoveAborted(f"the target did not answer in {SWITCH_TIMEOUT:.1f}s") from None
+        if need:
+            acks = link.reply(n)
+            if not isinstance(acks, int) or acks < need:
+                raise MoveAborted("the target's replica did not acknowledge in time")
+        if copy.broken:
+            raise MoveAborted("the copy broke (a FLUSHALL, or the link failed)")
+        copy.remove(self.server)
+
+    async def _flip(self, to: str, slots: list[int], v: View) -> list[int]:
+        """Commit the flip in etcd; the slots flipped. When etcd's answer is lost the
+        transaction may have gone through: the pause holds until etcd says."""
+        try:
+            return await asyncio.wait_for(self._commit(to, slots, v), SWITCH_TIMEOUT)
+        except (MoveAborted, asyncio.CancelledError):
+            raise
+        except Exception as e:  # noqa: BLE001 - etcd slow or away
+            log.warning("slots %s: the flip's outcome is unknown (%r); asking etcd",
+                        _span(slots), e)
+            return await self._outcome(to, slots)
+
+    async def _hand_over(self, link: Link, to: str, tid: str, done: list[int],
+                         paused: list[int]) -> tuple[float, int]:
+        """The slots are the target's now: say so there first and wait for its answer, so
+        that no redirected client finds it still naming us (a ping-pong of -MOVED); answer
+        -MOVED to the clients blocked on their keys, end the pause (the postponed writes get
+        -MOVED), then drop the keys. Returns (the pause in ms, the keys dropped)."""
+        server = self.server
+        cl = server.cluster
+        for slot in done:
+            cl.set_owner(slot, to)
+            link.send([b"CLUSTER", b"SETSLOT", b"%d" % slot, b"NODE", tid.encode()])
+        # A target that does not answer learns it from etcd.
+        with contextlib.suppress(ResponseError, OSError, TimeoutError):
+            await link.drain(1.0)
+        for slot in done:
+            unblock_slot(server, slot, b"-%s\r\n" % cl.redirect(slot))
+        ms = max(server.pauses.resume_slot(slot) for slot in paused)
+        paused.clear()
+        return ms, sum(drop_slot(server, slot) for slot in done)
 
     async def _commit(self, to: str, slots: list[int], v: View) -> list[int]:
         """The flip: one etcd transaction for the slots whose records still stand, first

@@ -48,6 +48,11 @@ class LinkError(Exception):
     """The primary said something the handshake cannot go on with; the link is dropped."""
 
 
+def _error(line: bytes) -> bytes | None:
+    """The code of an error reply line of the handshake (`_line()` drops the CRLF)."""
+    return error_code(line + b"\r\n")
+
+
 class MasterLink(asyncio.Protocol):
     """This node's connection to its primary: handshake, full or partial sync, live stream."""
 
@@ -133,16 +138,16 @@ class MasterLink(asyncio.Protocol):
             what = self.expect.pop(0) if self.expect else "unexpected"
             if what == "ping":
                 # NOAUTH proves the primary is alive; AUTH comes next.
-                code = error_code(line + b"\r\n")  # _line() drops the CRLF
+                code = _error(line)
                 if code is not None and code not in (b"NOAUTH", b"NOPERM") and \
                         not line.startswith(b"-ERR operation not permitted"):
                     raise LinkError(f"Error reply to PING from master: '{line.decode(errors='replace')}'")
                 self._send_replconf()
             elif what == "auth":
-                if line[:1] == b"-":
+                if _error(line) is not None:
                     raise LinkError(f"Unable to AUTH to MASTER: {line.decode(errors='replace')}")
             elif what in ("port", "ip", "capa"):
-                if line[:1] == b"-":
+                if _error(line) is not None:
                     log.info("(Non critical) Master does not understand REPLCONF %s: %s", what,
                              line.decode(errors="replace"))
                 if not self.expect:
@@ -198,7 +203,7 @@ class MasterLink(asyncio.Protocol):
             line = self._line()
             if line is None:
                 return False
-            if line[:1] == b"-":
+            if _error(line) is not None:
                 raise LinkError(f"Master aborted the sync: {line.decode(errors='replace')}")
             if line[:1] != b"$":
                 raise LinkError(f"Bad protocol from MASTER, the first byte is not '$': {line[:50]!r}")

@@ -16,11 +16,11 @@ import pytest
 import redis
 
 from base.lease import POLICY, LeaseSession
-from base.records import NodeRecord
+from base.records import NodeRecord, owners
 from base.store import Store, read_view
 from control.certs import make_tls
 from tests.conftest import REPO
-from tests.support.cluster import run_cli
+from tests.support.cluster import keys_in_slots, run_cli
 from tests.support.etcdmembers import EtcdMembers
 from tests.support.procs import ServerProcess, free_port, wait_until
 
@@ -86,6 +86,29 @@ def test_controller_and_status_log_in_as_their_own_acl_user(xcluster, tmp_path) 
     c.wait_for(lambda v: v.shards["0"].value.primary == "s0n1", 15, "failover as user ctl")
     assert "promoted s0n1" in c.controllers[-1].log_text()
     assert r.execute_command("ACL", "LOG") == []  # no login of the control plane was refused
+
+
+def test_slot_moves_log_in_as_the_masteruser(xcluster, tmp_path) -> None:  # noqa: ANN001
+    """With the default user off, a slot move's link to the target logs in as --masteruser
+    (AUTH user pass): without the user, the same password is refused and the move never
+    ends."""
+    acl = tmp_path / "users.acl"
+    acl.write_text("user default off\nuser mover on >mpw ~* &* +@all\n")
+    c = xcluster(shards=2, replicas=0, node_args=("--aclfile", str(acl), "--masteruser",
+                                                  "mover", "--masterauth", "mpw"))
+    src = c.nodes[c.primary_id("0")].client(username="mover", password="mpw")
+    owner = owners(c.view().slots.value)
+    slot = max(s for s in range(16384) if owner[s] == "0")
+    key = keys_in_slots([slot], per_slot=1)[0]
+    src.xadd(key, {"f": "v"}, id="1-1")
+    out = run_cli("move-slots", "--etcd", c.url, "--cluster", c.name, "--to", "1", "--slots",
+                  str(slot), "--wait", "--timeout", "40", "--node-user", "mover",
+                  "--node-password", "mpw")
+    assert out.returncode == 0, out.stdout + out.stderr
+    dst = c.nodes[c.primary_id("1")].client(username="mover", password="mpw")
+    assert dst.xrange(key) == [(b"1-1", {b"f": b"v"})]
+    refused = [e for e in dst.execute_command("ACL", "LOG") if b"auth" in e]
+    assert refused == []  # no login was refused
 
 
 # --- endpoint lists ----------------------------------------------------------------------------

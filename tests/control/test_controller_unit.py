@@ -19,7 +19,8 @@ from base.memstore import MemoryEtcd, MemoryStore
 from base.records import NodeRecord, ShardRecord
 from base.store import BaseStore
 from control.controller import DEAD_PROBES, FENCE_WAIT, TICK, Controller, FailoverError, failover
-from node.link import NodeError, NodeOps
+from node.errors import NoAuthError
+from node.link import NodeOps
 from node.membership.agent import FENCE_AFTER
 from tests.support.memetcd import in_memory, run, until
 
@@ -104,12 +105,12 @@ def test_failover_ties_go_to_the_replica_list_order_and_errors_are_skipped() -> 
 
         store2 = MemoryStore(MemoryEtcd(), "c")
         await make_shard(store2, {"r1": True, "r2": True})
-        nodes.offsets = {7001: NodeError("NOAUTH Authentication required."), 7002: 5}
+        nodes.offsets = {7001: NoAuthError("NOAUTH Authentication required."), 7002: 5}
         assert await failover(store2, await store2.view(), "0", nodes=nodes) == "r2"
 
         store3 = MemoryStore(MemoryEtcd(), "c")
         await make_shard(store3, {"r1": True, "r2": False})
-        nodes.offsets = {7001: NodeError("NOAUTH Authentication required.")}
+        nodes.offsets = {7001: NoAuthError("NOAUTH Authentication required.")}
         with pytest.raises(FailoverError, match=r"r1: error: NOAUTH.*r2: no lease"):
             await failover(store3, await store3.view(), "0", nodes=nodes)
         assert (await store3.view()).shards["0"].value.primary == "p"

@@ -383,6 +383,25 @@ def test_migrate_errors_match(oracle72, node) -> None:
                 c.call("DEL", "k")
 
 
+def test_a_failed_migrate_counts_one_error(oracle72, node) -> None:
+    """INFO errorstats: a MIGRATE that fails counts one IOERR, as Redis counts it."""
+    refused = socket.socket()
+    refused.bind(("127.0.0.1", 0))
+    port = refused.getsockname()[1]
+    refused.close()
+    for h in (oracle72, node):
+        c = h.client()
+        try:
+            c.xadd("k", {"f": "v"}, id="1-1")
+            before = c.info("errorstats").get("errorstat_IOERR", {}).get("count", 0)
+            with pytest.raises(redis.ResponseError, match="IOERR"):
+                c.execute_command("MIGRATE", "127.0.0.1", port, "k", 0, 300)
+            assert c.info("errorstats")["errorstat_IOERR"]["count"] == before + 1, h.name
+        finally:
+            c.delete("k")
+            c.close()
+
+
 def test_migrate_auth(xnode, r: redis.Redis) -> None:
     target = xnode("--requirepass", "secret")
     t = target.client(password="secret")
