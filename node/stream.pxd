@@ -34,6 +34,8 @@ cdef class Stream:
 
     cpdef Py_ssize_t bind_key(self, key)
     cpdef next_auto_id(self, now_ms)
+    @cython.locals(seq="unsigned long long")
+    cpdef (unsigned long long, unsigned long long) next_id_parts(self, unsigned long long now_ms)
 
     cpdef append(self, sid, list fields, Py_ssize_t max_entries, Py_ssize_t max_bytes)
     cpdef append_id(self, unsigned long long ms, unsigned long long seq, list fields,

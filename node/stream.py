@@ -36,7 +36,8 @@ Redis records it), `max_deleted_entry_id`, `entries_added`, `groups` (name -> gr
 insertion ordered; owned by node.groups).
 
 - `next_auto_id(now_ms)` / `next_seq_id(ms)`: IDs for `*` and `ms-*`, following the
-  partition rule below once `bind_key` has been called.
+  partition rule below once `bind_key` has been called; `next_id_parts(now_ms)` is the
+  `*` ID as (ms, seq) (XADD's fast path).
 - `bind_key(key)`: derive `stride` / `residue` from the key's name (see "Partition keys").
 - `append(sid, fields, max_entries, max_bytes)`: `fields` is the flat list
   `[f1, v1, f2, v2, ...]`; it is kept by reference, so pass a list nobody mutates later.
@@ -206,23 +207,26 @@ class Stream:
         return self.stride
 
     def next_auto_id(self, now_ms: int) -> int:
-        """streamNextID: the ID for `*` (seq = residue mod stride in a partition key: the
-        caller binds the key first). 0 when no ID is left; the caller checks exhaustion
+        """streamNextID: the ID for `*`, 0 when none is left (see next_id_parts)."""
+        ms, seq = self.next_id_parts(now_ms)
+        return _make_id(ms, seq)
+
+    def next_id_parts(self, now_ms: int) -> tuple[int, int]:
+        """The ID for `*` as its parts (XADD's fast path makes no int of it), by the key's
+        partition rule (the caller binds the key first): seq = residue mod stride in a
+        partition key. (0, 0) when no ID is left; the caller checks exhaustion
         (last_id == MAX_ID) first, as Redis does."""
         if now_ms > self.last_ms:
-            return _make_id(now_ms, self.residue)
+            return now_ms, self.residue
         if self.stride > 0:
             seq = seq_above(self.last_seq, self.stride, self.residue)
             if seq:
-                return _make_id(self.last_ms, seq)
-            if self.last_ms != _U64_MAX:
-                return _make_id(self.last_ms + 1, self.residue)
-            return 0
-        if self.last_seq != _U64_MAX:
-            return _make_id(self.last_ms, self.last_seq + 1)
+                return self.last_ms, seq
+        elif self.last_seq != _U64_MAX:
+            return self.last_ms, self.last_seq + 1
         if self.last_ms != _U64_MAX:
-            return _make_id(self.last_ms + 1, 0)
-        return 0
+            return self.last_ms + 1, self.residue
+        return 0, 0
 
     def next_seq_id(self, ms: int) -> int:
         """The ID for `ms-*`: the next sequence in the last ID's millisecond, else ms-0.
