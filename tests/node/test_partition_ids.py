@@ -14,7 +14,6 @@ only where the extensions are built, as after `python setup.py build_ext --inpla
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Callable, Iterator
 
@@ -27,19 +26,12 @@ from node.streamid import SEQ_MAX
 from tests.conftest import NodeHandle, spawn_node
 from tests.support.diff import Pair
 from tests.support.rawresp import RawClient
+from tests.test_native import _env  # the node's environment on one path or the other
 
 FUTURE = 99_999_999_999_999  # a millisecond no clock reaches: `*` stays in it
 P3 = "{x7}events#3/64"  # partition 3 of stride 64
 P61 = "{x7}events#61/64"
 P0 = "{ab}o#0/2"
-
-
-def _env(pure: bool) -> dict[str, str]:
-    env = dict(os.environ)
-    env.pop(native.PURE_ENV, None)
-    if pure:
-        env[native.PURE_ENV] = "1"
-    return env
 
 
 @pytest.fixture(scope="module", params=["interpreted", "compiled"])
