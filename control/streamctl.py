@@ -307,8 +307,9 @@ async def alter(ctx: Ctx, name: str, partitions: int) -> str:
     await _each(new, lambda k: _make_partition(o, k, groups))
     grown = PStreamRecord(partitions, rec.stride, rec.keys + new, rec.key_field)
     if not await ctx.store.put_pstream(name, grown, e.mod):
-        raise CliError(f"{name!r} changed while it was altered; the new partition keys "
-                       f"({', '.join(new)}) exist but are not published: DEL them and retry")
+        raise CliError(f"{name!r} changed while it was altered (another alter or delete?): "
+                       f"nothing was published; see xshard stream describe (the keys made "
+                       f"here, {new[0]} ..., may be the other alter's too)")
     # A group made through a router between the read above and the record reached only the
     # old partitions: make it on the new ones too, at their start.
     late = [g for g in await _all_groups(o, rec.keys) if g not in groups]

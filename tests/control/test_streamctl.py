@@ -13,7 +13,9 @@ import pytest
 import redis
 
 from base.records import SLOTS
+from control.streamctl import gap_tags, partition_key, spread_tags
 from node.slots import key_slot
+from node.stream import partition_of_key
 from tests.support.cluster import Cluster, run_cli, start_cluster
 
 
@@ -52,6 +54,34 @@ def owner(c: Cluster, key: str) -> redis.Redis:
 def record(c: Cluster, name: str):  # noqa: ANN201 - PStreamRecord | None
     e = c.view().pstreams.get(name)
     return e.value if e else None
+
+
+def _slot(tag: str) -> int:
+    return key_slot(b"{" + tag.encode() + b"}")
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 7, 12, 64, 1024])
+def test_spread_tags_put_partition_p_in_the_pth_range(n: int) -> None:
+    tags = spread_tags(n)
+    assert len(tags) == n and len(set(tags)) == n
+    for p, t in enumerate(tags):
+        assert 1 <= len(t) <= 4 and t.isalnum() and t == t.lower()
+        assert p * SLOTS // n <= _slot(t) < (p + 1) * SLOTS // n, (n, p, t)
+        assert partition_of_key(partition_key(t, "ev", p, max(n, 2)).encode()) == (p, max(n, 2))
+
+
+def test_gap_tags_fill_the_largest_gaps() -> None:
+    near = lambda a, b: min((a - b) % SLOTS, (b - a) % SLOTS) < 32  # noqa: E731
+    assert near(_slot(gap_tags([100], 1)[0]), 100 + SLOTS // 2)
+    a, b = gap_tags([0, 4096], 2)  # the gap 4097..16383 first, then one of its halves
+    assert near(_slot(a), 4096 + 6144)
+    assert near(_slot(b), 4096 + 3072) or near(_slot(b), 10240 + 3072)
+    taken = [_slot(t) for t in spread_tags(4)]
+    new = [_slot(t) for t in gap_tags(taken, 4)]
+    assert len(set(taken + new)) == 8
+    everything = sorted(taken + new)  # 8 slots, no gap above a quarter of the ring
+    gaps = [(everything[(i + 1) % 8] - s) % SLOTS for i, s in enumerate(everything)]
+    assert max(gaps) < SLOTS // 4, gaps
 
 
 def test_create_spreads_empty_partitions(cl: Cluster) -> None:
