@@ -34,9 +34,14 @@ from base.records import SLOTS, NodeRecord, PStreamRecord, View, owners
 from base.store import BaseStore
 from control.clusterctl import CliError, add_tls, conn_from, format_table, node_tls, open_store
 from control.clusterctl import parser as cluster_parser
-from node.link import NodeError, NodeOps, call_all
+from node.link import NodeOps, call_all
 from node.slots import key_slot
 from node.stream import MAX_STRIDE, partition_of_key
+
+try:  # the error replies node/link.py raises: typed ResponseErrors since its rework
+    from node.errors import ResponseError as NodeError  # type: ignore[attr-defined]
+except ImportError:  # before it, its own NodeError (str(e) is the reply's text in both)
+    from node.link import NodeError  # type: ignore[attr-defined,no-redef]
 
 DEFAULT_STRIDE = 64
 _TAG_CHARS = "0123456789abcdefghijklmnopqrstuvwxyz"
