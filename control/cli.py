@@ -32,6 +32,8 @@ manage a cluster (etcd from --etcd, $XSHARD_ETCD or ./.xshard):
             move slots online
   rebalance [--dry-run] [--wait]: even out slots over the shards
   remove-shard SHARD [--wait]: move a shard's slots away, then retire it
+  stream    create|list|describe|alter|delete: partitioned streams (one stream over
+            many shards)
 
 tools:
   check-aof FILE [--fix]
@@ -41,7 +43,7 @@ tools:
 """
 
 CLUSTER_COMMANDS = ("create", "status", "failover", "controller", "add-shard", "move-slots",
-                    "rebalance", "remove-shard")
+                    "rebalance", "remove-shard", "stream")
 LOCAL_COMMANDS = ("down", "logs")
 
 

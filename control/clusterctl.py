@@ -245,6 +245,9 @@ async def status_rows(conn: EtcdConfig | str, cluster: str, node_password: str =
              f"{g.oldest_pending_s:.1f}"] for g in top]))
     elif not metrics:
         tail.append("lag in seconds and consumer groups: start the nodes with --metrics-port")
+    from control.streamctl import status_lines
+
+    tail += status_lines(v)
     return head, rows, tail
 
 
@@ -395,9 +398,10 @@ COMMANDS = {
 def run(cmd: str, argv: list[str]) -> int:
     """Run a cluster subcommand; CliError becomes one line on stderr and exit code 1."""
     from control.reshardctl import COMMANDS as RESHARD
+    from control.streamctl import COMMANDS as STREAM
 
     try:
-        return {**COMMANDS, **RESHARD}[cmd](argv)
+        return {**COMMANDS, **RESHARD, **STREAM}[cmd](argv)
     except SystemExit as e:  # argparse: --help (0) or a usage error (2)
         return int(e.code or 0)
     except CliError as e:

@@ -11,8 +11,19 @@ from node.stream cimport Stream
 cdef unsigned long long _U64_MAX
 
 # XADD's fast path: the stream and the key space as extension types (C field reads, cpdef calls).
-@cython.locals(argc=Py_ssize_t, i=Py_ssize_t, approx=bint, db=Keyspace, s=Stream, opt=bytes,
-               idarg=bytes, ids=bytes, reply=bytes, node=Server, auto=bint,
-               ms="unsigned long long", seq="unsigned long long", now="unsigned long long",
-               off=Py_ssize_t)
+@cython.locals(argc=Py_ssize_t, i=Py_ssize_t, maxlen="long long", db=Keyspace, s=Stream,
+               reply=bytes, node=Server, auto=bint, ms="unsigned long long",
+               seq="unsigned long long", eff=list)
 cpdef bytes xadd(c, list argv)
+
+cdef Server _node_of(c)
+@cython.locals(opt=bytes, i=Py_ssize_t)
+cdef (Py_ssize_t, long long) _fast_maxlen(list argv, Py_ssize_t argc)
+@cython.locals(msb=bytes, seqb=bytes)
+cdef (unsigned long long, unsigned long long) _plain_id(bytes idarg)
+@cython.locals(s=Stream)
+cdef Stream _fast_stream(Keyspace db, key)
+@cython.locals(off=Py_ssize_t)
+cdef bytes _id_of_reply(bytes reply)
+@cython.locals(eff=list)
+cdef list _fast_effect(Stream s, list argv, Py_ssize_t i, long long maxlen, bytes ids, cfg)

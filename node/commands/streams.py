@@ -20,6 +20,8 @@ group commands do.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import cython
 
 from node import errors
@@ -47,6 +49,11 @@ if cython.compiled:
     from cython.cimports.node.server import Server
 else:
     from node.commands.entryreplies import id_bulk, stream_range_reply
+
+if TYPE_CHECKING:
+    from node.config import Config
+    from node.keyspace import Keyspace
+    from node.server import Server
 
 _WRONG_ARITY_XADD = errors.wrong_arity(b"xadd")
 _U64_MAX = SEQ_MAX  # a C constant compiled
@@ -95,22 +102,7 @@ def _parse_add_or_trim(c: Client, argv: list[bytes], xadd: bool) -> tuple[TrimAr
         if xadd and opt == b"*":
             break
         elif (lopt == b"maxlen" or lopt == b"minid") and moreargs:
-            if a.strategy is not None:
-                raise ReplyError(errors.MAXLEN_AND_MINID)
-            a.approx = False
-            nxt = argv[i + 1]
-            if moreargs >= 2 and nxt == b"~":
-                a.approx = True
-                i += 1
-            elif moreargs >= 2 and nxt == b"=":
-                i += 1
-            if lopt == b"maxlen":
-                a.threshold = errors.parse_non_negative_or_error(argv[i + 1], errors.MAXLEN_NEGATIVE)
-                a.strategy = "maxlen"
-            else:
-                a.threshold = parse_strict_id_or_error(argv[i + 1])
-                a.strategy = "minid"
-            i += 1
+            i = _parse_strategy(a, argv, i, lopt == b"maxlen")
         elif lopt == b"limit" and moreargs:
             a.limit = errors.parse_non_negative_or_error(argv[i + 1], errors.LIMIT_NEGATIVE)
             limit_given = True
@@ -147,6 +139,27 @@ def _parse_add_or_trim(c: Client, argv: list[bytes], xadd: bool) -> tuple[TrimAr
     return a, i
 
 
+def _parse_strategy(a: TrimArgs, argv: list[bytes], i: int, maxlen: bool) -> int:
+    """`(MAXLEN|MINID) [=|~] threshold` at argv[i] into `a`; returns the threshold's index."""
+    if a.strategy is not None:
+        raise ReplyError(errors.MAXLEN_AND_MINID)
+    a.approx = False
+    moreargs = len(argv) - 1 - i
+    nxt = argv[i + 1]
+    if moreargs >= 2 and nxt == b"~":
+        a.approx = True
+        i += 1
+    elif moreargs >= 2 and nxt == b"=":
+        i += 1
+    if maxlen:
+        a.threshold = errors.parse_non_negative_or_error(argv[i + 1], errors.MAXLEN_NEGATIVE)
+        a.strategy = "maxlen"
+    else:
+        a.threshold = parse_strict_id_or_error(argv[i + 1])
+        a.strategy = "minid"
+    return i + 1
+
+
 def _set_idmp(a: TrimArgs, pid: bytes, iid: bytes | None) -> None:
     if a.idmp_pid is not None:
         raise ReplyError(errors.IDMP_TWICE)
@@ -179,59 +192,34 @@ def xadd(c: Client, argv: list[bytes]) -> bytes:
     [(MAXLEN|MINID) [=|~] threshold [LIMIT count]] (*|id) field value ..."""
     # Hot paths, on an existing stream: `XADD key [MAXLEN [~] n] (*|ms-seq) field value ...`.
     # Clients mostly send `*` and `MAXLEN ~ n *`; replicas and AOF replay send explicit IDs and
-    # exact MAXLEN. No option objects; anything unusual goes to _xadd_general.
+    # exact MAXLEN. No option objects; anything unusual goes to _xadd_general. The ID is kept
+    # as its two parts (C uint64 compiled) up to the reply: no 128-bit int.
+    node = _node_of(c)
+    if node is None:
+        return _xadd_general(c, argv)
     argc = len(argv)
-    i = 2
-    maxlen = -1
-    approx = False
-    opt = argv[2]
-    if len(opt) == 6 and argc > 6 and opt.lower() == b"maxlen":
-        if argv[3] == b"~":
-            approx = True
-            i = 4
-        else:
-            i = 3
-        maxlen = string2ll(argv[i])
-        if maxlen is None or maxlen < 0:
-            return _xadd_general(c, argv)
-        i += 1
-    # The ID is kept as its two parts (C uint64 compiled) up to the reply: no 128-bit int.
-    idarg = argv[i]
-    auto = idarg == b"*"
+    i, maxlen = _fast_maxlen(argv, argc)
+    if maxlen == -2 or argc - i < 3 or not (argc - i) & 1:
+        return _xadd_general(c, argv)
+    auto = argv[i] == b"*"
     ms = 0
     seq = 0
-    if not auto:
-        # `ms-seq` in plain digits (what effects carry); anything else is parsed in full.
-        msb, _, seqb = idarg.partition(b"-")
-        if not (msb.isdigit() and seqb.isdigit() and len(idarg) < 128):
+    if not auto:  # parsed before the key is looked up, as Redis does (a bad ID beats WRONGTYPE)
+        ms, seq = _plain_id(argv[i])
+        if (ms | seq) == 0:
             return _xadd_general(c, argv)
-        msi = int(msb)
-        seqi = int(seqb)
-        if msi > SEQ_MAX or seqi > SEQ_MAX or not (msi or seqi):
-            return _xadd_general(c, argv)
-        ms = msi
-        seq = seqi
-    if argc - i < 3 or not (argc - i) & 1:
-        return _xadd_general(c, argv)
-    # A node's Client and Server are read by C fields and cpdef calls; other contexts (the
-    # in-process key space of tests/support/inproc.py) by name, as interpreted.
-    srv = cython.cast(_CClient, c).server if cython.compiled and type(c) is _CClient else c.server
-    node = cython.cast(Server, srv) if cython.compiled and type(srv) is Server else None
-    db = srv.db if node is None else node.db
+    db = node.db
     key = argv[1]
-    s = db.get_stream(key)
-    if s is None or (s.last_ms == _U64_MAX and s.last_seq == _U64_MAX):
+    s = _fast_stream(db, key)
+    if s is None:
         return _xadd_general(c, argv)
-    if auto:  # streamNextID (exhaustion is _xadd_general's)
-        now = srv.now_ms() if node is None else node.now_ms()
-        if now > s.last_ms:
-            ms = now
-        elif s.last_seq != _U64_MAX:
-            ms = s.last_ms
-            seq = s.last_seq + 1
-        else:
-            ms = s.last_ms + 1
-    cfg = srv.config if node is None else node.config
+    if auto:
+        ms, seq = s.next_id_parts(node.now_ms())
+        if (ms | seq) == 0:  # exhausted (a partition key's last millisecond)
+            return _xadd_general(c, argv)
+    elif s.stride and seq % s.stride != s.residue:
+        raise ReplyError(errors.xadd_partition_seq(s.residue, s.stride))
+    cfg = node.config
     try:
         s.append_id(ms, seq, argv[i + 1:], cfg.stream_node_max_entries,
                     cfg.stream_node_max_bytes)
@@ -240,36 +228,93 @@ def xadd(c: Client, argv: list[bytes]) -> bytes:
     except ElementsTooLarge:
         raise ReplyError(errors.XADD_TOO_LARGE) from None
     reply = id_bulk(ms, seq)
-    off = 4 if reply[2] == 13 else 5  # the ID after `$<n>\r\n`
-    if cython.compiled:
-        ids = PyBytes_FromStringAndSize(PyBytes_AS_STRING(reply) + off, len(reply) - 2 - off)
-    else:
-        ids = reply[off:-2]
     db.changed(key, True)
-    if maxlen >= 0:
-        if approx:
-            s.trim("maxlen", maxlen, True, _approx_limit(cfg.stream_node_max_entries))
-            maxlen = s.length
-        else:
-            s.trim("maxlen", maxlen, False, 0)
-    if maxlen < 0:
-        eff = argv[:]
-        eff[2] = ids
-    else:
-        eff = [argv[0], key, b"MAXLEN", b"%d" % maxlen, ids]
-        eff += argv[i + 1:]
-    if node is None:
-        srv.dirty += 1
-        srv.propagate(eff)
-    else:
-        node.dirty += 1
-        node.propagate(eff)
+    eff = _fast_effect(s, argv, i, maxlen, _id_of_reply(reply), cfg)
+    node.dirty += 1
+    node.propagate(eff)
     return reply
 
 
 # Registered here, not by decorator: compiled, xadd is a cpdef function (streams.pxd), and
 # Cython drops decorators of those.
 command(b"xadd")(xadd)
+
+
+def _node_of(c: Client) -> Server | None:
+    """The client's server, typed once for XADD's fast path: compiled, a node's Client and
+    Server are read by C fields and cpdef calls, and any other context (the in-process key
+    space of tests/support/inproc.py) gets None and takes the general path."""
+    if cython.compiled:
+        if type(c) is _CClient:
+            srv = cython.cast(_CClient, c).server
+            if type(srv) is Server:
+                return cython.cast(Server, srv)
+        return None
+    return c.server
+
+
+def _fast_maxlen(argv: list[bytes], argc: int) -> tuple[int, int]:
+    """XADD's fast path: `MAXLEN [~] n` at argv[2] as (the ID's position, n); n is -1
+    without MAXLEN and -2 when _xadd_general must parse it (`=`, a bad n)."""
+    opt = argv[2]
+    if not (len(opt) == 6 and argc > 6 and opt.lower() == b"maxlen"):
+        return 2, -1
+    i = 4 if argv[3] == b"~" else 3
+    n = string2ll(argv[i])
+    if n is None or n < 0:
+        return i, -2
+    return i + 1, n
+
+
+def _plain_id(idarg: bytes) -> tuple[int, int]:
+    """XADD's fast path: `ms-seq` in plain digits (what effects carry) as its parts; (0, 0)
+    for anything else, which _xadd_general parses in full (0-0 itself is an error there)."""
+    msb, _, seqb = idarg.partition(b"-")
+    if not (msb.isdigit() and seqb.isdigit() and len(idarg) < 128):
+        return 0, 0
+    ms = int(msb)
+    seq = int(seqb)
+    if ms > SEQ_MAX or seq > SEQ_MAX:
+        return 0, 0
+    return ms, seq
+
+
+def _fast_stream(db: Keyspace, key: bytes) -> Stream | None:
+    """XADD's fast path: the existing stream at `key`, bound to its name's partition rule
+    (node/stream.py); None for a new key or an exhausted stream, which _xadd_general creates
+    or refuses."""
+    s = db.get_stream(key)
+    if s is None or (s.last_ms == _U64_MAX and s.last_seq == _U64_MAX):
+        return None
+    if s.stride < 0:
+        s.bind_key(key)
+    return s
+
+
+def _id_of_reply(reply: bytes) -> bytes:
+    """The ID inside id_bulk's `$<n>\r\n<id>\r\n` (n is 3 to 41 digits long)."""
+    off = 4 if reply[2] == 13 else 5
+    if cython.compiled:
+        return PyBytes_FromStringAndSize(PyBytes_AS_STRING(reply) + off, len(reply) - 2 - off)
+    return reply[off:-2]
+
+
+def _fast_effect(s: Stream, argv: list[bytes], i: int, maxlen: int, ids: bytes,
+                 cfg: Config) -> list[bytes]:
+    """XADD's fast path, after the append: trim by `MAXLEN [~] n` (maxlen >= 0) and return
+    the effect, with the final ID and a `~` trim as the exact MAXLEN that has its result."""
+    if maxlen < 0:
+        eff = argv[:]
+        eff[2] = ids
+        return eff
+    if argv[3] == b"~":
+        s.trim("maxlen", maxlen, True, _approx_limit(cfg.stream_node_max_entries))
+        maxlen = s.length
+    else:
+        s.trim("maxlen", maxlen, False, 0)
+    eff = [argv[0], argv[1], b"MAXLEN", b"%d" % maxlen, ids]
+    eff += argv[i + 1:]
+    return eff
 
 
 def _approx_limit(node_max_entries: int) -> int:
@@ -298,30 +343,21 @@ def _xadd_general(c: Client, argv: list[bytes]) -> bytes:
         s = Stream()
     elif s.last_id == MAX_ID:
         raise ReplyError(errors.XADD_EXHAUSTED)
+    if s.stride < 0:
+        s.bind_key(key)
 
     config = c.server.config
     pid = a.idmp_pid
     iid = b""
+    fields = argv[idpos + 1:]
     try:
-        if not a.id_given:
-            sid = s.next_auto_id(c.server.now_ms())
-        elif not a.seq_given:
-            sid = s.next_seq_id(a.id >> 64)
-        else:
-            sid = a.id
+        sid = _general_id(c, s, a)
         if pid is not None:
-            iid = a.idmp_iid if a.idmp_iid is not None else auto_iid(argv[idpos + 1:])
-            m = s.idmp
-            if m is not None:
-                # Checked before the ID, so a retried explicit-ID XADD gets its ID back
-                # instead of "ID too small". Now = the stream clock (node/idmp.py).
-                orig = m.lookup(pid, iid, max(sid, s.last_id) >> 64)
-                if orig is not None:
-                    m.duplicates += 1
-                    ids = format_id(orig)
-                    return b"$%d\r\n%s\r\n" % (len(ids), ids)
-        s.append(sid, argv[idpos + 1:], config.stream_node_max_entries,
-                 config.stream_node_max_bytes)
+            iid = a.idmp_iid if a.idmp_iid is not None else auto_iid(fields)
+            dup = _idmp_duplicate(s, pid, iid, sid)
+            if dup is not None:
+                return dup
+        s.append(sid, fields, config.stream_node_max_entries, config.stream_node_max_bytes)
     except IDTooSmall:
         raise ReplyError(errors.XADD_ID_TOO_SMALL) from None
     except ElementsTooLarge:
@@ -346,9 +382,38 @@ def _xadd_general(c: Client, argv: list[bytes]) -> bytes:
     if a.strategy is not None:
         eff += _trim(s, a)[1]
     eff.append(ids)
-    eff += argv[idpos + 1:]
+    eff += fields
     c.server.dirty += 1
     c.server.propagate(eff)
+    return b"$%d\r\n%s\r\n" % (len(ids), ids)
+
+
+def _general_id(c: Client, s: Stream, a: TrimArgs) -> int:
+    """The ID of `*`, `ms-*` or an explicit ID on `s` (bound to its key's partition rule)."""
+    if not a.id_given:
+        sid = s.next_auto_id(c.server.now_ms())
+        if sid == 0:  # a partition key whose last millisecond has no sequence left
+            raise ReplyError(errors.XADD_EXHAUSTED)
+        return sid
+    if not a.seq_given:
+        return s.next_seq_id(a.id >> 64)
+    if s.stride > 0 and (a.id & SEQ_MAX) % s.stride != s.residue:
+        raise ReplyError(errors.xadd_partition_seq(s.residue, s.stride))
+    return a.id
+
+
+def _idmp_duplicate(s: Stream, pid: bytes, iid: bytes, sid: int) -> bytes | None:
+    """The reply to an IDMP/IDMPAUTO XADD whose (pid, iid) the stream has seen: the original
+    ID. Checked before the ID, so a retried explicit-ID XADD gets its ID back instead of "ID
+    too small". Now = the stream clock (node/idmp.py)."""
+    m = s.idmp
+    if m is None:
+        return None
+    orig = m.lookup(pid, iid, max(sid, s.last_id) >> 64)
+    if orig is None:
+        return None
+    m.duplicates += 1
+    ids = format_id(orig)
     return b"$%d\r\n%s\r\n" % (len(ids), ids)
 
 
