@@ -34,14 +34,10 @@ from base.records import SLOTS, NodeRecord, PStreamRecord, View, owners
 from base.store import BaseStore
 from control.clusterctl import CliError, add_tls, conn_from, format_table, node_tls, open_store
 from control.clusterctl import parser as cluster_parser
+from node.errors import ResponseError  # an error reply, as node/link.py raises it
 from node.link import NodeOps, call_all
 from node.slots import key_slot
 from node.stream import MAX_STRIDE, partition_of_key
-
-try:  # the error replies node/link.py raises: typed ResponseErrors since its rework
-    from node.errors import ResponseError as NodeError  # type: ignore[attr-defined]
-except ImportError:  # before it, its own NodeError (str(e) is the reply's text in both)
-    from node.link import NodeError  # type: ignore[attr-defined,no-redef]
 
 DEFAULT_STRIDE = 64
 _TAG_CHARS = "0123456789abcdefghijklmnopqrstuvwxyz"
@@ -181,7 +177,7 @@ class Owners:
 
     async def call(self, key: str, commands: list[list]) -> list[object]:
         """`commands` about `key`, on its owner in one connection, following MOVED/ASK while
-        its slot moves; NodeError for an error reply."""
+        its slot moves; ResponseError for an error reply."""
         host, port = self.ops.addr(self.node_of(key)[1])
         asking = False
         for _ in range(_MAX_HOPS):
@@ -190,7 +186,7 @@ class Owners:
                 got = await call_all(host, port, cmds, timeout=self.ops.timeout,
                                      password=self.ops.password, ssl=self.ops.tls,
                                      user=self.ops.user)
-            except NodeError as e:
+            except ResponseError as e:
                 words = str(e).split()
                 if len(words) == 3 and words[0] in ("MOVED", "ASK"):
                     h, _, p = words[2].rpartition(":")
@@ -369,7 +365,7 @@ async def describe(ctx: Ctx, name: str) -> list[str]:
         try:
             shard = o.node_of(k)[0]
             n, groups = await o.call(k, [["XLEN", k], ["XINFO", "GROUPS", k]])
-        except (CliError, NodeError, OSError, TimeoutError) as e:
+        except (CliError, ResponseError, OSError, TimeoutError) as e:
             return [k, slot, "?", "?", str(e)[:60]]
         names = [dict(zip(g[::2], g[1::2], strict=False))[b"name"].decode(errors="replace")
                  for g in groups] if isinstance(groups, list) else []
@@ -459,7 +455,7 @@ async def _run(action: str, a: argparse.Namespace, tls: ssl.SSLContext | None) -
         if action == "alter":
             return [await alter(ctx, a.name, a.partitions)]
         return [await delete(ctx, a.name)]
-    except (NodeError, OSError, TimeoutError) as e:
+    except (ResponseError, OSError, TimeoutError) as e:
         raise CliError(f"a node: {type(e).__name__}: {str(e)[:200]}") from None
     finally:
         await store.close()
