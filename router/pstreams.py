@@ -539,15 +539,15 @@ def _with_ids_arg(start: int, fold: Callable[..., bytes]) -> Callable[..., None]
     return handler
 
 
-_OPTIONS = frozenset((b"idle", b"time", b"retrycount", b"force", b"justid", b"lastid"))
-
-
 def xclaim(router: Router, c: RouterClient, argv: list[bytes], ps: PStream, cell: Cell) -> None:
     """XCLAIM: IDs by partition, each with the options; the claimed entries come back in the
     client's ID order. LASTID moves one stream's cursor and has no partitioned meaning."""
     j = 5
-    while j < len(argv) and argv[j].lower() not in _OPTIONS:
-        j += 1
+    while j < len(argv) and parse_id(argv[j], strict=True) is not None:
+        j += 1  # IDs up to the first argument that is not one (xclaimCommand)
+    if j == 5:  # none: the node phrases what is wrong with the rest
+        return Forward(router, c, encode_command(_with_key(argv, 1, ps.keys[0])), ps.slots[0],
+                       True, cell=cell).send()
     if any(a.lower() == b"lastid" for a in argv[j:]):
         return _refuse(c, cell, b"XCLAIM ... LASTID", ps)
     justid = any(a.lower() == b"justid" for a in argv[j:])

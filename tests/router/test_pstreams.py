@@ -224,3 +224,153 @@ def test_xread_merges_and_blocks_until_any_partition_has_an_entry(pc: Cluster,
     t.join(10)
     assert got and got[0][0][1] == [(pid(99999, 3).encode(), {b"late": b"1"})]
     reader.close()
+
+
+# --- group b: XGROUP, XREADGROUP, commands by ID ---------------------------------------------------
+def test_xgroup_subcommands_reply_as_for_one_stream(pc: Cluster, r: redis.Redis) -> None:
+    name, keys = make(pc, r, 4)
+    assert "requires the key to exist" in err(r, "XGROUP", "CREATE", name, "g", "0")
+    r.xadd(name, {"a": 1}, id=pid(1, 1))  # one partition exists, the others do not yet
+    assert r.xgroup_create(name, "g", "0") is True
+    assert all(r.xinfo_groups(k)[0]["name"] == b"g" for k in keys)  # made on every partition
+    assert "BUSYGROUP" in err(r, "XGROUP", "CREATE", name, "g", "0")
+    assert r.xgroup_createconsumer(name, "g", "c1") == 1
+    assert r.xgroup_createconsumer(name, "g", "c1") == 0
+    r.xadd(name, {"a": 2}, id=pid(2, 2))
+    assert len(r.xreadgroup("g", "c1", {name: ">"})[0][1]) == 2
+    assert r.xgroup_delconsumer(name, "g", "c1") == 2  # pending entries summed
+    assert r.xgroup_setid(name, "g", "0") is True
+    assert len(r.xreadgroup("g", "c2", {name: ">"})[0][1]) == 2
+    assert "ENTRIESREAD" in err(r, "XGROUP", "SETID", name, "g", "0", "ENTRIESREAD", "3")
+    assert r.xgroup_destroy(name, "g") == 1
+    assert r.xgroup_destroy(name, "g") == 0
+    assert "NOGROUP" in err(r, "XGROUP", "SETID", name, "nog", "0")
+    assert r.xgroup_create(name, "m", "$", mkstream=True) is True
+
+
+def test_xreadgroup_count_is_a_total_and_nothing_is_lost(pc: Cluster, r: redis.Redis) -> None:
+    name, _keys = make(pc, r, 6)
+    r.xgroup_create(name, "g", "0", mkstream=True)
+    written = {r.xadd(name, {"i": i}, id=pid(10 + i // 6, i % 6)) for i in range(50)}
+    seen: list[bytes] = []
+    for count in itertools.cycle((1, 4, 7)):
+        got = r.xreadgroup("g", "c", {name: ">"}, count=count)
+        if not got:
+            break
+        es = got[0][1]
+        assert 1 <= len(es) <= count
+        ids = [e[0] for e in es]
+        assert ids == sorted(ids, key=lambda s: tuple(map(int, s.split(b"-"))))
+        seen += ids
+    assert sorted(seen) == sorted(written) and len(seen) == len(written)  # each once
+    pend = r.xpending(name, "g")
+    assert pend["pending"] == 50
+    assert r.xack(name, "g", *seen[:20]) == 20
+    assert r.xpending(name, "g")["pending"] == 30
+    # History: the consumer's pending entries, merged, from an ID on.
+    hist = r.xreadgroup("g", "c", {name: "0"}, count=5)[0][1]
+    assert [e[0] for e in hist] == sorted(seen[20:], key=lambda s: tuple(
+        map(int, s.split(b"-"))))[:5]
+    assert r.xreadgroup("g", "other", {name: "0"}) == [[name.encode(), []]]
+
+
+def test_xreadgroup_noack_hands_over_from_memory(pc: Cluster, r: redis.Redis) -> None:
+    name, _keys = make(pc, r, 4)
+    r.xgroup_create(name, "g", "0", mkstream=True)
+    written = [r.xadd(name, {"i": i}, id=pid(10, i % 4, i // 4)) for i in range(12)]
+    seen = []
+    while got := r.xreadgroup("g", "c", {name: ">"}, count=1, noack=True):
+        seen += [e[0] for e in got[0][1]]
+    assert sorted(seen) == sorted(written) and len(seen) == 12
+    assert r.xpending(name, "g")["pending"] == 0
+
+
+def test_blocked_xreadgroup_wakes_and_loses_no_delivery(pc: Cluster, r: redis.Redis) -> None:
+    """Entries land on every partition at once while a consumer is blocked with COUNT 1:
+    the partitions that deliver after the read was answered hand their entries over, and
+    the consumer's next reads return each of them once."""
+    name, keys = make(pc, r, 6)
+    r.xgroup_create(name, "g", "$", mkstream=True)
+    for rnd in range(5):
+        got: list = []
+        reader = pc.client()
+        t = threading.Thread(target=lambda got=got, reader=reader: got.append(
+            reader.xreadgroup("g", "c", {name: ">"}, count=1, block=10000)))
+        t.start()
+        wait_until(lambda: r.info("clients")["blocked_clients"] >= 1, 10)
+        pipe = r.pipeline(transaction=False)
+        for p, k in enumerate(keys):  # straight to the partitions: all at once
+            pipe.xadd(k, {"p": p}, id=pid(1000 + rnd, p))
+        written = set(pipe.execute())
+        t.join(10)
+        assert got and len(got[0][0][1]) == 1
+        seen = [got[0][0][1][0][0]]
+        while more := reader.xreadgroup("g", "c", {name: ">"}, count=2):
+            seen += [e[0] for e in more[0][1]]
+        assert sorted(seen) == sorted(written)
+        assert r.xpending(name, "g")["pending"] == len(written)
+        assert r.xack(name, "g", *seen) == len(seen)
+        reader.close()
+    assert r.xreadgroup("g", "c", {name: ">"}, block=50) == []  # times out: nil
+
+
+def test_ten_consumers_get_each_entry_once(pc: Cluster, r: redis.Redis) -> None:
+    name, _keys = make(pc, r, 6)
+    r.xgroup_create(name, "g", "0", mkstream=True)
+    total = 600
+    delivered: list[list[bytes]] = [[] for _ in range(10)]
+    stop = threading.Event()
+
+    def consume(i: int) -> None:
+        cl = pc.client()
+        while not stop.is_set():
+            got = cl.xreadgroup("g", f"c{i}", {name: ">"}, count=7, block=200)
+            if got:
+                ids = [e[0] for e in got[0][1]]
+                delivered[i] += ids
+                cl.execute_command("XACK", name, "g", *ids)
+        cl.close()
+    threads = [threading.Thread(target=consume, args=(i,)) for i in range(10)]
+    for t in threads:
+        t.start()
+    written = set()
+    for i in range(total):
+        written.add(r.xadd(name, {"i": i}, id=pid(100 + i // 6, i % 6)))
+    wait_until(lambda: sum(map(len, delivered)) >= total, 60)
+    stop.set()
+    for t in threads:
+        t.join(10)
+    flat = [x for d in delivered for x in d]
+    assert len(flat) == total and set(flat) == written
+    assert sum(1 for d in delivered if d) > 1
+    assert r.xpending(name, "g")["pending"] == 0
+
+
+def test_commands_by_id_split_by_partition(pc: Cluster, r: redis.Redis) -> None:
+    name, _keys = make(pc, r, 4)
+    plain = "plain"
+    ids = fill_both(r, name, plain, 16)
+    for k in (name, plain):
+        r.xgroup_create(k, "g", "0")
+        r.xreadgroup("g", "c", {k: ">"})
+    bogus = pid(1, 9)  # partition 9 does not exist: it names no entry
+    for k in (name, plain):
+        assert r.xack(k, "g", ids[0], ids[5], bogus) == 2
+        claimed = r.xclaim(k, "g", "d", 0, [ids[9], ids[2], ids[7]])
+        assert [e[0].decode() for e in claimed] == [ids[9], ids[2], ids[7]]
+        assert r.xclaim(k, "g", "d", 0, [ids[3], ids[1]], justid=True) == \
+            [ids[3].encode(), ids[1].encode()]
+        assert r.execute_command("XACKDEL", k, "g", "IDS", 3, ids[2], bogus, ids[0]) == [1, -1, 1]
+        assert r.execute_command("XDELEX", k, "IDS", 2, ids[4], ids[2]) == [1, -1]
+        assert r.execute_command("XNACK", k, "g", "FAIL", "IDS", 2, ids[6], ids[8]) == 2
+        assert r.xdel(k, ids[10], ids[11], bogus) == 2
+    assert r.xrange(name) == r.xrange(plain)
+    def pending(k: str, **kw: object) -> list:
+        return [(e["message_id"], e["consumer"], e["times_delivered"])
+                for e in r.xpending_range(k, "g", "-", "+", 100, **kw)]
+    assert pending(name) == pending(plain)
+    assert pending(name, consumername="d") == pending(plain, consumername="d")
+    for args in [("XACK", "g", "bad"), ("XDEL", "bad"), ("XCLAIM", "g", "c", "0", "bad"),
+                 ("XACKDEL", "g", "IDS", "1", "bad")]:
+        assert err(r, args[0], name, *args[1:]) == err(r, args[0], plain, *args[1:])
+    assert "LASTID" in err(r, "XCLAIM", name, "g", "c", "0", ids[1], "LASTID", ids[1])
