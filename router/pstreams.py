@@ -85,7 +85,7 @@ class Handover:
 class PStream:
     """A logical stream as a router routes it (from its PStreamRecord)."""
 
-    __slots__ = ("name", "n", "stride", "keys", "slots", "key_field", "rr", "handover")
+    __slots__ = ("name", "n", "stride", "keys", "slots", "key_field", "rr", "rd", "handover")
 
     def __init__(self, name: bytes, rec: PStreamRecord) -> None:
         self.name = name
@@ -95,6 +95,7 @@ class PStream:
         self.slots = [key_slot(k) for k in self.keys]
         self.key_field = rec.key_field.encode() if rec.key_field is not None else None
         self.rr = 0  # the next partition of an XADD spread evenly
+        self.rd = 0  # where the next XREADGROUP's partitions start
         # (group, consumer) -> partition -> what it was delivered and not yet given
         self.handover: dict[tuple[bytes, bytes], dict[int, Handover]] = {}
 
@@ -112,7 +113,7 @@ def load(router: Router, records: dict[str, PStreamRecord]) -> dict[bytes, PStre
         ps = out[b] = PStream(b, rec)
         prev = old.get(b)
         if prev is not None:
-            ps.rr = prev.rr
+            ps.rr, ps.rd = prev.rr, prev.rd
             ps.handover = prev.handover
     return out
 
@@ -783,7 +784,9 @@ class GroupRead:
     """XREADGROUP `>` on one logical stream: first what was handed over, then rounds of new
     entries. A round asks every candidate partition for an even share of what COUNT leaves
     (all of it without COUNT); a partition that returns its whole share may have more and
-    stays a candidate. What comes back beyond COUNT (at most N-1 entries) is handed over."""
+    stays a candidate. Rounds ask for no more than COUNT leaves, so only a hand-over read
+    (which asks for all that was handed over) can come back with more than COUNT: the rest is
+    handed over again."""
 
     def __init__(self, read: Read, i: int, ps: PStream) -> None:
         self.read, self.i, self.ps = read, i, ps
@@ -826,35 +829,46 @@ class GroupRead:
         return self.round([p for p in self._live() if p not in self.got])
 
     def _live(self) -> list[int]:
+        """Every partition, from a start that turns with each read (COUNT below N is fair)."""
         ps = self.ps
-        start = ps.rr % ps.n
+        start = ps.rd % ps.n
+        ps.rd = start + 1
         return [(start + j) % ps.n for j in range(ps.n)]
 
     def round(self, cands: list[int]) -> None:
+        """Ask partitions for exactly what COUNT leaves, split evenly (fewer partitions than
+        that: one entry from each of as many as are left), so a read delivers no more than
+        it returns; without COUNT, every partition for everything."""
         r = self.read
         if not cands:
             return self.finish()
-        share = None
         if r.count:
-            share = _share(r.count - self.total, len(cands))
-        reqs = [(self.ps.slots[p], r._req(self.ps.keys[p], b">", share)) for p in cands]
+            left = r.count - self.total
+            asked, later = cands[:left], cands[left:]
+            base, extra = divmod(left, len(asked))
+            shares: list[int | None] = [base + (j < extra) for j in range(len(asked))]
+        else:
+            asked, later, shares = cands, [], [None] * len(cands)
+        reqs = [(self.ps.slots[p], r._req(self.ps.keys[p], b">", n))
+                for p, n in zip(asked, shares, strict=True)]
         _send(r.router, r.c, reqs, True, list,  # type: ignore[arg-type]
-              partial(self._rounded, cands, share))
+              partial(self._rounded, asked, shares, later))
 
-    def _rounded(self, cands: list[int], share: int | None, replies: list[bytes]) -> None:
-        full = []
-        for p, rep in zip(cands, replies, strict=True):
+    def _rounded(self, asked: list[int], shares: list[int | None], later: list[int],
+                 replies: list[bytes]) -> None:
+        full = []  # partitions that gave all they were asked for: they may have more
+        for p, n, rep in zip(asked, shares, replies, strict=True):
             if rep[:1] == b"-":
                 if self.error is None:
                     self.error = _renamed(self.ps, rep)
                 continue
             es = _read_entries(rep)
             self._add(p, es)
-            if share is not None and len(es) == share:
+            if n is not None and len(es) == n:
                 full.append(p)
         count = self.read.count
-        if self.error is None and count and self.total < count and full:
-            return self.round(full)
+        if self.error is None and count and self.total < count and (later or full):
+            return self.round(later + full)
         return self.finish()
 
     def _add(self, p: int, es: list[bytes]) -> None:
@@ -1032,6 +1046,129 @@ def _ignore(_r: bytes | None) -> None:
     return None
 
 
+# --- XINFO ---------------------------------------------------------------------------------------
+# How each field of one partition's XINFO reply folds into the logical stream's; see
+# docs/partitioned-streams.md for which are exact. A field not named here (a later Redis's)
+# is summed when it is an integer and otherwise taken from the first partition.
+_STREAM_FIELDS = {
+    b"length": "sum", b"radix-tree-keys": "sum", b"radix-tree-nodes": "sum",
+    b"entries-added": "sum", b"pids-tracked": "sum", b"iids-tracked": "sum",
+    b"iids-added": "sum", b"iids-duplicates": "sum", b"groups": "max",
+    b"last-generated-id": "max_id", b"max-deleted-entry-id": "max_id",
+    b"recorded-first-entry-id": "min_id", b"first-entry": "min_entry",
+    b"last-entry": "max_entry", b"idmp-duration": "first", b"idmp-maxsize": "first",
+}
+_GROUP_FIELDS = {
+    b"name": "first", b"consumers": "max", b"pending": "sum", b"last-delivered-id": "max_id",
+    b"entries-read": "sum_or_nil", b"lag": "sum_or_nil",
+}
+_CONSUMER_FIELDS = {b"name": "first", b"pending": "sum", b"idle": "min",
+                    b"inactive": "min_seen"}
+
+
+def _id_of(v: bytes) -> int:
+    return parse_id(bulk_value(v)) or 0
+
+
+def _fold_field(how: str, vals: list[bytes]) -> bytes:
+    ints = all(v[:1] == b":" for v in vals)
+    if how == "sum" or (how == "" and ints):
+        return integer(sum(int_value(v) for v in vals)) if ints else vals[0]
+    if how == "sum_or_nil":
+        return integer(sum(int_value(v) for v in vals)) if ints else \
+            next(v for v in vals if v[:1] != b":")
+    if how in ("max", "min"):
+        f = max if how == "max" else min
+        return integer(f(int_value(v) for v in vals)) if ints else vals[0]
+    if how == "min_seen":  # -1: never active
+        seen = [int_value(v) for v in vals if v[:1] == b":" and int_value(v) >= 0]
+        return integer(min(seen)) if seen else vals[0]
+    if how in ("max_id", "min_id"):
+        return (max if how == "max_id" else min)(vals, key=_id_of)
+    if how in ("min_entry", "max_entry"):
+        real = [v for v in vals if v[:1] in (b"*", b"~") and not v.startswith(b"*-1")]
+        if not real:
+            return vals[0]
+        return (min if how == "min_entry" else max)(real, key=_entry_id)
+    return vals[0]
+
+
+def _fold_maps(maps: list[tuple[bytes, list[bytes]]], rules: dict[bytes, str]) -> bytes:
+    """Maps (RESP3) or flat arrays (RESP2) of the same fields, folded field by field."""
+    kind = maps[0][0]
+    first = maps[0][1]
+    names = [bulk_value(first[j]) for j in range(0, len(first), 2)]
+    by_name = [{bulk_value(els[j]): els[j + 1] for j in range(0, len(els), 2)}
+               for _, els in maps]
+    out = []
+    for j, n in enumerate(names):
+        vals = [m[n] for m in by_name if n in m]
+        out.append(first[2 * j] + _fold_field(rules.get(n, ""), vals))
+    return b"%s%d\r\n" % (kind, len(out) if kind == b"%" else 2 * len(out)) + b"".join(out)
+
+
+def _existing(ps: PStream, replies: list[bytes]) -> list[bytes] | bytes:
+    """The replies of the partitions that exist (`no such key` from the others), or the
+    error to give."""
+    ok = [r for r in replies if r[:1] != b"-"]
+    if ok:
+        return ok
+    return _renamed(ps, replies[0])
+
+
+def xinfo_stream(router: Router, c: RouterClient, argv: list[bytes], ps: PStream,
+                 cell: Cell) -> None:
+    if len(argv) > 3:
+        return _refuse(c, cell, b"XINFO STREAM ... FULL", ps)
+
+    def merged(replies: list[bytes]) -> bytes:
+        ok = _existing(ps, replies)
+        if isinstance(ok, bytes):
+            return ok
+        maps = [reply_elements(r) for r in ok]
+        nonempty = [m for m in maps if any(
+            bulk_value(m[1][j]) == b"length" and m[1][j + 1] != b":0\r\n"
+            for j in range(0, len(m[1]), 2))]
+        out = _fold_maps(maps, _STREAM_FIELDS)
+        if nonempty and len(nonempty) < len(maps):  # the first ID of an empty one is 0-0
+            rec = _fold_maps(nonempty, _STREAM_FIELDS)
+            out = _replace_field(out, rec, b"recorded-first-entry-id")
+        return out
+    _all(router, c, argv, ps, cell, merged, key_at=2)
+    return None
+
+
+def _replace_field(reply: bytes, other: bytes, name: bytes) -> bytes:
+    kind, els = reply_elements(reply)
+    oels = reply_elements(other)[1]
+    for j in range(0, len(els), 2):
+        if bulk_value(els[j]) == name:
+            els[j + 1] = next(oels[k + 1] for k in range(0, len(oels), 2)
+                              if bulk_value(oels[k]) == name)
+    return b"%s%d\r\n" % (kind, len(els) // 2 if kind == b"%" else len(els)) + b"".join(els)
+
+
+def _xinfo_list(rules: dict[bytes, str]) -> Callable[..., None]:
+    """XINFO GROUPS / CONSUMERS: one row per name over the partitions, folded field by field,
+    in the order the first partition lists them (then any others)."""
+    def handler(router: Router, c: RouterClient, argv: list[bytes], ps: PStream,
+                cell: Cell) -> None:
+        def merged(replies: list[bytes]) -> bytes:
+            ok = _existing(ps, replies)  # (a partition without the key or group: none)
+            if isinstance(ok, bytes):
+                return ok
+            rows: dict[bytes, list[tuple[bytes, list[bytes]]]] = {}
+            for r in ok:
+                for row in reply_elements(r)[1]:
+                    kind, els = reply_elements(row)
+                    name = next(bulk_value(els[j + 1]) for j in range(0, len(els), 2)
+                                if bulk_value(els[j]) == b"name")
+                    rows.setdefault(name, []).append((kind, els))
+            return _array([_fold_maps(ms, rules) for ms in rows.values()])
+        _all(router, c, argv, ps, cell, merged, key_at=2)
+    return handler
+
+
 HANDLERS: dict[bytes, Callable[..., None]] = {
     b"xadd": xadd,
     b"xlen": xlen,
@@ -1047,6 +1184,9 @@ HANDLERS: dict[bytes, Callable[..., None]] = {
     b"xtrim": xtrim,
     b"xpending": xpending,
     b"xautoclaim": xautoclaim,
+    b"xinfo|stream": xinfo_stream,
+    b"xinfo|groups": _xinfo_list(_GROUP_FIELDS),
+    b"xinfo|consumers": _xinfo_list(_CONSUMER_FIELDS),
     b"xgroup|create": xgroup_create,
     b"xgroup|destroy": _xgroup(_fold_max),
     b"xgroup|setid": _xgroup(_fold_first),

@@ -34,12 +34,22 @@ def pc(tmp_path_factory: pytest.TempPathFactory, etcd_url: str) -> Iterator[Clus
     c.stop()
 
 
+def flushed(client: redis.Redis) -> bool:
+    """FLUSHALL once every shard answers (a loaded machine can leave one between primaries
+    for a moment)."""
+    try:
+        client.flushall()
+    except (redis.ClusterDownError, redis.ResponseError):
+        return False
+    return True
+
+
 @pytest.fixture
 def r(pc: Cluster) -> Iterator[redis.Redis]:
     client = pc.client()
-    client.flushall()
+    wait_until(lambda: flushed(client), 30)
     yield client
-    client.flushall()
+    wait_until(lambda: flushed(client), 30)
     client.close()
 
 
@@ -374,3 +384,114 @@ def test_commands_by_id_split_by_partition(pc: Cluster, r: redis.Redis) -> None:
                  ("XACKDEL", "g", "IDS", "1", "bad")]:
         assert err(r, args[0], name, *args[1:]) == err(r, args[0], plain, *args[1:])
     assert "LASTID" in err(r, "XCLAIM", name, "g", "c", "0", ids[1], "LASTID", ids[1])
+
+
+# --- group c: XPENDING, XINFO, XAUTOCLAIM, XTRIM, XSETID --------------------------------------------
+def grouped_pair(pc: Cluster, r: redis.Redis, n: int = 4, entries: int = 20) -> tuple[str, list[str]]:
+    """A logical and a plain stream with the same entries and the same group history:
+    c1 read 7, c2 read 5, c1 acked 3 of its own."""
+    name, _keys = make(pc, r, n)
+    ids = fill_both(r, name, "plain", entries, n)
+    for k in (name, "plain"):
+        r.xgroup_create(k, "g", "0")
+        a = [e[0] for e in r.xreadgroup("g", "c1", {k: ">"}, count=7)[0][1]]
+        r.xreadgroup("g", "c2", {k: ">"}, count=5)
+        r.xack(k, "g", *a[:3])
+    return name, ids
+
+
+def sid_key(s: bytes) -> tuple[int, ...]:
+    return tuple(map(int, s.split(b"-")))
+
+
+def test_xpending_summary_and_extended_merge(pc: Cluster, r: redis.Redis) -> None:
+    """The same counts as one stream (which entries each consumer got differs: each
+    partition delivers in its own order); the IDs are the partitions' own, merged."""
+    name, _ids = grouped_pair(pc, r)
+    keys = partition_keys(name, 4)
+    a, b = r.xpending(name, "g"), r.xpending("plain", "g")
+    assert a["pending"] == b["pending"] == 9 and a["consumers"] == b["consumers"]
+    mine = sorted((e["message_id"] for k in keys
+                   for e in r.xpending_range(k, "g", "-", "+", 100)), key=sid_key)
+    assert (a["min"], a["max"]) == (mine[0], mine[-1])
+    for count in (1, 3, 100):
+        got = r.xpending_range(name, "g", "-", "+", count)
+        assert [e["message_id"] for e in got] == mine[:count]
+        got = r.xpending_range(name, "g", "(1001-0", "+", count, consumername="c2")
+        want = sorted((e["message_id"] for k in keys for e in r.xpending_range(
+            k, "g", "(1001-0", "+", 100, consumername="c2")), key=sid_key)[:count]
+        assert [e["message_id"] for e in got] == want
+    assert err(r, "XPENDING", name, "nog") == err(r, "XPENDING", "plain", "nog").replace(
+        "plain", name)
+    assert err(r, "XPENDING", name, "g", "-", "+") == err(r, "XPENDING", "plain", "g", "-", "+")
+
+
+def test_xinfo_stream_groups_consumers_merge(pc: Cluster, r: redis.Redis) -> None:
+    name, ids = grouped_pair(pc, r)
+    a, b = r.xinfo_stream(name), r.xinfo_stream("plain")
+    for f in ("length", "last-generated-id", "first-entry", "last-entry", "entries-added",
+              "max-deleted-entry-id", "recorded-first-entry-id", "groups"):
+        assert a[f] == b[f], f
+    ga, gb = r.xinfo_groups(name), r.xinfo_groups("plain")
+    assert [(g["name"], g["pending"], g["entries-read"], g["lag"]) for g in ga] == \
+        [(g["name"], g["pending"], g["entries-read"], g["lag"]) for g in gb]
+    assert ga[0]["consumers"] == 2
+    ca, cb = r.xinfo_consumers(name, "g"), r.xinfo_consumers("plain", "g")
+    assert [(x["name"], x["pending"]) for x in ca] == [(x["name"], x["pending"]) for x in cb]
+    assert "FULL" in err(r, "XINFO", "STREAM", name, "FULL")
+    assert "no such key" in err(r, "XINFO", "STREAM", make(pc, r, 2)[0])
+
+
+def test_xautoclaim_walks_every_partition(pc: Cluster, r: redis.Redis) -> None:
+    name, _ids = grouped_pair(pc, r)
+    want = sorted(e["message_id"] for e in r.xpending_range(name, "g", "-", "+", 100))
+    assert len(want) == 9
+    got, cursor, calls = [], b"0-0", 0
+    while True:
+        cursor, claimed, _deleted = r.xautoclaim(name, "g", "c3", 0, cursor, count=2)
+        got += [e[0] for e in claimed]
+        calls += 1
+        if cursor == b"0-0":
+            break
+    assert sorted(got) == want and len(got) == len(want)
+    assert calls >= 4  # one partition per call at least
+    assert all(x["name"] != b"c3" or x["pending"] == len(want)
+               for x in r.xinfo_consumers(name, "g"))
+
+
+def test_xtrim_minid_exact_maxlen_by_share(pc: Cluster, r: redis.Redis) -> None:
+    name, keys = make(pc, r, 4)
+    ids = fill_both(r, name, "plain", 40)
+    for k in (name, "plain"):
+        assert r.xtrim(k, minid=ids[10], approximate=False) == 10
+    assert r.xrange(name) == r.xrange("plain")
+    # Each partition keeps ceil(21/4) = 6 of its 7 or 8 entries.
+    assert r.xtrim(name, maxlen=21, approximate=False) == 30 - 4 * 6
+    assert all(r.xlen(k) <= 6 for k in keys)
+    r.xadd(name, {"x": 1}, maxlen=8, approximate=False)  # XADD's MAXLEN: the partition written keeps its share
+    assert max(r.xlen(k) for k in keys) <= 6
+    assert "not supported" in err(r, "XSETID", name, "1-0")
+
+
+def test_bad_input_gets_a_plain_streams_errors(pc: Cluster, r: redis.Redis) -> None:
+    name, _keys = make(pc, r, 3)
+    fill_both(r, name, "plain", 6, 3)
+    r.xgroup_create(name, "g", "0")
+    r.xgroup_create("plain", "g", "0")
+    cases = [("XADD", "{}"), ("XADD", "{}", "*"), ("XADD", "{}", "*", "f"),
+             ("XADD", "{}", "MAXLEN", "-1", "*", "f", "v"), ("XADD", "{}", "bad", "f", "v"),
+             ("XLEN",), ("XRANGE", "{}", "-", "+", "COUNT"), ("XRANGE", "{}", "-", "+", "COUNT", "x"),
+             ("XREAD", "STREAMS", "{}"), ("XREAD", "STREAMS", "{}", "bad"),
+             ("XREADGROUP", "GROUP", "nog", "c", "STREAMS", "{}", ">"),
+             ("XREADGROUP", "GROUP", "g", "c", "STREAMS", "{}", "$"),
+             ("XREADGROUP", "GROUP", "g", "c", "STREAMS", "{}", "bad"),
+             ("XACK", "{}", "g"), ("XGROUP", "CREATE", "{}"), ("XGROUP", "CREATE", "{}", "h", "bad"),
+             ("XTRIM", "{}", "MAXLEN"), ("XTRIM", "{}", "BAD", "1"), ("XPENDING", "{}", "nog"),
+             ("XAUTOCLAIM", "{}", "g", "c", "x", "0")]
+    for case in cases:
+        a = err(r, *[x.replace("{}", name) for x in case])
+        b = err(r, *[x.replace("{}", "plain") for x in case]).replace("'plain'", f"'{name}'")
+        assert a == b, case
+    # An unknown name is a plain key, as ever.
+    r.xadd("justakey", {"a": 1})
+    assert r.xlen("justakey") == 1 and r.type("justakey") == b"stream"
