@@ -163,6 +163,15 @@ XADD_ID_TOO_SMALL = (
     b"ERR The ID specified in XADD is equal or smaller than the target stream top item")
 XADD_EXHAUSTED = b"ERR The stream has exhausted the last possible ID, unable to add more items"
 XADD_TOO_LARGE = b"ERR Elements are too large to be stored"
+
+
+def xadd_partition_seq(residue: int, stride: int) -> bytes:
+    """An explicit XADD ID in a partition key `{TAG}NAME#p/S` whose sequence number is not
+    p modulo S (node/stream.py, docs/partitioned-streams.md); xshard's own text."""
+    return (b"ERR The ID specified in XADD must have a sequence number equal to %d modulo %d"
+            b" in this partition key" % (residue, stride))
+
+
 MAXLEN_NEGATIVE = b"ERR The MAXLEN argument must be >= 0."
 LIMIT_NEGATIVE = b"ERR The LIMIT argument must be >= 0."
 MAXLEN_AND_MINID = (

@@ -15,16 +15,24 @@ cdef unsigned long long _U64_MAX
 
 cdef object _make_id(unsigned long long ms, unsigned long long seq)
 
+# Partition keys: the next sequence number with the key's residue (0: none left).
+@cython.locals(gap="unsigned long long")
+cpdef unsigned long long seq_above(unsigned long long last, unsigned long long stride,
+                                   unsigned long long residue)
+
 cdef class Stream:
     cdef public Py_ssize_t length
     cdef public uint64_t last_ms, last_seq
     cdef public object first_id, max_deleted_entry_id, entries_added
     cdef public dict groups
     cdef public object idmp
+    # The key name's partition rule (bind_key): stride -1 not derived yet, 0 plain, else S.
+    cdef public Py_ssize_t stride, residue
     cdef public list _firsts, _nodes
     cdef public Tail _tail
     cdef object __weakref__
 
+    cpdef Py_ssize_t bind_key(self, key)
     cpdef next_auto_id(self, now_ms)
 
     cpdef append(self, sid, list fields, Py_ssize_t max_entries, Py_ssize_t max_bytes)

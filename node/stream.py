@@ -35,7 +35,9 @@ Attributes: `length` (live entries), `last_id`, `first_id` (first live entry, 0 
 Redis records it), `max_deleted_entry_id`, `entries_added`, `groups` (name -> group object,
 insertion ordered; owned by node.groups).
 
-- `next_auto_id(now_ms)` / `next_seq_id(ms)`: IDs for `*` and `ms-*`.
+- `next_auto_id(now_ms)` / `next_seq_id(ms)`: IDs for `*` and `ms-*`, following the
+  partition rule below once `bind_key` has been called.
+- `bind_key(key)`: derive `stride` / `residue` from the key's name (see "Partition keys").
 - `append(sid, fields, max_entries, max_bytes)`: `fields` is the flat list
   `[f1, v1, f2, v2, ...]`; it is kept by reference, so pass a list nobody mutates later.
   `append_id(ms, seq, fields, ...)` is the same with the ID as its parts (XADD's fast path).
@@ -50,6 +52,17 @@ insertion ordered; owned by node.groups).
 - `first_entry()`, `last_entry()`, `edge_id(first, skip_tombstones)`, `last_valid_id()`.
 - `num_blocks()` (radix-tree-keys), `memory_usage()`, `blocks()`, `dump_state()`,
   `Stream.from_state()`, `copy()`.
+
+Partition keys
+--------------
+A partitioned stream (docs/partitioned-streams.md) is spread over stream keys named
+`{TAG}NAME#p/S`: partition p of stride S. In such a key every sequence number the node
+generates is p modulo S, so that an ID names its partition (p = seq mod S) with no lookup, and
+an explicit ID must satisfy the same rule. The key's name is the whole state: `stride` and
+`residue` are derived from it (`bind_key`, by XADD, once per stream object) and never stored,
+so DUMP/RESTORE, MIGRATE, slot moves, replication and the AOF need nothing new, and a RENAME
+(which resets `stride`) makes the stream follow its new name. Replicas and AOF replay apply
+the primary's explicit IDs, so they never generate one.
 """
 
 from __future__ import annotations
@@ -65,11 +78,14 @@ from node.listpack import _isz, _s64, _sum_esz
 from node.streamid import MAX_ID, SEQ_MAX
 from node.streamnodes import Block, Node, Tail, _live_slice
 
-__all__ = ["Stream", "IDTooSmall", "ElementsTooLarge", "LP_MAX_SIZE"]
+__all__ = ["Stream", "IDTooSmall", "ElementsTooLarge", "LP_MAX_SIZE", "MAX_STRIDE",
+           "partition_of_key", "seq_above"]
 
 LP_MAX_SIZE = 1 << 30  # STREAM_LISTPACK_MAX_SIZE
 _LP_MAX = LP_MAX_SIZE  # the same, a C constant compiled
 _U64_MAX = SEQ_MAX  # a C constant compiled
+
+MAX_STRIDE = 1024  # the largest stride (and so partition count) a partition key may name
 
 if cython.compiled:
     from cython.cimports.cpython.long import PyLong_AsUnsignedLongLongMask
@@ -81,6 +97,51 @@ def _make_id(ms: int, seq: int) -> int:
     if cython.compiled:
         return xshard_make_id(ms, seq)  # noqa: F821
     return cython.cast(object, ms) << 64 | seq
+
+
+def _decimal(b: bytes) -> int:
+    """A plain decimal without a leading zero ("0" itself is one), else -1."""
+    if not b.isdigit() or (b[0] == 48 and len(b) > 1) or len(b) > 4:
+        return -1
+    return int(b)
+
+
+def partition_of_key(key: bytes) -> tuple[int, int] | None:
+    """(p, S) when `key` is exactly a partition key `{TAG}NAME#p/S`, else None.
+
+    TAG is 1-4 characters of [0-9a-z]; NAME is one or more bytes (any bytes, `#` included:
+    the last `#` starts the suffix); p and S are decimal without leading zeros, with
+    2 <= S <= MAX_STRIDE and 0 <= p < S. Anything else, however similar, is a plain key."""
+    if key[:1] != b"{":
+        return None
+    close = key.find(b"}", 1)
+    if not 2 <= close <= 5:
+        return None
+    for ch in key[1:close]:
+        if not (48 <= ch <= 57 or 97 <= ch <= 122):  # 0-9 a-z
+            return None
+    hsh = key.rfind(b"#")
+    if hsh < close + 2:  # NAME is at least one byte
+        return None
+    pb, slash, sb = key[hsh + 1:].partition(b"/")
+    if not slash:
+        return None
+    p = _decimal(pb)
+    stride = _decimal(sb)
+    if p < 0 or not 2 <= stride <= MAX_STRIDE or p >= stride:
+        return None
+    return p, stride
+
+
+def seq_above(last: int, stride: int, residue: int) -> int:
+    """The least sequence number above `last` that is `residue` modulo `stride`, or 0 when
+    there is none below 2**64 (0 is never above anything, so it cannot be an answer)."""
+    gap = (residue + stride - last % stride) % stride
+    if gap == 0:
+        gap = stride
+    if gap > _U64_MAX - last:
+        return 0
+    return last + gap
 
 
 class IDTooSmall(Exception):
@@ -96,7 +157,8 @@ class Stream:
     """A Redis stream. See the module docstring for the API and the node layout."""
 
     __slots__ = ("length", "last_ms", "last_seq", "first_id", "max_deleted_entry_id", "entries_added",
-                 "groups", "idmp", "_firsts", "_nodes", "_tail", "__weakref__")
+                 "groups", "idmp", "stride", "residue", "_firsts", "_nodes", "_tail",
+                 "__weakref__")
 
     def __init__(self) -> None:
         self.length = 0  # live entries
@@ -107,6 +169,10 @@ class Stream:
         self.entries_added = 0  # all entries ever added (or XSETID ENTRIESADDED)
         self.groups: dict[bytes, Any] = {}  # consumer groups, owned by node.groups
         self.idmp: Any = None  # node.idmp.IdmpMap once IDMP/IDMPAUTO or XCFGSET was used
+        # The partition rule of the key's name (bind_key): -1 not derived yet, 0 a plain
+        # stream, else S of `{TAG}NAME#p/S`; generated sequence numbers are residue mod S.
+        self.stride = -1
+        self.residue = 0  # p; 0 for a plain stream
         self._firsts: list[int] = []  # first ID of each node, ascending
         self._nodes: list[Node] = []  # the nodes; only the last may be a Tail
         self._tail: Tail | None = None  # the last node when it is open
@@ -127,10 +193,31 @@ class Stream:
         self.last_ms = sid >> 64
         self.last_seq = sid & SEQ_MAX
 
+    def bind_key(self, key: bytes) -> int:
+        """Derive the partition rule from the name of the key that holds this stream (XADD
+        calls it when `stride` is -1: a new stream object, or one just renamed); returns the
+        stride, 0 for a plain stream."""
+        ps = partition_of_key(key)
+        if ps is None:
+            self.stride = 0
+            self.residue = 0
+        else:
+            self.residue, self.stride = ps
+        return self.stride
+
     def next_auto_id(self, now_ms: int) -> int:
-        """streamNextID: the ID for `*`. The caller checks exhaustion (last_id == MAX_ID)."""
+        """streamNextID: the ID for `*` (seq = residue mod stride in a partition key: the
+        caller binds the key first). 0 when no ID is left; the caller checks exhaustion
+        (last_id == MAX_ID) first, as Redis does."""
         if now_ms > self.last_ms:
-            return _make_id(now_ms, 0)
+            return _make_id(now_ms, self.residue)
+        if self.stride > 0:
+            seq = seq_above(self.last_seq, self.stride, self.residue)
+            if seq:
+                return _make_id(self.last_ms, seq)
+            if self.last_ms != _U64_MAX:
+                return _make_id(self.last_ms + 1, self.residue)
+            return 0
         if self.last_seq != _U64_MAX:
             return _make_id(self.last_ms, self.last_seq + 1)
         if self.last_ms != _U64_MAX:
@@ -144,10 +231,15 @@ class Stream:
         the ERANGE text there by accident; 7.2+ sets EDOM, which we follow.)
         """
         if self.last_ms == ms:
+            if self.stride > 0:
+                seq = seq_above(self.last_seq, self.stride, self.residue)
+                if not seq:
+                    raise IDTooSmall
+                return _make_id(ms, seq)
             if self.last_seq == _U64_MAX:
                 raise IDTooSmall
             return _make_id(ms, self.last_seq + 1)
-        return _make_id(ms, 0)
+        return _make_id(ms, self.residue)
 
     # -- append ---------------------------------------------------------------------------
     def append(self, sid: int, fields: list[bytes], max_entries: int, max_bytes: int) -> None:

@@ -223,6 +223,8 @@ def _rename(c: Client, argv: list[bytes], nx: bool) -> bytes:
         return ZERO
     when = db.expires.get(src)
     db.delete(src)
+    if type(value) is Stream:
+        value.stride = -1  # its partition rule comes from its new name (node/stream.py)
     db.set(dst, value)
     if when is not None:
         db.expires[dst] = when

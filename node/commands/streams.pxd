@@ -6,7 +6,7 @@ import cython
 from node.client cimport Client as _CClient
 from node.keyspace cimport Keyspace
 from node.server cimport Server
-from node.stream cimport Stream
+from node.stream cimport Stream, seq_above
 
 cdef unsigned long long _U64_MAX
 
@@ -14,5 +14,5 @@ cdef unsigned long long _U64_MAX
 @cython.locals(argc=Py_ssize_t, i=Py_ssize_t, approx=bint, db=Keyspace, s=Stream, opt=bytes,
                idarg=bytes, ids=bytes, reply=bytes, node=Server, auto=bint,
                ms="unsigned long long", seq="unsigned long long", now="unsigned long long",
-               off=Py_ssize_t)
+               off=Py_ssize_t, st=Py_ssize_t)
 cpdef bytes xadd(c, list argv)

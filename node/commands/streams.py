@@ -45,8 +45,10 @@ if cython.compiled:
     from cython.cimports.node.client import Client as _CClient
     from cython.cimports.node.commands.entryreplies import id_bulk, stream_range_reply
     from cython.cimports.node.server import Server
+    from cython.cimports.node.stream import seq_above
 else:
     from node.commands.entryreplies import id_bulk, stream_range_reply
+    from node.stream import seq_above
 
 _WRONG_ARITY_XADD = errors.wrong_arity(b"xadd")
 _U64_MAX = SEQ_MAX  # a C constant compiled
@@ -222,15 +224,31 @@ def xadd(c: Client, argv: list[bytes]) -> bytes:
     s = db.get_stream(key)
     if s is None or (s.last_ms == _U64_MAX and s.last_seq == _U64_MAX):
         return _xadd_general(c, argv)
+    st = s.stride  # the partition rule of the key's name (node/stream.py); 0: a plain stream
+    if st < 0:
+        st = s.bind_key(key)
     if auto:  # streamNextID (exhaustion is _xadd_general's)
         now = srv.now_ms() if node is None else node.now_ms()
         if now > s.last_ms:
             ms = now
-        elif s.last_seq != _U64_MAX:
-            ms = s.last_ms
-            seq = s.last_seq + 1
+            seq = s.residue
+        elif st == 0:
+            if s.last_seq != _U64_MAX:
+                ms = s.last_ms
+                seq = s.last_seq + 1
+            else:
+                ms = s.last_ms + 1
         else:
-            ms = s.last_ms + 1
+            seq = seq_above(s.last_seq, st, s.residue)
+            if seq:
+                ms = s.last_ms
+            elif s.last_ms != _U64_MAX:
+                ms = s.last_ms + 1
+                seq = s.residue
+            else:
+                return _xadd_general(c, argv)
+    elif st and seq % st != s.residue:
+        raise ReplyError(errors.xadd_partition_seq(s.residue, st))
     cfg = srv.config if node is None else node.config
     try:
         s.append_id(ms, seq, argv[i + 1:], cfg.stream_node_max_entries,
@@ -302,13 +320,19 @@ def _xadd_general(c: Client, argv: list[bytes]) -> bytes:
     config = c.server.config
     pid = a.idmp_pid
     iid = b""
+    if s.stride < 0:
+        s.bind_key(key)
     try:
         if not a.id_given:
             sid = s.next_auto_id(c.server.now_ms())
+            if sid == 0:  # a partition key whose last millisecond has no sequence left
+                raise ReplyError(errors.XADD_EXHAUSTED)
         elif not a.seq_given:
             sid = s.next_seq_id(a.id >> 64)
         else:
             sid = a.id
+            if s.stride > 0 and (sid & SEQ_MAX) % s.stride != s.residue:
+                raise ReplyError(errors.xadd_partition_seq(s.residue, s.stride))
         if pid is not None:
             iid = a.idmp_iid if a.idmp_iid is not None else auto_iid(argv[idpos + 1:])
             m = s.idmp
