@@ -1013,8 +1013,15 @@ class BlockPart:
         self.done = False
 
     def issue(self) -> None:
-        self.up = up = self.pool.get_dedicated()
-        up.send(b"*2\r\n$6\r\nCLIENT\r\n$2\r\nID\r\n", self._id)
+        idle = _idle(self.b.read.router, self.pool)
+        while idle:
+            up, nid = idle.pop()
+            if not up.closed and not up.waiting:
+                self.up, self.node_id = up, nid
+                break
+        else:
+            self.up = up = self.pool.get_dedicated()
+            up.send(b"*2\r\n$6\r\nCLIENT\r\n$2\r\nID\r\n", self._id)
         up.send(encode_command(self.argv), self._reply)
 
     def _id(self, r: bytes | None) -> None:
@@ -1027,7 +1034,11 @@ class BlockPart:
         self.done = True
         up, self.up = self.up, None
         if up is not None and r is not None:
-            self.pool.release(up)
+            idle = _idle(self.b.read.router, self.pool)
+            if self.node_id is not None and not up.closed and not up.waiting and len(idle) < 64:
+                idle.append((up, self.node_id))  # its node client ID stays known
+            else:
+                self.pool.release(up)
         self.b.answered(self, r)
 
     def cancel(self) -> None:
@@ -1044,6 +1055,16 @@ class BlockPart:
 
 def _ignore(_r: bytes | None) -> None:
     return None
+
+
+def _idle(router: Router, pool: Pool) -> list[tuple[Upstream, bytes]]:
+    """Dedicated connections to `pool`'s node kept for blocked partition reads, each with
+    the client ID the node gave it, so that a reused one needs no CLIENT ID."""
+    by_pool: dict[tuple[str, int, int], list[tuple[Upstream, bytes]]] | None = \
+        router.__dict__.get("pstream_idle")
+    if by_pool is None:
+        by_pool = router.__dict__["pstream_idle"] = {}
+    return by_pool.setdefault((pool.addr[0], pool.addr[1], id(pool)), [])
 
 
 # --- XINFO ---------------------------------------------------------------------------------------

@@ -39,7 +39,7 @@ def flushed(client: redis.Redis) -> bool:
     for a moment)."""
     try:
         client.flushall()
-    except (redis.ClusterDownError, redis.ResponseError):
+    except (redis.exceptions.ClusterDownError, redis.ResponseError):
         return False
     return True
 
@@ -114,6 +114,17 @@ def test_xadd_spreads_evenly_and_xlen_sums(pc: Cluster, r: redis.Redis) -> None:
     assert [r.xlen(k) for k in keys] == [10, 10, 10, 10]
     assert {pc.shard_of(k) for k in keys} == {0, 1, 2}  # the partitions are on every shard
     assert not r.exists(name.encode() + b"x")  # nothing of the name as a plain key
+
+
+def test_generated_ids_name_their_partition(pc: Cluster, r: redis.Redis) -> None:
+    name, keys = make(pc, r, 5)
+    ids = [r.xadd(name, {"n": i}) for i in range(50)]
+    assert len(set(ids)) == 50
+    for p, k in enumerate(keys):
+        part = r.xrange(k)
+        assert len(part) == 10
+        assert all(int(sid.split(b"-")[1]) % STRIDE == p for sid, _ in part)
+    assert r.xdel(name, *ids[:25]) == 25 and r.xlen(name) == 25
 
 
 def test_explicit_id_goes_to_its_partition(pc: Cluster, r: redis.Redis) -> None:
@@ -345,7 +356,7 @@ def test_ten_consumers_get_each_entry_once(pc: Cluster, r: redis.Redis) -> None:
         t.start()
     written = set()
     for i in range(total):
-        written.add(r.xadd(name, {"i": i}, id=pid(100 + i // 6, i % 6)))
+        written.add(r.xadd(name, {"i": i}))
     wait_until(lambda: sum(map(len, delivered)) >= total, 60)
     stop.set()
     for t in threads:
@@ -495,3 +506,49 @@ def test_bad_input_gets_a_plain_streams_errors(pc: Cluster, r: redis.Redis) -> N
     # An unknown name is a plain key, as ever.
     r.xadd("justakey", {"a": 1})
     assert r.xlen("justakey") == 1 and r.type("justakey") == b"stream"
+
+
+def upstream_reads(pc: Cluster) -> int:
+    """XREADGROUP and CLIENT calls the nodes served (what a router's reads cost them)."""
+    n = 0
+    for h in pc.primaries():
+        with h.client() as cl:
+            st = cl.info("commandstats")
+            n += sum(st.get(f"cmdstat_{c}", {}).get("calls", 0)
+                     for c in ("xreadgroup", "client|id", "client|unblock"))
+    return n
+
+
+def test_upstream_round_trips_per_delivered_entry(pc: Cluster, r: redis.Redis) -> None:
+    """Measured, with bounds that a read asking every partition each time would break: a
+    busy consumer (COUNT 100 over 6 partitions with entries waiting) costs about one upstream
+    read per partition per 100 entries; a blocked consumer woken entry by entry costs the
+    partitions' blocked reads and their CLIENT ID/UNBLOCK, per delivered entry."""
+    name, _keys = make(pc, r, 6)
+    r.xgroup_create(name, "g", "0", mkstream=True)
+    pipe = r.pipeline(transaction=False)
+    for i in range(3000):
+        pipe.xadd(name, {"i": i})
+    pipe.execute()
+    before, got = upstream_reads(pc), 0
+    while more := r.xreadgroup("g", "c", {name: ">"}, count=100):
+        got += len(more[0][1])
+    busy = (upstream_reads(pc) - before) / got
+    assert got == 3000
+    assert busy <= 2 * 6 / 100  # at most two rounds of the 6 partitions per 100 entries
+    reader, n, delivered = pc.client(), 20, []
+    t = threading.Thread(target=lambda: delivered.extend(
+        e[0] for _ in range(n) for e in (reader.xreadgroup(
+            "g", "c", {name: ">"}, count=10, block=5000) or [[b"", []]])[0][1]))
+    before = upstream_reads(pc)
+    t.start()
+    for i in range(n):
+        wait_until(lambda i=i: len(delivered) >= i or not t.is_alive(), 10)
+        wait_until(lambda: r.info("clients")["blocked_clients"] >= 1 or not t.is_alive(), 10)
+        r.xadd(name, {"late": i})
+    t.join(30)
+    blocked = (upstream_reads(pc) - before) / max(len(delivered), 1)
+    reader.close()
+    assert len(delivered) == n
+    print(f"upstream reads per delivered entry: busy {busy:.3f}, blocked {blocked:.2f}")
+    assert blocked <= 4 * 6  # each wake: a probe round, then 6 blocked parts with 3 calls
