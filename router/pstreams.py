@@ -612,7 +612,7 @@ def xpending(router: Router, c: RouterClient, argv: list[bytes], ps: PStream,
                 f, la = parse_id(bulk_value(first)) or 0, parse_id(bulk_value(last)) or 0
                 lo = f if lo is None else min(lo, f)
                 hi = la if hi is None else max(hi, la)
-            for row in reply_elements(who)[1]:
+            for row in (reply_elements(who)[1] if who[:1] == b"*" else ()):
                 name, cnt = reply_elements(row)[1]
                 k = bulk_value(name)
                 cons[k] = cons.get(k, 0) + int(bulk_value(cnt))

@@ -10,8 +10,11 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import json
+import subprocess
 import threading
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 import redis
@@ -20,7 +23,10 @@ from base.records import PStreamRecord
 from base.store import Store
 from node.slots import SLOTS, key_slot
 from tests.support.cluster import Cluster, start_cluster
+from tests.support.ioredis import ioredis_dir
 from tests.support.procs import wait_until
+
+__all__ = ["ioredis_dir"]
 
 STRIDE = 64
 _names = itertools.count()
@@ -481,6 +487,8 @@ def test_xtrim_minid_exact_maxlen_by_share(pc: Cluster, r: redis.Redis) -> None:
     assert all(r.xlen(k) <= 6 for k in keys)
     r.xadd(name, {"x": 1}, maxlen=8, approximate=False)  # XADD's MAXLEN: the partition written keeps its share
     assert max(r.xlen(k) for k in keys) <= 6
+    r.xadd(name, {"x": 2}, maxlen=8)  # `~`: the partition may keep more, as any stream
+    assert r.xtrim(name, maxlen=100) == 0
     assert "not supported" in err(r, "XSETID", name, "1-0")
 
 
@@ -552,3 +560,74 @@ def test_upstream_round_trips_per_delivered_entry(pc: Cluster, r: redis.Redis) -
     assert len(delivered) == n
     print(f"upstream reads per delivered entry: busy {busy:.3f}, blocked {blocked:.2f}")
     assert blocked <= 4 * 6  # each wake: a probe round, then 6 blocked parts with 3 calls
+
+
+IOREDIS_SCRIPT = r"""
+const Redis = require("ioredis");
+const name = process.argv[3];
+const cluster = new Redis.Cluster([{host: "127.0.0.1", port: Number(process.argv[2])}],
+                                  {redisOptions: {maxRetriesPerRequest: 3}});
+(async () => {
+  await cluster.xgroup("CREATE", name, "g", "0", "MKSTREAM");
+  for (let i = 0; i < 20; i++) await cluster.xadd(name, "*", "i", String(i));
+  const len = await cluster.xlen(name);
+  const seen = [];
+  for (;;) {
+    const r = await cluster.xreadgroup("GROUP", "g", "c", "COUNT", 3, "BLOCK", 200,
+                                       "STREAMS", name, ">");
+    if (!r) break;
+    for (const [id, f] of r[0][1]) { seen.push(f[1]); await cluster.xack(name, "g", id); }
+    console.log("read", seen.length);
+  }
+  const range = await cluster.xrange(name, "-", "+");
+  const pending = await cluster.xpending(name, "g");
+  console.log(JSON.stringify({len, seen, range: range.length, pending: pending[0]}));
+  cluster.disconnect();
+})().catch((e) => { console.error(String(e)); process.exit(1); });
+"""
+
+
+def test_ioredis_uses_a_partitioned_stream(pc: Cluster, r: redis.Redis,
+                                           ioredis_dir: Path) -> None:
+    name, keys = make(pc, r, 4)
+    script = ioredis_dir / "pstream.js"
+    script.write_text(IOREDIS_SCRIPT)
+    proc = subprocess.Popen(["node", str(script), str(pc.router.port), name], cwd=ioredis_dir,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        stdout, stderr = proc.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        stdout, stderr = proc.communicate()
+        pytest.fail(f"ioredis did not finish: {stdout[-500:]} {stderr[-500:]}")
+    assert proc.returncode == 0, stderr[-1000:]
+    res = subprocess.CompletedProcess(proc.args, 0, stdout, stderr)
+    out = json.loads(res.stdout.strip().splitlines()[-1])
+    assert out["len"] == 20 and out["range"] == 20 and out["pending"] == 0
+    assert sorted(map(int, out["seen"])) == list(range(20))
+    assert all(r.xlen(k) == 5 for k in keys)
+
+
+def test_resp3_replies_match_a_plain_streams(pc: Cluster, r: redis.Redis) -> None:
+    """The merged replies in RESP3 (maps, nulls `_`) as a plain stream gives them."""
+    name, _keys = make(pc, r, 4)
+    r3 = pc.client(protocol=3)
+    for k in (name, "plain"):
+        r3.xgroup_create(k, "g", "$", mkstream=True)
+    assert r3.xpending(name, "g") == r3.xpending("plain", "g")  # empty: nulls
+    assert r3.xreadgroup("g", "c", {name: ">"}) == r3.xreadgroup("g", "c", {"plain": ">"})
+    assert r3.xread({name: "0"}) == r3.xread({"plain": "0"})
+    fill_both(r3, name, "plain", 12)
+    assert r3.xrange(name) == r3.xrange("plain")
+    assert r3.xread({name: "1001"}, count=5) == {name.encode(): r3.xread(
+        {"plain": "1001"}, count=5)[b"plain"]}
+    for k in (name, "plain"):
+        r3.xreadgroup("g", "c", {k: ">"}, count=12)
+    assert r3.xpending(name, "g") == r3.xpending("plain", "g")
+    assert r3.xreadgroup("g", "c", {name: "0"}, count=12)[name.encode()] == \
+        r3.xreadgroup("g", "c", {"plain": "0"}, count=12)[b"plain"]
+    a, b = r3.xinfo_stream(name), r3.xinfo_stream("plain")
+    assert (a["length"], a["first-entry"], a["last-entry"]) == \
+        (b["length"], b["first-entry"], b["last-entry"])
+    assert r3.xinfo_groups(name)[0]["pending"] == 12
+    r3.close()
