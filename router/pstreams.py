@@ -794,6 +794,9 @@ class GroupRead:
         self.got: dict[int, list[bytes]] = {}  # partition -> entries, in its order
         self.total = 0
         self.error: bytes | None = None
+        # A partition answered: a NOGROUP elsewhere is a partition added since the group
+        # was made (its group comes with `alter`), not the client's error.
+        self.answered = False
 
     def start(self) -> None:
         ho = self.ps.handover.pop(self.key, None)
@@ -862,6 +865,7 @@ class GroupRead:
                 if self.error is None:
                     self.error = _renamed(self.ps, rep)
                 continue
+            self.answered = True
             es = _read_entries(rep)
             self._add(p, es)
             if n is not None and len(es) == n:
@@ -879,8 +883,9 @@ class GroupRead:
     def finish(self) -> None:
         r = self.read
         taken = keep(self.ps, self.key, self.got, r.count, r.noack)
-        if self.error is not None and not taken:
-            return r.got(self.i, self.error)
+        err = self.error
+        if err is not None and not taken and not (self.answered and error_code(err) == b"NOGROUP"):
+            return r.got(self.i, err)
         r.got(self.i, taken)
         return None
 

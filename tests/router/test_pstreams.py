@@ -631,3 +631,28 @@ def test_resp3_replies_match_a_plain_streams(pc: Cluster, r: redis.Redis) -> Non
         (b["length"], b["first-entry"], b["last-entry"])
     assert r3.xinfo_groups(name)[0]["pending"] == 12
     r3.close()
+
+
+def test_a_partition_added_later_joins_the_stream(pc: Cluster, r: redis.Redis) -> None:
+    """A record with one more partition (what `alter` writes): routers pick it up; until
+    the group is made there, reads serve the other partitions; XGROUP CREATE then makes it
+    there and says OK."""
+    name, keys = make(pc, r, 4)
+    r.xgroup_create(name, "g", "0", mkstream=True)
+    r.xadd(name, {"a": 0}, id=pid(1, 0))
+    new = keys + [f"{{zz}}{name}#4/{STRIDE}"]
+    put_record(pc, name, PStreamRecord(5, STRIDE, new))
+
+    def added() -> bool:
+        try:
+            r.xadd(name, {"a": 4}, id=pid(2, 4))
+        except redis.ResponseError:
+            return False
+        return True
+    wait_until(added, 20)
+    got = r.xreadgroup("g", "c", {name: ">"}, count=10)
+    assert [e[0] for e in got[0][1]] == [pid(1, 0).encode()]
+    assert r.xreadgroup("g", "c", {name: ">"}, count=10) == []
+    assert r.xgroup_create(name, "g", "0") is True
+    assert [e[0] for e in r.xreadgroup("g", "c", {name: ">"})[0][1]] == [pid(2, 4).encode()]
+    assert "BUSYGROUP" in err(r, "XGROUP", "CREATE", name, "g", "0")
