@@ -299,6 +299,18 @@ def _summed(ps: PStream, replies: list[bytes]) -> bytes:
     return err if err is not None else integer(sum(int_value(r) for r in replies))
 
 
+def xcfgset(router: Router, c: RouterClient, argv: list[bytes], ps: PStream,
+            cell: Cell) -> None:
+    """XCFGSET: the same settings on every partition (that exists)."""
+    def merged(replies: list[bytes]) -> bytes:
+        ok = _existing(ps, replies)
+        if isinstance(ok, bytes):
+            return ok
+        return next((_renamed(ps, r) for r in replies
+                     if r[:1] == b"-" and error_code(r) != b"ERR"), ok[0])
+    _all(router, c, argv, ps, cell, merged, True)
+
+
 def xlen(router: Router, c: RouterClient, argv: list[bytes], ps: PStream, cell: Cell) -> None:
     _all(router, c, argv, ps, cell, partial(_summed, ps))
 
@@ -1198,6 +1210,7 @@ def _xinfo_list(rules: dict[bytes, str]) -> Callable[..., None]:
 HANDLERS: dict[bytes, Callable[..., None]] = {
     b"xadd": xadd,
     b"xlen": xlen,
+    b"xcfgset": xcfgset,
     b"type": type_,
     b"xrange": xrange,
     b"xrevrange": xrange,

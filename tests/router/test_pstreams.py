@@ -490,6 +490,11 @@ def test_xtrim_minid_exact_maxlen_by_share(pc: Cluster, r: redis.Redis) -> None:
     r.xadd(name, {"x": 2}, maxlen=8)  # `~`: the partition may keep more, as any stream
     assert r.xtrim(name, maxlen=100) == 0
     assert "not supported" in err(r, "XSETID", name, "1-0")
+    assert r.execute_command("XCFGSET", name, "IDMP-DURATION", "50") == b"OK"
+    assert r.xinfo_stream(name)["idmp-duration"] == 50
+    assert all(r.xinfo_stream(k)["idmp-duration"] == 50 for k in keys)
+    assert err(r, "XCFGSET", name, "IDMP-DURATION", "0") == \
+        err(r, "XCFGSET", "plain", "IDMP-DURATION", "0")
 
 
 def test_bad_input_gets_a_plain_streams_errors(pc: Cluster, r: redis.Redis) -> None:
