@@ -10,6 +10,7 @@ The parts, each in its own module:
 - routes.py: the routing table; forward.py: requests, redirects, retries, blocked reads;
 - fanout.py + merge.py: commands sent to several shards and their merged replies;
 - xread.py: XREAD/XREADGROUP over several slots;
+- pstreams.py: partitioned streams' logical names (one dict lookup per keyed request);
 - commands.py, transactions.py, introspection.py: what the router answers by a rule of its own;
 - upstream.py: connections to the nodes; topology.py: etcd.
 
