@@ -12,8 +12,8 @@ docs/partitioned-streams.md; in short:
   client's order).
 - Reads (XRANGE, XREAD, XREADGROUP, XPENDING) ask every partition and merge in ID order,
   COUNT applying to the total.
-- XREADGROUP `>` never loses a delivery: a partition may deliver more than the client's COUNT
-  leaves room for (a parallel round, or a blocked read answered by another partition first).
+- XREADGROUP `>` never loses a delivery. Its rounds ask the partitions for no more than COUNT
+  leaves, but with BLOCK a partition may deliver after another one answered the read.
   Those entries stay pending for the consumer in their partition, and the router remembers
   where (`Handover`): the consumer's next read through this router first reads them back from
   the consumer's history (XREADGROUP ... <id>), so they are returned once, in order, before
