@@ -1019,7 +1019,9 @@ class Blocked:
 
 
 class BlockPart:
-    """One partition's (or plain key's) blocked read, on a dedicated connection."""
+    """One partition's (or plain key's) blocked read, on a dedicated connection. After a
+    CLIENT UNBLOCK was sent for it, its connection serves again only once the UNBLOCK is
+    answered: a late one must not end the next read made on that connection."""
 
     def __init__(self, b: Blocked, i: int, ps: PStream | None, p: int, pool: Pool,
                  argv: list[bytes]) -> None:
@@ -1028,6 +1030,8 @@ class BlockPart:
         self.node_id: bytes | None = None
         self.cancelled = False
         self.done = False
+        self.unblocking = False  # a CLIENT UNBLOCK for it is not answered yet
+        self.parked: Upstream | None = None  # its connection, until then
 
     def issue(self) -> None:
         idle = _idle(self.b.read.router, self.pool)
@@ -1051,12 +1055,18 @@ class BlockPart:
         self.done = True
         up, self.up = self.up, None
         if up is not None and r is not None:
-            idle = _idle(self.b.read.router, self.pool)
-            if self.node_id is not None and not up.closed and not up.waiting and len(idle) < 64:
-                idle.append((up, self.node_id))  # its node client ID stays known
+            if self.unblocking:
+                self.parked = up
             else:
-                self.pool.release(up)
+                self._keep(up)
         self.b.answered(self, r)
+
+    def _keep(self, up: Upstream) -> None:
+        idle = _idle(self.b.read.router, self.pool)
+        if self.node_id is not None and not up.closed and not up.waiting and len(idle) < 64:
+            idle.append((up, self.node_id))  # its node client ID stays known
+        else:
+            up.close()
 
     def cancel(self) -> None:
         if self.done or self.cancelled:
@@ -1066,12 +1076,15 @@ class BlockPart:
             self._unblock()
 
     def _unblock(self) -> None:
+        self.unblocking = True
         up = self.pool.get(0)
-        up.send(encode_command([b"CLIENT", b"UNBLOCK", self.node_id or b""]), _ignore)
+        up.send(encode_command([b"CLIENT", b"UNBLOCK", self.node_id or b""]), self._unblocked)
 
-
-def _ignore(_r: bytes | None) -> None:
-    return None
+    def _unblocked(self, _r: bytes | None) -> None:
+        self.unblocking = False
+        up, self.parked = self.parked, None
+        if up is not None:
+            self._keep(up)
 
 
 def _idle(router: Router, pool: Pool) -> list[tuple[Upstream, bytes]]:
