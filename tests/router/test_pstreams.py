@@ -661,3 +661,21 @@ def test_a_partition_added_later_joins_the_stream(pc: Cluster, r: redis.Redis) -
     assert r.xgroup_create(name, "g", "0") is True
     assert [e[0] for e in r.xreadgroup("g", "c", {name: ">"})[0][1]] == [pid(2, 4).encode()]
     assert "BUSYGROUP" in err(r, "XGROUP", "CREATE", name, "g", "0")
+
+
+def test_writes_without_a_key_skip_partitions_without_a_primary() -> None:
+    """Round robin over the partitions whose shard has a primary in the router's map (a
+    shard in failover has none): the others take the writes, evenly."""
+    from router.pstreams import PStream, _next_live
+
+    keys = partition_keys("f", 4)
+    ps = PStream(b"f", PStreamRecord(4, STRIDE, keys))
+    down = {ps.slots[1]}
+
+    class Map:
+        def primary_pool(self, slot: int, proto: int) -> object | None:
+            return None if slot in down else object()
+    picks = [_next_live(Map(), ps, 2) for _ in range(9)]  # type: ignore[arg-type]
+    assert sorted(picks) == [0, 0, 0, 2, 2, 2, 3, 3, 3]
+    down.clear()
+    assert sorted(_next_live(Map(), ps, 2) for _ in range(8)) == [0, 0, 1, 1, 2, 2, 3, 3]  # type: ignore[arg-type]
