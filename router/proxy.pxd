@@ -22,7 +22,7 @@ cdef class Router(RouterCore):
     cdef public object start_time, redirects, tcp_server, tls_server
     cdef public object now_ms, _clock_timer
     cdef public object tls_client_context
-    cdef public dict primary_addr
+    cdef public dict primary_addr, pstreams
     cdef public tuple primary_pools
     cdef public list slot_owner
     cdef public double cluster_down_timeout

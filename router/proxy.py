@@ -10,6 +10,7 @@ The parts, each in its own module:
 - routes.py: the routing table; forward.py: requests, redirects, retries, blocked reads;
 - fanout.py + merge.py: commands sent to several shards and their merged replies;
 - xread.py: XREAD/XREADGROUP over several slots;
+- pstreams.py: partitioned streams' logical names (one dict lookup per keyed request);
 - commands.py, transactions.py, introspection.py: what the router answers by a rule of its own;
 - upstream.py: connections to the nodes; topology.py: etcd.
 
@@ -40,7 +41,7 @@ from node.monitor import feed as feed_monitors
 from node.protocol import RespConnection
 from node.resp import ReplyError, encode_command, error
 from node.slots import SLOTS, key_slot
-from router import aclsync, fanout, introspection, transactions  # noqa: F401 - registers router commands
+from router import aclsync, fanout, introspection, pstreams, transactions  # noqa: F401 - registers router commands
 from router.client import Cell, ClientConn, RouterClient, RouterCore
 from router.commands import ROUTER_COMMANDS
 from router.forward import BlockedRead, Forward, blocked_read, to_cell
@@ -127,6 +128,8 @@ class Router(RouterCore):
         self.now_ms = time.time_ns() // 1_000_000  # Router._tick keeps it
         self._clock_timer: asyncio.TimerHandle | None = None
         self.redirects = {"moved": 0, "ask": 0}
+        # logical name -> its partitions (router/pstreams.py), from etcd (router/topology.py)
+        self.pstreams: dict[bytes, pstreams.PStream] = {}
         self.upstream = UpstreamStats(self)  # round trips and failures (router/metrics.py)
         self.tcp_server: asyncio.AbstractServer | None = None
         self.tls_server: asyncio.AbstractServer | None = None  # --tls-port (node/tls.py)
@@ -281,6 +284,9 @@ class Router(RouterCore):
                     c.multi_failed = True
                 return conn.fill(cell, error(err))
         if c.in_multi and not route.run_in_multi:
+            if self.pstreams and pstreams.names_one(self, argv):
+                c.multi_failed = True
+                return conn.fill(cell, error(pstreams.IN_MULTI))
             return transactions.queue(self, c, argv, cell)
         kind = route.kind
         if kind is _KEYED:
@@ -297,6 +303,8 @@ class Router(RouterCore):
             except ReplyError as e:
                 return conn.fill(cell, error(e.message))
         if kind is Kind.FANOUT:
+            if self.pstreams and pstreams.run_keys(self, c, argv, route, cell):
+                return None
             return fanout.fan_out(self, c, argv, route, cell)
         if kind is Kind.NODE_ONLY:
             shown = b" ".join(argv[:2] if route.spec.parent is not None else argv[:1])
@@ -311,6 +319,10 @@ class Router(RouterCore):
                raw: bytes | None) -> None:
         fk = route.fixed_key
         if fk and fk < len(argv) and not route.blocking:  # one key, no BLOCK: XADD, GET...
+            if self.pstreams:  # a logical name (router/pstreams.py): one dict lookup
+                ps = self.pstreams.get(argv[fk])
+                if ps is not None:
+                    return pstreams.run(self, c, argv, route, ps, cell)
             f = to_cell(self, c, raw or encode_command(argv), key_slot(argv[fk]), route.write,
                         cell)
             return f.send()
@@ -330,6 +342,8 @@ class Router(RouterCore):
             options = None
         if options is None or not options[4]:
             return self._by_keys(c, argv, route, cell, raw)
+        if self.pstreams and pstreams.run_xread(self, c, argv, options, cell):
+            return None
         first, nkeys = options[3], options[4]
         slot = key_slot(argv[first])
         for i in range(first + 1, first + nkeys):
@@ -357,6 +371,8 @@ class Router(RouterCore):
                 return conn.fill(cell, error(errors.CLUSTERDOWN))
             return Forward(self, c, raw or encode_command(argv), None, route.write,
                            cell=cell).send(addr=addr)
+        if self.pstreams and not route.blocking and pstreams.names_one(self, argv, positions):
+            return conn.fill(cell, error(pstreams.MULTI_KEY % argv[0].upper()))
         slot = key_slot(argv[positions[0]])
         for p in positions[1:]:
             if key_slot(argv[p]) != slot:

@@ -1,4 +1,5 @@
-"""The router's link to etcd: watch the slot map and topology, and register on a lease.
+"""The router's link to etcd: watch the slot map, topology and partitioned streams, and
+register on a lease.
 
 A router keeps nothing that a restart would lose: everything it routes by is read
 from etcd, and its own `routers/<id>` key lives on a lease session (base/lease.py) so that
@@ -15,6 +16,7 @@ import logging
 from base.etcdconn import EtcdConfig
 from base.lease import LeaseSession
 from base.store import Store, View
+from router import pstreams
 from router.aclsync import AclSync
 from router.proxy import Router
 
@@ -59,6 +61,7 @@ class EtcdTopology:
             routers=[(rid, str(e.value.get("host")), int(e.value.get("port", 0)),
                       int(e.value.get("tls_port", 0))) for rid, e in view.routers.items()],
         )
+        r.pstreams = pstreams.load(r, {name: e.value for name, e in view.pstreams.items()})
         self.acl.apply(view.acl)
 
     async def _register(self) -> None:

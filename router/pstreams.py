@@ -1,0 +1,1248 @@
+"""Partitioned streams at the router: one logical name over N partition streams.
+
+The routers watch `pstreams/<name>` records (router/topology.py) into `Router.pstreams`
+(logical name -> `PStream`). A command whose key is a logical name comes here from dispatch
+(router/proxy.py) after the usual checks (arity, auth, ACL); every other key costs that one
+dict lookup and nothing else. Each partition is an ordinary stream key on its slot's shard.
+
+How each command maps onto the partitions, and what is exact, is in the table at the end of
+docs/partitioned-streams.md; in short:
+- IDs name their partition (seq mod stride), so XACK/XCLAIM/XDEL/... split by ID with no
+  lookup, and replies are merged into one stream's reply (counts summed, arrays in the
+  client's order).
+- Reads (XRANGE, XREAD, XREADGROUP, XPENDING) ask every partition and merge in ID order,
+  COUNT applying to the total.
+- XREADGROUP `>` never loses a delivery. Its rounds ask the partitions for no more than COUNT
+  leaves, but with BLOCK a partition may deliver after another one answered the read.
+  Those entries stay pending for the consumer in their partition, and the router remembers
+  where (`Handover`): the consumer's next read through this router first reads them back from
+  the consumer's history (XREADGROUP ... <id>), so they are returned once, in order, before
+  anything new from that partition. With NOACK nothing is pending, so the router keeps their
+  bytes instead.
+"""
+
+from __future__ import annotations
+
+import heapq
+import zlib
+from collections.abc import Callable
+from functools import partial
+from typing import TYPE_CHECKING
+
+from base.records import PStreamRecord
+from node import errors
+from node.resp import (
+    ReplyError,
+    bulk_value,
+    encode,
+    encode_command,
+    error,
+    error_code,
+    int_value,
+    integer,
+    null_array,
+    reply_elements,
+)
+from node.slots import key_slot
+from node.streamid import SEQ_MAX, format_id, parse_id
+from router.forward import Forward, Gather
+
+if TYPE_CHECKING:
+    from router.client import Cell, ClientConn, RouterClient
+    from router.proxy import Router
+    from router.routes import Route
+    from router.upstream import Pool, Upstream
+
+__all__ = ["PStream", "load", "run", "run_xread", "run_keys", "KEYS_COMMANDS"]
+
+OK = b"+OK\r\n"
+NOT_SUPPORTED = b"ERR %s is not supported on partitioned stream '%s'%s"
+NO_PARTITION = (b"ERR The ID specified in XADD names partition %d of partitioned stream '%s', "
+                b"which has %d partitions")
+MIXED_BLOCK = (b"ERR XREADGROUP with BLOCK on a partitioned stream must name only that stream")
+IN_MULTI = (b"ERR a partitioned stream cannot be used inside MULTI (its partitions are on several "
+            b"shards)")
+MULTI_KEY = b"ERR %s with a partitioned stream among its keys is not supported"
+KEYS_COMMANDS = frozenset((b"del", b"unlink", b"exists", b"touch"))
+"""The multi-key commands (FANOUT at dispatch) that look at a logical name."""
+_DATA_TYPES = frozenset(("@string", "@hash", "@list", "@set", "@sortedset", "@bitmap",
+                         "@hyperloglog", "@geo"))
+
+
+class Handover:
+    """Entries of one partition delivered to a consumer but not yet returned to it: the
+    consumer's pending entries there after `after` (`count` of them), or with NOACK their
+    bytes (`raws`)."""
+
+    __slots__ = ("after", "count", "raws")
+
+    def __init__(self, after: int, count: int, raws: list[bytes] | None = None) -> None:
+        self.after = after
+        self.count = count
+        self.raws = raws
+
+
+class PStream:
+    """A logical stream as a router routes it (from its PStreamRecord)."""
+
+    __slots__ = ("name", "n", "stride", "keys", "slots", "key_field", "rr", "rd", "handover")
+
+    def __init__(self, name: bytes, rec: PStreamRecord) -> None:
+        self.name = name
+        self.n = rec.partitions
+        self.stride = rec.stride
+        self.keys = [k.encode() for k in rec.keys]
+        self.slots = [key_slot(k) for k in self.keys]
+        self.key_field = rec.key_field.encode() if rec.key_field is not None else None
+        self.rr = 0  # the next partition of an XADD spread evenly
+        self.rd = 0  # where the next XREADGROUP's partitions start
+        # (group, consumer) -> partition -> what it was delivered and not yet given
+        self.handover: dict[tuple[bytes, bytes], dict[int, Handover]] = {}
+
+    def partition_of(self, sid: int) -> int:
+        return (sid & SEQ_MAX) % self.stride
+
+
+def load(router: Router, records: dict[str, PStreamRecord]) -> dict[bytes, PStream]:
+    """The routers' table of logical names from the records; a stream that stays keeps its
+    round-robin position and its consumers' hand-overs."""
+    old = router.pstreams
+    out: dict[bytes, PStream] = {}
+    for name, rec in records.items():
+        b = name.encode()
+        ps = out[b] = PStream(b, rec)
+        prev = old.get(b)
+        if prev is not None:
+            ps.rr, ps.rd = prev.rr, prev.rd
+            ps.handover = prev.handover
+    return out
+
+
+def names_one(router: Router, argv: list[bytes], positions: list[int] | None = None) -> bool:
+    """Whether a command names a logical stream among its keys (the command table's)."""
+    from node import command_table
+    if positions is None:
+        positions = command_table.get_keys(argv) if len(argv) > 1 else []
+    pstreams = router.pstreams
+    return any(argv[p] in pstreams for p in positions)
+
+
+# --- plumbing ------------------------------------------------------------------------------------
+def _conn(c: RouterClient) -> ClientConn:
+    return c.conn  # type: ignore[return-value]
+
+
+def _send(router: Router, c: RouterClient, reqs: list[tuple[int, list[bytes]]], write: bool,
+          merge: Callable[[list[bytes]], bytes], done: Callable[[bytes], None]) -> None:
+    """One request per (slot, argv), merged in request order."""
+    Gather.send(router, c, [(None, slot, encode_command(a)) for slot, a in reqs], write, merge,
+                done)
+
+
+def _renamed(ps: PStream, r: bytes) -> bytes:
+    """An error reply that names a partition key names the logical stream instead."""
+    if r[:1] == b"-":
+        for k in ps.keys:
+            if k in r:
+                return r.replace(k, ps.name)
+    return r
+
+
+def _first_error(ps: PStream, replies: list[bytes]) -> bytes | None:
+    for r in replies:
+        if r[:1] == b"-":
+            return _renamed(ps, r)
+    return None
+
+
+def _entry_id(raw: bytes) -> int:
+    """The ID of an entry reply `*2 $id [fields]` (or XREADGROUP CLAIM's `*4`)."""
+    p = raw.find(b"\r\n", 4)
+    n = int(raw[5:p])
+    sid = parse_id(raw[p + 2:p + 2 + n])
+    return sid if sid is not None else 0
+
+
+def _entries(r: bytes) -> list[bytes]:
+    """The entries of an XRANGE-like reply (an array of entries; a null gives none)."""
+    if r[:1] not in (b"*", b"~") or r.startswith(b"*-1") or r[:1] == b"_":
+        return []
+    return reply_elements(r)[1]
+
+
+def _read_entries(r: bytes) -> list[bytes]:
+    """The entries of a one-key XREAD/XREADGROUP reply (null: none)."""
+    if r[:1] not in (b"*", b"%") or r.startswith(b"*-1"):
+        return []
+    kind, els = reply_elements(r)
+    if not els:
+        return []
+    entries = els[1] if kind == b"%" else reply_elements(els[0])[1][1]
+    return reply_elements(entries)[1]
+
+
+def _merged(lists: list[list[bytes]], reverse: bool = False) -> list[bytes]:
+    return list(heapq.merge(*lists, key=_entry_id, reverse=reverse))
+
+
+def _array(items: list[bytes]) -> bytes:
+    return b"*%d\r\n" % len(items) + b"".join(items)
+
+
+def _bulk(b: bytes) -> bytes:
+    return b"$%d\r\n%s\r\n" % (len(b), b)
+
+
+def _read_reply(items: list[tuple[bytes, list[bytes]]], proto: int,
+                shown: set[int] | frozenset[int] = frozenset()) -> bytes:
+    """An XREAD reply of (key, entries) in order; keys without entries are left out, but
+    for those in `shown`."""
+    items = [(k, e) for i, (k, e) in enumerate(items) if e or i in shown]
+    if not items:
+        return null_array(proto)
+    if proto == 3:
+        return b"%%%d\r\n" % len(items) + b"".join(_bulk(k) + _array(e) for k, e in items)
+    return b"*%d\r\n" % len(items) + b"".join(b"*2\r\n" + _bulk(k) + _array(e)
+                                              for k, e in items)
+
+
+def _refuse(c: RouterClient, cell: Cell, what: bytes, ps: PStream, why: bytes = b"") -> None:
+    _conn(c).fill(cell, error(NOT_SUPPORTED % (what, ps.name, why)))
+
+
+def _with_key(argv: list[bytes], i: int, key: bytes) -> list[bytes]:
+    out = list(argv)
+    out[i] = key
+    return out
+
+
+def _split_ids(ps: PStream, ids: list[bytes]) -> dict[int, list[int]] | None:
+    """Positions of the IDs by partition (an ID of a partition that does not exist: -1);
+    None when one is not a valid ID."""
+    out: dict[int, list[int]] = {}
+    for i, b in enumerate(ids):
+        sid = parse_id(b, strict=True)
+        if sid is None:
+            return None
+        p = ps.partition_of(sid)
+        out.setdefault(p if p < ps.n else -1, []).append(i)
+    return out
+
+
+# --- dispatch ------------------------------------------------------------------------------------
+def run(router: Router, c: RouterClient, argv: list[bytes], route: Route, ps: PStream,
+        cell: Cell) -> None:
+    """A single-key command on a logical name (its key at route.fixed_key)."""
+    handler = HANDLERS.get(route.name)
+    if handler is not None:
+        try:
+            return handler(router, c, argv, ps, cell)
+        except ReplyError as e:
+            return _conn(c).fill(cell, error(e.message))
+    if _DATA_TYPES & set(route.spec.acl_categories):
+        return _conn(c).fill(cell, error(errors.WRONGTYPE))
+    return _refuse(c, cell, route.name.upper().replace(b"|", b" "), ps)
+
+
+def xadd(router: Router, c: RouterClient, argv: list[bytes], ps: PStream, cell: Cell) -> None:
+    """XADD: an explicit ID goes to its partition (seq mod stride); else the key field's
+    value, or IDMP's producer id, picks the partition by a stable hash; else round robin over
+    the partitions whose shard has a primary now (a failover elsewhere costs no write)."""
+    from node.commands.streams import _parse_add_or_trim
+    a, i = _parse_add_or_trim(c, argv, True)  # Redis's errors, before any partition sees it
+    p = -1
+    if a.id_given and a.seq_given:
+        p = ps.partition_of(a.id)
+        if p >= ps.n:
+            return _conn(c).fill(cell, error(NO_PARTITION % (p, ps.name, ps.n)))
+    elif ps.key_field is not None:
+        for j in range(i + 1, len(argv) - 1, 2):
+            if argv[j] == ps.key_field:
+                p = zlib.crc32(argv[j + 1]) % ps.n
+                break
+    if p < 0 and a.idmp_pid is not None:
+        p = zlib.crc32(a.idmp_pid) % ps.n
+    if p < 0:
+        p = _next_live(router, ps, c.proto)
+    out = _with_key(argv, 1, ps.keys[p])
+    if a.strategy == "maxlen":  # each partition keeps its share (see XTRIM)
+        for j in range(2, i):
+            if argv[j].lower() == b"maxlen":
+                k = j + 2 if argv[j + 1] in (b"~", b"=") else j + 1
+                out[k] = b"%d" % _share(a.threshold, ps.n)
+                break
+    return Forward(router, c, encode_command(out), ps.slots[p], True, cell=cell).send()
+
+
+def _share(total: int, n: int) -> int:
+    return -(-total // n)
+
+
+def _next_live(router: Router, ps: PStream, proto: int) -> int:
+    for _ in range(ps.n):
+        p = ps.rr % ps.n
+        ps.rr = p + 1
+        if router.primary_pool(ps.slots[p], proto) is not None:
+            return p
+    return ps.rr % ps.n  # none has a primary: the write waits for one, as a plain key's
+
+
+def _all(router: Router, c: RouterClient, argv: list[bytes], ps: PStream, cell: Cell,
+         merge: Callable[[list[bytes]], bytes], write: bool = False, key_at: int = 1) -> None:
+    """The same command on every partition, merged."""
+    reqs = [(s, _with_key(argv, key_at, k)) for k, s in zip(ps.keys, ps.slots, strict=True)]
+    _send(router, c, reqs, write, merge, partial(_conn(c).fill, cell))
+
+
+def _summed(ps: PStream, replies: list[bytes]) -> bytes:
+    err = _first_error(ps, replies)
+    return err if err is not None else integer(sum(int_value(r) for r in replies))
+
+
+def xcfgset(router: Router, c: RouterClient, argv: list[bytes], ps: PStream,
+            cell: Cell) -> None:
+    """XCFGSET: the same settings on every partition (that exists)."""
+    def merged(replies: list[bytes]) -> bytes:
+        ok = _existing(ps, replies)
+        if isinstance(ok, bytes):
+            return ok
+        return next((_renamed(ps, r) for r in replies
+                     if r[:1] == b"-" and error_code(r) != b"ERR"), ok[0])
+    _all(router, c, argv, ps, cell, merged, True)
+
+
+def xlen(router: Router, c: RouterClient, argv: list[bytes], ps: PStream, cell: Cell) -> None:
+    _all(router, c, argv, ps, cell, partial(_summed, ps))
+
+
+def type_(router: Router, c: RouterClient, argv: list[bytes], ps: PStream, cell: Cell) -> None:
+    """TYPE: `stream` while any partition holds entries or groups, else `none` (as a deleted
+    plain stream); a partition of another type (written directly) is shown as it is."""
+    def merged(replies: list[bytes]) -> bytes:
+        err = _first_error(ps, replies)
+        if err is not None:
+            return err
+        for r in replies:
+            if r != b"+none\r\n":
+                return r
+        return b"+none\r\n"
+    _all(router, c, argv, ps, cell, merged)
+
+
+def xrange(router: Router, c: RouterClient, argv: list[bytes], ps: PStream, cell: Cell) -> None:
+    """XRANGE/XREVRANGE: each partition's range with the same bounds and COUNT, merged in ID
+    order; COUNT then applies to the total."""
+    rev = len(argv[0]) == 9
+    count = -1
+    if len(argv) == 6:
+        count = errors.string2ll(argv[5]) if argv[4].lower() == b"count" else None
+        if count is None:
+            count = -1  # the nodes phrase the error
+
+    def merged(replies: list[bytes]) -> bytes:
+        err = _first_error(ps, replies)
+        if err is not None:
+            return err
+        out = _merged([_entries(r) for r in replies], rev)
+        if count >= 0:
+            out = out[:count]
+        return _array(out)
+    _all(router, c, argv, ps, cell, merged)
+
+
+# --- DEL / UNLINK / EXISTS / TOUCH ---------------------------------------------------------------
+def run_keys(router: Router, c: RouterClient, argv: list[bytes], route: Route, cell: Cell
+             ) -> bool:
+    """A multi-key keyspace command naming a logical stream: each partition counts as part
+    of one key (1 when any of its partitions did). DEL deletes the partitions' data and
+    keeps the record: the name is then an empty stream, as a plain stream after DEL, and the
+    next XADD makes it again. False when no key is a logical name."""
+    pstreams = router.pstreams
+    if not any(k in pstreams for k in argv[1:]):
+        return False
+    reqs: list[tuple[int, list[bytes]]] = []
+    owners: list[int] = []  # request -> the client key it counts for
+    for i, k in enumerate(argv[1:]):
+        ps = pstreams.get(k)
+        for real, slot in (zip(ps.keys, ps.slots, strict=True) if ps is not None
+                           else ((k, key_slot(k)),)):
+            reqs.append((slot, [argv[0], real]))
+            owners.append(i)
+
+    def merged(replies: list[bytes]) -> bytes:
+        err = next((r for r in replies if r[:1] == b"-"), None)
+        if err is not None:
+            return err
+        hit = [0] * (len(argv) - 1)
+        for i, r in zip(owners, replies, strict=True):
+            if int_value(r):
+                hit[i] = 1
+        return integer(sum(hit))
+    _send(router, c, reqs, route.write, merged, partial(_conn(c).fill, cell))
+    return True
+
+
+# --- XGROUP ----------------------------------------------------------------------------------------
+def _needs_key(r: bytes) -> bool:
+    return r.startswith(b"-ERR The XGROUP subcommand requires the key to exist")
+
+
+def xgroup_create(router: Router, c: RouterClient, argv: list[bytes], ps: PStream,
+                  cell: Cell) -> None:
+    """XGROUP CREATE on every partition. A logical stream exists when any partition does, and
+    a partition without entries may not exist yet: those get the group with MKSTREAM, so the
+    group exists on every partition. BUSYGROUP only when it existed on all of them; OK when
+    it was made on any (a partition added later gets it)."""
+    conn = _conn(c)
+    upper = [a.upper() for a in argv[5:]]
+    if b"ENTRIESREAD" in upper:
+        return _refuse(c, cell, b"XGROUP CREATE ... ENTRIESREAD", ps,
+                       b" (a count of one stream cannot be split over partitions)")
+    mk = b"MKSTREAM" in upper
+
+    def merged(replies: list[bytes]) -> bytes:
+        rest = [r for r in replies if not _needs_key(r)]
+        if not rest:
+            return replies[0]
+        for r in rest:
+            if r[:1] == b"-" and error_code(r) != b"BUSYGROUP":
+                return _renamed(ps, r)
+        missing = [p for p, r in enumerate(replies) if _needs_key(r)]
+        if missing and not mk:
+            again = [(ps.slots[p], _with_key(argv, 2, ps.keys[p]) + [b"MKSTREAM"])
+                     for p in missing]
+            _send(router, c, again, True, partial(_created, ps, replies), partial(conn.fill, cell))
+            return b""
+        return _created(ps, replies, [])
+
+    def done(r: bytes) -> None:
+        if r:  # (b"": the missing partitions are being made)
+            conn.fill(cell, r)
+    reqs = [(s, _with_key(argv, 2, k)) for k, s in zip(ps.keys, ps.slots, strict=True)]
+    _send(router, c, reqs, True, merged, done)
+    return None
+
+
+def _created(ps: PStream, first: list[bytes], again: list[bytes]) -> bytes:
+    replies = [r for r in first if not _needs_key(r)] + again
+    err = next((r for r in replies if r[:1] == b"-" and error_code(r) != b"BUSYGROUP"), None)
+    if err is not None:
+        return _renamed(ps, err)
+    if any(r == OK for r in replies):
+        return OK
+    return _renamed(ps, replies[0])
+
+
+def _xgroup_merge(ps: PStream, fold: Callable[[list[bytes]], bytes],
+                  replies: list[bytes]) -> bytes:
+    """XGROUP DESTROY/SETID/CREATECONSUMER/DELCONSUMER: partitions that do not exist (yet)
+    are left out; NOGROUP counts only if the group is missing from every partition that
+    exists (one a partition was added without is a repair's business, not an error here)."""
+    rest = [r for r in replies if not _needs_key(r)]
+    if not rest:
+        return replies[0]
+    good = [r for r in rest if r[:1] != b"-"]
+    if not good:
+        return _renamed(ps, rest[0])
+    err = next((r for r in rest if r[:1] == b"-" and error_code(r) != b"NOGROUP"), None)
+    if err is not None:
+        return _renamed(ps, err)
+    return fold(good)
+
+
+def _xgroup(fold: Callable[[list[bytes]], bytes], write: bool = True
+            ) -> Callable[..., None]:
+    def handler(router: Router, c: RouterClient, argv: list[bytes], ps: PStream,
+                cell: Cell) -> None:
+        if argv[1].lower() == b"setid" and len(argv) > 5:
+            return _refuse(c, cell, b"XGROUP SETID ... ENTRIESREAD", ps,
+                           b" (a count of one stream cannot be split over partitions)")
+        _all(router, c, argv, ps, cell, partial(_xgroup_merge, ps, fold), write, key_at=2)
+        return None
+    return handler
+
+
+def _fold_max(replies: list[bytes]) -> bytes:
+    return integer(max(int_value(r) for r in replies))
+
+
+def _fold_sum(replies: list[bytes]) -> bytes:
+    return integer(sum(int_value(r) for r in replies))
+
+
+def _fold_first(replies: list[bytes]) -> bytes:
+    return replies[0]
+
+
+# --- commands by ID --------------------------------------------------------------------------------
+def _by_ids(router: Router, c: RouterClient, ps: PStream, cell: Cell, head: list[bytes],
+            ids: list[bytes], tail: list[bytes], write: bool,
+            fold: Callable[[list[tuple[list[int], bytes]], int], bytes],
+            numids_at: int = -1) -> None:
+    """A command whose IDs name their partitions: one request per partition with its IDs
+    (head + ids + tail; `numids_at`: where head counts them), folded with each request's
+    ID positions. IDs of partitions that do not exist can name no entry."""
+    conn = _conn(c)
+    split = _split_ids(ps, ids)
+    if split is None:
+        return conn.fill(cell, error(errors.INVALID_STREAM_ID))
+    parts = [(p, idx) for p, idx in split.items() if p >= 0]
+    reqs = []
+    for p, idx in parts:
+        h = _with_key(head, 1, ps.keys[p])
+        if numids_at >= 0:
+            h[numids_at] = b"%d" % len(idx)
+        reqs.append((ps.slots[p], h + [ids[i] for i in idx] + tail))
+
+    def merged(replies: list[bytes]) -> bytes:
+        err = _first_error(ps, replies)
+        if err is not None:
+            return err
+        return fold(list(zip([idx for _, idx in parts], replies, strict=True)), len(ids))
+    if not reqs:  # no ID names an existing partition, so none names an entry
+        return conn.fill(cell, fold([], len(ids)))
+    _send(router, c, reqs, write, merged, partial(conn.fill, cell))
+    return None
+
+
+def _count_fold(parts: list[tuple[list[int], bytes]], n: int) -> bytes:
+    return integer(sum(int_value(r) for _, r in parts if r[:1] == b":"))
+
+
+def _codes_fold(missing: int, parts: list[tuple[list[int], bytes]], n: int) -> bytes:
+    """XACKDEL/XDELEX: one code per ID, in the client's order (an ID of no partition: -1)."""
+    out = [b":%d\r\n" % missing] * n
+    for idx, r in parts:
+        for i, e in zip(idx, reply_elements(r)[1], strict=True):
+            out[i] = e
+    return _array(out)
+
+
+def xack(router: Router, c: RouterClient, argv: list[bytes], ps: PStream, cell: Cell) -> None:
+    _by_ids(router, c, ps, cell, argv[:3], argv[3:], [], True, _count_fold)
+
+
+def xdel(router: Router, c: RouterClient, argv: list[bytes], ps: PStream, cell: Cell) -> None:
+    _by_ids(router, c, ps, cell, argv[:2], argv[2:], [], True, _count_fold)
+
+
+def _ids_arg(argv: list[bytes], start: int) -> tuple[int, int] | None:
+    """(index of IDS' count, number of IDs) for `... IDS numids id...` from argv[start]."""
+    for j in range(start, len(argv) - 1):
+        if argv[j].lower() == b"ids":
+            n = errors.string2ll(argv[j + 1])
+            if n is None or n <= 0 or j + 2 + n > len(argv):
+                return None
+            return j + 1, n
+    return None
+
+
+def _with_ids_arg(start: int, fold: Callable[..., bytes]) -> Callable[..., None]:
+    """XACKDEL / XDELEX / XNACK: `IDS numids id...`; input the nodes must phrase the error
+    for goes to one partition unchanged."""
+    def handler(router: Router, c: RouterClient, argv: list[bytes], ps: PStream,
+                cell: Cell) -> None:
+        at = _ids_arg(argv, start)
+        if at is None:
+            return Forward(router, c, encode_command(_with_key(argv, 1, ps.keys[0])),
+                           ps.slots[0], True, cell=cell).send()
+        j, n = at
+        return _by_ids(router, c, ps, cell, argv[:j + 1], argv[j + 1:j + 1 + n],
+                       argv[j + 1 + n:], True, fold, numids_at=j)
+    return handler
+
+
+def xclaim(router: Router, c: RouterClient, argv: list[bytes], ps: PStream, cell: Cell) -> None:
+    """XCLAIM: IDs by partition, each with the options; the claimed entries come back in the
+    client's ID order. LASTID moves one stream's cursor and has no partitioned meaning."""
+    j = 5
+    while j < len(argv) and parse_id(argv[j], strict=True) is not None:
+        j += 1  # IDs up to the first argument that is not one (xclaimCommand)
+    if j == 5:  # none: the node phrases what is wrong with the rest
+        return Forward(router, c, encode_command(_with_key(argv, 1, ps.keys[0])), ps.slots[0],
+                       True, cell=cell).send()
+    if any(a.lower() == b"lastid" for a in argv[j:]):
+        return _refuse(c, cell, b"XCLAIM ... LASTID", ps)
+    justid = any(a.lower() == b"justid" for a in argv[j:])
+    ids = argv[5:j]
+
+    def fold(parts: list[tuple[list[int], bytes]], n: int) -> bytes:
+        got: dict[int, bytes] = {}
+        for _, r in parts:
+            for e in reply_elements(r)[1]:
+                sid = parse_id(bulk_value(e)) if justid else _entry_id(e)
+                got.setdefault(sid or 0, e)
+        out = []
+        for b in dict.fromkeys(ids):
+            e = got.pop(parse_id(b, strict=True) or 0, None)
+            if e is not None:
+                out.append(e)
+        return _array(out)
+    _by_ids(router, c, ps, cell, argv[:5], ids, argv[j:], True, fold)
+
+
+# --- XTRIM / XPENDING / XAUTOCLAIM -----------------------------------------------------------------
+def xtrim(router: Router, c: RouterClient, argv: list[bytes], ps: PStream, cell: Cell) -> None:
+    """XTRIM MINID: every partition by the same ID (exact). MAXLEN n: every partition keeps at
+    most ceil(n / N) entries, which is n in all when the partitions are even (writes without
+    a key field are spread evenly) and fewer otherwise; removed counts are summed."""
+    from node.commands.streams import _parse_add_or_trim
+    a, _i = _parse_add_or_trim(c, argv, False)
+    out = list(argv)
+    if a.strategy == "maxlen":
+        for j in range(2, len(argv) - 1):
+            if argv[j].lower() == b"maxlen":
+                k = j + 2 if argv[j + 1] in (b"~", b"=") else j + 1
+                out[k] = b"%d" % _share(a.threshold, ps.n)
+                break
+    _all(router, c, out, ps, cell, partial(_summed, ps), True)
+
+
+def xpending(router: Router, c: RouterClient, argv: list[bytes], ps: PStream,
+             cell: Cell) -> None:
+    """XPENDING summary: counts summed, the least first and greatest last ID, each consumer's
+    counts summed (consumers in name order, as Redis lists them). Extended: each partition's
+    range with the same bounds and COUNT, merged in ID order, COUNT applying to the total."""
+    proto = c.proto
+    summary = len(argv) == 3
+
+    def merged(replies: list[bytes]) -> bytes:
+        ok = [r for r in replies if r[:1] != b"-"]
+        if len(ok) < len(replies):
+            miss = [r for r in replies if r[:1] == b"-"]
+            if not ok or any(error_code(r) != b"NOGROUP" for r in miss):
+                return _renamed(ps, miss[0])
+        if not summary:
+            rows = _merged([reply_elements(r)[1] for r in ok])
+            return _array(rows[:_xpending_count(argv)])
+        total, lo, hi = 0, None, None
+        cons: dict[bytes, int] = {}
+        for r in ok:
+            n, first, last, who = reply_elements(r)[1]
+            total += int_value(n)
+            if first[:1] == b"$" and not first.startswith(b"$-1"):
+                f, la = parse_id(bulk_value(first)) or 0, parse_id(bulk_value(last)) or 0
+                lo = f if lo is None else min(lo, f)
+                hi = la if hi is None else max(hi, la)
+            for row in (reply_elements(who)[1] if who[:1] == b"*" else ()):
+                name, cnt = reply_elements(row)[1]
+                k = bulk_value(name)
+                cons[k] = cons.get(k, 0) + int(bulk_value(cnt))
+        if not total:
+            return encode([0, None, None, None], proto)
+        return encode([total, format_id(lo or 0), format_id(hi or 0),
+                       [[k, b"%d" % v] for k, v in sorted(cons.items())]], proto)
+    _all(router, c, argv, ps, cell, merged)
+
+
+def _xpending_count(argv: list[bytes]) -> int:
+    """The COUNT of an extended XPENDING: key group [IDLE n] start end count [consumer]."""
+    i = 5 if argv[3].lower() == b"idle" else 3
+    n = errors.string2ll(argv[i + 2]) if i + 2 < len(argv) else None
+    return max(n or 0, 0)
+
+
+def xautoclaim(router: Router, c: RouterClient, argv: list[bytes], ps: PStream,
+               cell: Cell) -> None:
+    """XAUTOCLAIM walks the partitions in turn behind one cursor: the start ID names its
+    partition (seq mod stride), a partition's own cursor stays in it, and when a partition is
+    done the cursor becomes `0-(p+1)`, the least ID partition p+1 can have; after the last
+    one, `0-0`. One partition per call (COUNT is an upper bound, as in Redis)."""
+    conn = _conn(c)
+    start = parse_id(argv[5])
+    if start is None:
+        return Forward(router, c, encode_command(_with_key(argv, 1, ps.keys[0])), ps.slots[0],
+                       True, cell=cell).send()
+    p = ps.partition_of(start) if start else 0
+    if p >= ps.n:
+        return conn.fill(cell, encode([b"0-0", [], []], c.proto))
+    out = _with_key(argv, 1, ps.keys[p])
+    out[5] = format_id(start)
+
+    def done(r: bytes) -> None:
+        if r[:1] == b"-":
+            return conn.fill(cell, _renamed(ps, r))
+        els = reply_elements(r)[1]
+        if bulk_value(els[0]) == b"0-0" and p + 1 < ps.n:
+            els[0] = _bulk(b"0-%d" % (p + 1))
+        return conn.fill(cell, _array(els))
+    Forward(router, c, encode_command(out), ps.slots[p], True, done=done).send()
+    return None
+
+
+# --- XREAD / XREADGROUP ---------------------------------------------------------------------------
+def run_xread(router: Router, c: RouterClient, argv: list[bytes], options: tuple,
+              cell: Cell) -> bool:
+    """XREAD/XREADGROUP naming a logical stream (False when none is): see read_keys."""
+    first, nkeys = options[3], options[4]
+    pstreams = router.pstreams
+    keys = argv[first:first + nkeys]
+    if not any(k in pstreams for k in keys):
+        return False
+    Read(router, c, argv, options, cell).start()
+    return True
+
+
+class Read:
+    """One XREAD/XREADGROUP over logical and plain keys. Each client key is read on its own
+    (COUNT is per key, as in Redis): a plain key by one request, a logical one on its
+    partitions (XREADGROUP `>`: see the module docstring). With BLOCK and nothing to answer
+    at once, every partition blocks (`Blocked`)."""
+
+    def __init__(self, router: Router, c: RouterClient, argv: list[bytes], options: tuple,
+                 cell: Cell) -> None:
+        self.router, self.c, self.argv, self.cell = router, c, argv, cell
+        (self.timeout, self.count, self.noack, first, nkeys, self.group, self.consumer,
+         self.block_at, claim) = options
+        self.keys = argv[first:first + nkeys]
+        self.ids = argv[first + nkeys:]
+        self.claim = claim
+        self.results: list[list[bytes] | bytes | None] = [None] * nkeys
+        self.shown: set[int] = set()  # history reads: the key is shown even without entries
+        self.left = nkeys
+        self.over = False
+
+    def start(self) -> None:
+        pstreams = self.router.pstreams
+        if self.timeout >= 0:
+            self.c.conn.stall()  # type: ignore[union-attr]
+            if self.group is not None and len(self.keys) > 1:
+                return self._reply(error(MIXED_BLOCK))
+        for i, k in enumerate(self.keys):
+            ps = pstreams.get(k)
+            if ps is None:
+                self._plain(i, k)
+            elif self.group is None:
+                self._xread(i, ps)
+            elif self.ids[i] == b">":
+                GroupRead(self, i, ps).start()
+            else:
+                self._history(i, ps)
+        return None
+
+    def _req(self, key: bytes, sid: bytes, count: int | None = None) -> list[bytes]:
+        """The read of one key without BLOCK, with COUNT `count` (None: the client's)."""
+        n = self.count if count is None else count
+        out = [self.argv[0]]
+        if self.group is not None:
+            out += [b"GROUP", self.group, self.consumer]
+        if n:
+            out += [b"COUNT", b"%d" % n]
+        if self.noack:
+            out.append(b"NOACK")
+        if self.claim >= 0:
+            out += [b"CLAIM", b"%d" % self.claim]
+        return out + [b"STREAMS", key, sid]
+
+    def _plain(self, i: int, k: bytes) -> None:
+        Forward(self.router, self.c, encode_command(self._req(k, self.ids[i])), key_slot(k),
+                self.group is not None, done=partial(self._plain_done, i)).send()
+
+    def _plain_done(self, i: int, r: bytes) -> None:
+        self.got(i, r if r[:1] == b"-" else _read_entries(r))
+
+    def _xread(self, i: int, ps: PStream) -> None:
+        sid = self.ids[i]
+        reqs = [(s, self._req(k, sid)) for k, s in zip(ps.keys, ps.slots, strict=True)]
+        _send(self.router, self.c, reqs, False, partial(self._merge_parts, ps, sid == b"+"),
+              partial(self._parts_done, i))
+
+    def _history(self, i: int, ps: PStream) -> None:
+        """XREADGROUP with an ID: the consumer's pending entries after it, merged; the key
+        is in the reply even without any, as Redis answers a history read."""
+        self.shown.add(i)
+        self._xread(i, ps)
+
+    def _merge_parts(self, ps: PStream, last_only: bool, replies: list[bytes]) -> bytes:
+        err = _first_error(ps, replies)
+        if err is not None:
+            return err
+        out = _merged([_read_entries(r) for r in replies])
+        if last_only:
+            out = out[-1:]
+        elif self.count:
+            out = out[:self.count]
+        return _array(out)
+
+    def _parts_done(self, i: int, r: bytes) -> None:
+        self.got(i, r if r[:1] == b"-" else reply_elements(r)[1])
+
+    def got(self, i: int, r: list[bytes] | bytes) -> None:
+        if self.over:
+            return
+        self.results[i] = r
+        self.left -= 1
+        if self.left:
+            return
+        for res in self.results:
+            if isinstance(res, bytes):
+                return self._reply(res)
+        items = list(zip(self.keys, self.results, strict=True))
+        if self.timeout < 0 or self.shown or any(e for _, e in items):
+            return self._reply(_read_reply(items, self.c.proto, self.shown))  # type: ignore[arg-type]
+        Blocked(self).start()
+        return None
+
+    def _reply(self, r: bytes) -> None:
+        self.over = True
+        conn = self.c.conn
+        if conn is not None:
+            conn.fill(self.cell, r)
+            if self.timeout >= 0:
+                conn.resume()
+
+
+class GroupRead:
+    """XREADGROUP `>` on one logical stream: first what was handed over, then rounds of new
+    entries. A round asks every candidate partition for an even share of what COUNT leaves
+    (all of it without COUNT); a partition that returns its whole share may have more and
+    stays a candidate. Rounds ask for no more than COUNT leaves, so only a hand-over read
+    (which asks for all that was handed over) can come back with more than COUNT: the rest is
+    handed over again."""
+
+    def __init__(self, read: Read, i: int, ps: PStream) -> None:
+        self.read, self.i, self.ps = read, i, ps
+        self.key = (read.group or b"", read.consumer)
+        self.got: dict[int, list[bytes]] = {}  # partition -> entries, in its order
+        self.total = 0
+        self.error: bytes | None = None
+        # A partition answered: a NOGROUP elsewhere is a partition added since the group
+        # was made (its group comes with `alter`), not the client's error.
+        self.answered = False
+
+    def start(self) -> None:
+        ho = self.ps.handover.pop(self.key, None)
+        if not ho:
+            return self.round(self._live())
+        r = self.read
+        reqs, order = [], []
+        for p, h in ho.items():
+            if h.raws is not None:
+                self._add(p, h.raws)
+                continue
+            order.append(p)
+            reqs.append((self.ps.slots[p], r._req(self.ps.keys[p], format_id(h.after),
+                                                  h.count)))
+        if not reqs:
+            return self.after_handover()
+        _send(r.router, r.c, [(s, _plain_read(a)) for s, a in reqs], True, list,  # type: ignore[arg-type]
+              partial(self._handed, order))
+        return None
+
+    def _handed(self, order: list[int], replies: list[bytes]) -> None:
+        for p, rep in zip(order, replies, strict=True):
+            if rep[:1] == b"-":
+                continue  # the group or the stream went away: nothing is pending there
+            # Deleted entries (nil fields) stay pending, as they would in Redis, unreturned.
+            self._add(p, [e for e in _read_entries(rep) if not e.endswith(b"*-1\r\n")])
+        self.after_handover()
+
+    def after_handover(self) -> None:
+        count = self.read.count
+        if count and self.total >= count:
+            return self.finish()
+        return self.round([p for p in self._live() if p not in self.got])
+
+    def _live(self) -> list[int]:
+        """Every partition, from a start that turns with each read (COUNT below N is fair)."""
+        ps = self.ps
+        start = ps.rd % ps.n
+        ps.rd = start + 1
+        return [(start + j) % ps.n for j in range(ps.n)]
+
+    def round(self, cands: list[int]) -> None:
+        """Ask partitions for exactly what COUNT leaves, split evenly (fewer partitions than
+        that: one entry from each of as many as are left), so a read delivers no more than
+        it returns; without COUNT, every partition for everything."""
+        r = self.read
+        if not cands:
+            return self.finish()
+        if r.count:
+            left = r.count - self.total
+            asked, later = cands[:left], cands[left:]
+            base, extra = divmod(left, len(asked))
+            shares: list[int | None] = [base + (j < extra) for j in range(len(asked))]
+        else:
+            asked, later, shares = cands, [], [None] * len(cands)
+        reqs = [(self.ps.slots[p], r._req(self.ps.keys[p], b">", n))
+                for p, n in zip(asked, shares, strict=True)]
+        _send(r.router, r.c, reqs, True, list,  # type: ignore[arg-type]
+              partial(self._rounded, asked, shares, later))
+
+    def _rounded(self, asked: list[int], shares: list[int | None], later: list[int],
+                 replies: list[bytes]) -> None:
+        full = []  # partitions that gave all they were asked for: they may have more
+        for p, n, rep in zip(asked, shares, replies, strict=True):
+            if rep[:1] == b"-":
+                if self.error is None:
+                    self.error = _renamed(self.ps, rep)
+                continue
+            self.answered = True
+            es = _read_entries(rep)
+            self._add(p, es)
+            if n is not None and len(es) == n:
+                full.append(p)
+        count = self.read.count
+        if self.error is None and count and self.total < count and (later or full):
+            return self.round(later + full)
+        return self.finish()
+
+    def _add(self, p: int, es: list[bytes]) -> None:
+        if es:
+            self.got.setdefault(p, []).extend(es)
+            self.total += len(es)
+
+    def finish(self) -> None:
+        r = self.read
+        taken = keep(self.ps, self.key, self.got, r.count, r.noack)
+        err = self.error
+        if err is not None and not taken and not (self.answered and error_code(err) == b"NOGROUP"):
+            return r.got(self.i, err)
+        r.got(self.i, taken)
+        return None
+
+
+def _plain_read(argv: list[bytes]) -> list[bytes]:
+    """A hand-over read: the same XREADGROUP without NOACK (a history read ignores it)."""
+    return [a for a in argv if a.lower() != b"noack"]
+
+
+def keep(ps: PStream, key: tuple[bytes, bytes], got: dict[int, list[bytes]], count: int,
+         noack: bool) -> list[bytes]:
+    """The first `count` of the partitions' deliveries in ID order (all without COUNT); the
+    rest is handed over to the consumer's next read: each partition's rest is the end of its
+    list, pending after the ID before its first entry."""
+    merged = _merged([es for es in got.values()])
+    if not count or len(merged) <= count:
+        return merged
+    taken = merged[:count]
+    edge = _entry_id(taken[-1])
+    for p, es in got.items():
+        hand_over(ps, key, p, [e for e in es if _entry_id(e) > edge], noack)
+    return taken
+
+
+def hand_over(ps: PStream, key: tuple[bytes, bytes], p: int, rest: list[bytes],
+              noack: bool) -> None:
+    """Partition p delivered `rest` (in its order) to the consumer `key`, unreturned."""
+    if not rest:
+        return
+    ho = ps.handover.setdefault(key, {})
+    h = ho.get(p)
+    if noack:
+        if h is not None and h.raws is not None:
+            h.raws.extend(rest)
+        else:
+            ho[p] = Handover(0, len(rest), rest)
+    elif h is None:
+        ho[p] = Handover(_entry_id(rest[0]) - 1, len(rest))
+    else:
+        h.count += len(rest)
+
+
+class Blocked:
+    """A read with BLOCK that found nothing: every partition (and plain key) blocks on a
+    dedicated upstream connection of its own. The first answer with entries is the reply.
+    The other parts are unblocked with CLIENT UNBLOCK (the node's client ID is asked first,
+    on the same connection), so each of them answers: nothing, or entries it delivered in the
+    meantime. An XREADGROUP's late entries are handed over, so none is lost."""
+
+    def __init__(self, read: Read) -> None:
+        self.read = read
+        self.parts: list[BlockPart] = []
+        self.over = False
+        self.left = 0
+
+    def start(self) -> None:
+        r = self.read
+        r.c.blocked = self  # type: ignore[assignment]
+        pstreams = r.router.pstreams
+        timeout = r.argv[r.block_at]
+        for i, k in enumerate(r.keys):
+            ps = pstreams.get(k)
+            sid = r.ids[i]
+            targets = (list(zip(ps.keys, ps.slots, range(ps.n), strict=True)) if ps is not None
+                       else [(k, key_slot(k), -1)])
+            share = None
+            if r.count and ps is not None and r.group is not None:
+                share = _share(r.count, ps.n)
+            for real, slot, p in targets:
+                pool = r.router.primary_pool(slot, r.c.proto)
+                if pool is None:
+                    continue
+                head = r._req(real, sid, share)
+                argv = head[:1] + [b"BLOCK", timeout] + head[1:]
+                self.parts.append(BlockPart(self, i, ps, p, pool, argv))
+        self.left = len(self.parts)
+        if not self.parts:
+            return self.finish(null_array(r.c.proto))
+        for part in self.parts:
+            part.issue()
+        return None
+
+    def timeout_reply(self, proto: int) -> bytes:
+        return null_array(proto)
+
+    def answered(self, part: BlockPart, r: bytes | None) -> None:
+        self.left -= 1
+        es = _read_entries(r) if r is not None and r[:1] != b"-" else []
+        rd = self.read
+        if self.over:  # answered already: what this part delivered is handed over
+            if rd.group is not None and part.ps is not None:
+                hand_over(part.ps, (rd.group, rd.consumer), part.p, es, rd.noack)
+            return
+        if r is not None and r[:1] == b"-" and error_code(r) not in (b"MOVED", b"ASK"):
+            return self.finish(_renamed(part.ps, r) if part.ps is not None else r)
+        if es:
+            key = rd.keys[part.i]
+            if part.ps is not None and rd.group is not None:
+                es = keep(part.ps, (rd.group, rd.consumer), {part.p: es}, rd.count, rd.noack)
+            elif rd.count:
+                es = es[:rd.count]
+            return self.finish(_read_reply([(key, es)], rd.c.proto))
+        if self.left == 0:
+            self.finish(null_array(rd.c.proto))
+        return None
+
+    def finish(self, reply: bytes | None) -> None:
+        if self.over:
+            return
+        self.over = True
+        for part in self.parts:
+            part.cancel()
+        rd = self.read
+        rd.c.blocked = None
+        if reply is not None:
+            rd._reply(reply)
+        else:
+            rd.over = True
+
+
+class BlockPart:
+    """One partition's (or plain key's) blocked read, on a dedicated connection. After a
+    CLIENT UNBLOCK was sent for it, its connection serves again only once the UNBLOCK is
+    answered: a late one must not end the next read made on that connection."""
+
+    def __init__(self, b: Blocked, i: int, ps: PStream | None, p: int, pool: Pool,
+                 argv: list[bytes]) -> None:
+        self.b, self.i, self.ps, self.p, self.pool, self.argv = b, i, ps, p, pool, argv
+        self.up: Upstream | None = None
+        self.node_id: bytes | None = None
+        self.cancelled = False
+        self.done = False
+        self.unblocking = False  # a CLIENT UNBLOCK for it is not answered yet
+        self.parked: Upstream | None = None  # its connection, until then
+
+    def issue(self) -> None:
+        idle = _idle(self.b.read.router, self.pool)
+        while idle:
+            up, nid = idle.pop()
+            if not up.closed and not up.waiting:
+                self.up, self.node_id = up, nid
+                break
+        else:
+            self.up = up = self.pool.get_dedicated()
+            up.send(b"*2\r\n$6\r\nCLIENT\r\n$2\r\nID\r\n", self._id)
+        up.send(encode_command(self.argv), self._reply)
+
+    def _id(self, r: bytes | None) -> None:
+        if r is not None and r[:1] == b":":
+            self.node_id = r[1:-2]
+            if self.cancelled and not self.done:
+                self._unblock()
+
+    def _reply(self, r: bytes | None) -> None:
+        self.done = True
+        up, self.up = self.up, None
+        if up is not None and r is not None:
+            if self.unblocking:
+                self.parked = up
+            else:
+                self._keep(up)
+        self.b.answered(self, r)
+
+    def _keep(self, up: Upstream) -> None:
+        idle = _idle(self.b.read.router, self.pool)
+        if self.node_id is not None and not up.closed and not up.waiting and len(idle) < 64:
+            idle.append((up, self.node_id))  # its node client ID stays known
+        else:
+            up.close()
+
+    def cancel(self) -> None:
+        if self.done or self.cancelled:
+            return
+        self.cancelled = True
+        if self.node_id is not None:
+            self._unblock()
+
+    def _unblock(self) -> None:
+        self.unblocking = True
+        up = self.pool.get(0)
+        up.send(encode_command([b"CLIENT", b"UNBLOCK", self.node_id or b""]), self._unblocked)
+
+    def _unblocked(self, _r: bytes | None) -> None:
+        self.unblocking = False
+        up, self.parked = self.parked, None
+        if up is not None:
+            self._keep(up)
+
+
+def _idle(router: Router, pool: Pool) -> list[tuple[Upstream, bytes]]:
+    """Dedicated connections to `pool`'s node kept for blocked partition reads, each with
+    the client ID the node gave it, so that a reused one needs no CLIENT ID."""
+    by_pool: dict[tuple[str, int, int], list[tuple[Upstream, bytes]]] | None = \
+        router.__dict__.get("pstream_idle")
+    if by_pool is None:
+        by_pool = router.__dict__["pstream_idle"] = {}
+    return by_pool.setdefault((pool.addr[0], pool.addr[1], id(pool)), [])
+
+
+# --- XINFO ---------------------------------------------------------------------------------------
+# How each field of one partition's XINFO reply folds into the logical stream's; see
+# docs/partitioned-streams.md for which are exact. A field not named here (a later Redis's)
+# is summed when it is an integer and otherwise taken from the first partition.
+_STREAM_FIELDS = {
+    b"length": "sum", b"radix-tree-keys": "sum", b"radix-tree-nodes": "sum",
+    b"entries-added": "sum", b"pids-tracked": "sum", b"iids-tracked": "sum",
+    b"iids-added": "sum", b"iids-duplicates": "sum", b"groups": "max",
+    b"last-generated-id": "max_id", b"max-deleted-entry-id": "max_id",
+    b"recorded-first-entry-id": "min_id", b"first-entry": "min_entry",
+    b"last-entry": "max_entry", b"idmp-duration": "first", b"idmp-maxsize": "first",
+}
+_GROUP_FIELDS = {
+    b"name": "first", b"consumers": "max", b"pending": "sum", b"last-delivered-id": "max_id",
+    b"entries-read": "sum_or_nil", b"lag": "sum_or_nil",
+}
+_CONSUMER_FIELDS = {b"name": "first", b"pending": "sum", b"idle": "min",
+                    b"inactive": "min_seen"}
+
+
+def _id_of(v: bytes) -> int:
+    return parse_id(bulk_value(v)) or 0
+
+
+def _fold_field(how: str, vals: list[bytes]) -> bytes:
+    ints = all(v[:1] == b":" for v in vals)
+    if how == "sum" or (how == "" and ints):
+        return integer(sum(int_value(v) for v in vals)) if ints else vals[0]
+    if how == "sum_or_nil":
+        return integer(sum(int_value(v) for v in vals)) if ints else \
+            next(v for v in vals if v[:1] != b":")
+    if how in ("max", "min"):
+        f = max if how == "max" else min
+        return integer(f(int_value(v) for v in vals)) if ints else vals[0]
+    if how == "min_seen":  # -1: never active
+        seen = [int_value(v) for v in vals if v[:1] == b":" and int_value(v) >= 0]
+        return integer(min(seen)) if seen else vals[0]
+    if how in ("max_id", "min_id"):
+        return (max if how == "max_id" else min)(vals, key=_id_of)
+    if how in ("min_entry", "max_entry"):
+        real = [v for v in vals if v[:1] in (b"*", b"~") and not v.startswith(b"*-1")]
+        if not real:
+            return vals[0]
+        return (min if how == "min_entry" else max)(real, key=_entry_id)
+    return vals[0]
+
+
+def _fold_maps(maps: list[tuple[bytes, list[bytes]]], rules: dict[bytes, str]) -> bytes:
+    """Maps (RESP3) or flat arrays (RESP2) of the same fields, folded field by field."""
+    kind = maps[0][0]
+    first = maps[0][1]
+    names = [bulk_value(first[j]) for j in range(0, len(first), 2)]
+    by_name = [{bulk_value(els[j]): els[j + 1] for j in range(0, len(els), 2)}
+               for _, els in maps]
+    out = []
+    for j, n in enumerate(names):
+        vals = [m[n] for m in by_name if n in m]
+        out.append(first[2 * j] + _fold_field(rules.get(n, ""), vals))
+    return b"%s%d\r\n" % (kind, len(out) if kind == b"%" else 2 * len(out)) + b"".join(out)
+
+
+def _existing(ps: PStream, replies: list[bytes]) -> list[bytes] | bytes:
+    """The replies of the partitions that exist (`no such key` from the others), or the
+    error to give."""
+    ok = [r for r in replies if r[:1] != b"-"]
+    if ok:
+        return ok
+    return _renamed(ps, replies[0])
+
+
+def xinfo_stream(router: Router, c: RouterClient, argv: list[bytes], ps: PStream,
+                 cell: Cell) -> None:
+    if len(argv) > 3:
+        return _refuse(c, cell, b"XINFO STREAM ... FULL", ps)
+
+    def merged(replies: list[bytes]) -> bytes:
+        ok = _existing(ps, replies)
+        if isinstance(ok, bytes):
+            return ok
+        maps = [reply_elements(r) for r in ok]
+        nonempty = [m for m in maps if any(
+            bulk_value(m[1][j]) == b"length" and m[1][j + 1] != b":0\r\n"
+            for j in range(0, len(m[1]), 2))]
+        out = _fold_maps(maps, _STREAM_FIELDS)
+        if nonempty and len(nonempty) < len(maps):  # the first ID of an empty one is 0-0
+            rec = _fold_maps(nonempty, _STREAM_FIELDS)
+            out = _replace_field(out, rec, b"recorded-first-entry-id")
+        return out
+    _all(router, c, argv, ps, cell, merged, key_at=2)
+    return None
+
+
+def _replace_field(reply: bytes, other: bytes, name: bytes) -> bytes:
+    kind, els = reply_elements(reply)
+    oels = reply_elements(other)[1]
+    for j in range(0, len(els), 2):
+        if bulk_value(els[j]) == name:
+            els[j + 1] = next(oels[k + 1] for k in range(0, len(oels), 2)
+                              if bulk_value(oels[k]) == name)
+    return b"%s%d\r\n" % (kind, len(els) // 2 if kind == b"%" else len(els)) + b"".join(els)
+
+
+def _xinfo_list(rules: dict[bytes, str]) -> Callable[..., None]:
+    """XINFO GROUPS / CONSUMERS: one row per name over the partitions, folded field by field,
+    in the order the first partition lists them (then any others)."""
+    def handler(router: Router, c: RouterClient, argv: list[bytes], ps: PStream,
+                cell: Cell) -> None:
+        def merged(replies: list[bytes]) -> bytes:
+            ok = _existing(ps, replies)  # (a partition without the key or group: none)
+            if isinstance(ok, bytes):
+                return ok
+            rows: dict[bytes, list[tuple[bytes, list[bytes]]]] = {}
+            for r in ok:
+                for row in reply_elements(r)[1]:
+                    kind, els = reply_elements(row)
+                    name = next(bulk_value(els[j + 1]) for j in range(0, len(els), 2)
+                                if bulk_value(els[j]) == b"name")
+                    rows.setdefault(name, []).append((kind, els))
+            return _array([_fold_maps(ms, rules) for ms in rows.values()])
+        _all(router, c, argv, ps, cell, merged, key_at=2)
+    return handler
+
+
+HANDLERS: dict[bytes, Callable[..., None]] = {
+    b"xadd": xadd,
+    b"xlen": xlen,
+    b"xcfgset": xcfgset,
+    b"type": type_,
+    b"xrange": xrange,
+    b"xrevrange": xrange,
+    b"xack": xack,
+    b"xdel": xdel,
+    b"xclaim": xclaim,
+    b"xackdel": _with_ids_arg(3, partial(_codes_fold, -1)),
+    b"xdelex": _with_ids_arg(2, partial(_codes_fold, -1)),
+    b"xnack": _with_ids_arg(4, _count_fold),
+    b"xtrim": xtrim,
+    b"xpending": xpending,
+    b"xautoclaim": xautoclaim,
+    b"xinfo|stream": xinfo_stream,
+    b"xinfo|groups": _xinfo_list(_GROUP_FIELDS),
+    b"xinfo|consumers": _xinfo_list(_CONSUMER_FIELDS),
+    b"xgroup|create": xgroup_create,
+    b"xgroup|destroy": _xgroup(_fold_max),
+    b"xgroup|setid": _xgroup(_fold_first),
+    b"xgroup|createconsumer": _xgroup(_fold_max),
+    b"xgroup|delconsumer": _xgroup(_fold_sum),
+}
+"""Handlers by command fullname; anything else on a logical name is refused (or WRONGTYPE)."""
