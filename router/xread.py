@@ -18,7 +18,7 @@ from functools import partial
 from typing import TYPE_CHECKING
 
 from node import errors
-from node.commands.reads import parse_xread_options
+from node.commands.reads import XReadOptions, parse_xread_options
 from node.resp import ReplyError, encode_command, error, error_code, null_array
 from node.slots import key_slot
 from node.streamid import parse_id
@@ -37,10 +37,10 @@ def xread_fanout(router: Router, c: RouterClient, argv: list[bytes], cell: Cell,
                  groups_checked: bool = False) -> None:
     conn: ClientConn = c.conn  # type: ignore[assignment]
     try:
-        timeout, _count, _noack, first, nkeys, group, _consumer, block_at, _claim = \
-            parse_xread_options(argv, int(time.time() * 1000))
+        o = parse_xread_options(argv, int(time.time() * 1000))
     except ReplyError as e:
         return conn.fill(cell, error(e.message))
+    timeout, first, nkeys, group, block_at = o.timeout, o.first_key, o.nkeys, o.group, o.block_at
     keys, ids = argv[first:first + nkeys], argv[first + nkeys:]
     slots = list(split_by_slot(keys).items())
     if any(router.map.owner[slot] is None for (slot, _), _ in slots):
@@ -75,11 +75,11 @@ def xread_fanout(router: Router, c: RouterClient, argv: list[bytes], cell: Cell,
     return None
 
 
-def dollar_ids(argv: list[bytes], options: tuple) -> list[tuple[int, int]]:
+def dollar_ids(argv: list[bytes], options: XReadOptions) -> list[tuple[int, int]]:
     """(key index, ID index) of every `$` ID of an XREAD (none for XREADGROUP): what a
     blocked read pins down before it may be re-issued elsewhere (router/forward.py)."""
-    first, nkeys, group = options[3], options[4], options[5]
-    if group is not None:
+    first, nkeys = options.first_key, options.nkeys
+    if options.group is not None:
         return []
     return [(first + i, first + nkeys + i) for i in range(nkeys)
             if argv[first + nkeys + i] == b"$"]
