@@ -264,7 +264,7 @@ OVERRIDES_7_4: dict[str, dict[str, Any]] = {
     "xinfo|stream": {"history+": [
         ["7.2.0", "Added the `active-time` field, and changed the meaning of `seen-time`."],
         ["8.6.0", "Added the `idmp-duration`, `idmp-maxsize`, `pids-tracked`, `iids-tracked`, "
-                  "`iids-added` and `iids-duplicates` fields (on streams that use IDMP)."],
+                  "`iids-added` and `iids-duplicates` fields."],
         ["8.8.0", "Added the `nacked-count` field of a group (FULL)."]]},
     "xinfo|consumers": {"history+": [
         ["7.2.0", "Added the `inactive` field, and changed the meaning of `idle`."]]},

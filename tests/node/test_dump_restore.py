@@ -57,9 +57,12 @@ def build_stream(c: redis.Redis, key: str = "s") -> None:
 
 
 def full(c: redis.Redis, key: str = "s") -> list:
-    """XINFO STREAM FULL COUNT 0 without the groups' `nacked-count` (Redis 8.8's field, which
-    the 7.x oracles lack)."""
+    """XINFO STREAM FULL COUNT 0 without the groups' `nacked-count` (Redis 8.8's field) and
+    the IDMP fields (Redis 8.6's), which the 7.x oracles lack."""
     info = c.execute_command("XINFO", "STREAM", key, "FULL", "COUNT", "0")
+    if b"idmp-duration" in info:
+        i = info.index(b"idmp-duration")
+        del info[i:i + 12]
     gi = info.index(b"groups") + 1
     for g in info[gi]:
         if b"nacked-count" in g:
