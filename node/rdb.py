@@ -633,15 +633,7 @@ def _load_stream(r: _Reader, rtype: int) -> Stream:
             entries_read = estimate_distance(s, last)
         g = s.groups[name] = ConsumerGroup(last, entries_read)
         owners: dict[int, bytes | None] = {}
-        pel_raw = []
-        for _ in range(r.length()):
-            sid = r.stream_id()
-            t = r.millis()
-            n = r.length()
-            if sid in owners:
-                raise RdbError("duplicate PEL entry")
-            owners[sid] = None
-            pel_raw.append((sid, t, n))
+        pel_raw = _pel_entries(r, owners)
         for _ in range(r.length()):
             cname = r.string()
             seen = r.millis()
@@ -664,15 +656,24 @@ def _load_stream(r: _Reader, rtype: int) -> Stream:
             owner = owners[sid]
             g.pel[sid] = (t, n, None if owner is None else g.consumers[owner].name)
         if rtype == T_STREAM_4:  # the NACK zone: unowned pending entries
-            for _ in range(r.length()):
-                sid = r.stream_id()
-                t = r.millis()
-                n = r.length()
-                if sid in owners:
-                    raise RdbError("NACK zone entry also pending")
-                owners[sid] = None
+            for sid, t, n in _pel_entries(r, owners):
                 g.pel[sid] = (t, n, None)
     return s
+
+
+def _pel_entries(r: _Reader, owners: dict[int, bytes | None]) -> list[tuple[int, int, int]]:
+    """A group's PEL part (or its NACK zone): (ID, delivery time, delivery count) each, every
+    ID new to `owners`, where it is entered as owned by nobody (yet)."""
+    out = []
+    for _ in range(r.length()):
+        sid = r.stream_id()
+        t = r.millis()
+        n = r.length()
+        if sid in owners:
+            raise RdbError("duplicate PEL entry")
+        owners[sid] = None
+        out.append((sid, t, n))
+    return out
 
 
 def load_payload(payload: bytes) -> Any:
