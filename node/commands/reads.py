@@ -79,7 +79,18 @@ class XReadOptions:
         self.maxsize = 0  # MAXSIZE (8.10), the soft cap on the reply's bytes; 0: none
 
     def __getitem__(self, i: int) -> object:
-        """The former 9-tuple's positions, for callers not yet reading by name."""
+        """The former 9-tuple's positions, for callers not yet reading by name (router/proxy.py
+        reads 0, 3, 4, 5 and 7 per routed read: those without building the tuple)."""
+        if i == 4:
+            return self.nkeys
+        if i == 3:
+            return self.first_key
+        if i == 0:
+            return self.timeout
+        if i == 5:
+            return self.group
+        if i == 7:
+            return self.block_at
         return (self.timeout, self.count, self.noack, self.first_key, self.nkeys, self.group,
                 self.consumer, self.block_at, self.claim)[i]
 
@@ -112,7 +123,12 @@ def parse_xread_options(argv: list[bytes], now_ms: int) -> XReadOptions:
     any shard sees it)."""
     argc = len(argv)
     xreadgroup = len(argv[0]) == 10
-    o = XReadOptions()
+    if cython.compiled:  # the C struct, its fields zeroed, without a call of __init__
+        o = XReadOptions.__new__(XReadOptions)
+        o.timeout = o.claim = -1
+        o.consumer = b""
+    else:
+        o = XReadOptions()
     i = 1
     while i < argc:
         moreargs = argc - i - 1
