@@ -47,6 +47,9 @@ cpdef tuple serve_new(c, Stream s, ConsumerGroup g, Consumer cons, key, groupnam
                       Py_ssize_t count, bint noack, bint claim=*, _Budget budget=*,
                       bint forced=*)
 
+@cython.locals(o=XReadOptions)
+cdef XReadOptions _new_options()
+
 @cython.locals(argc=Py_ssize_t, xreadgroup=bint, count=object, o=XReadOptions, i=Py_ssize_t,
                moreargs=Py_ssize_t, n=Py_ssize_t, opt=object)
 cpdef XReadOptions parse_xread_options(argv, now_ms)

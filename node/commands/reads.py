@@ -116,6 +116,17 @@ def _block_ms(b: bytes, now_ms: int) -> int:
     return timeout
 
 
+def _new_options() -> XReadOptions:
+    """XReadOptions' defaults; compiled, the C struct with its fields zeroed and no call of
+    __init__ (a routed read makes one per request)."""
+    if cython.compiled:
+        o = XReadOptions.__new__(XReadOptions)
+        o.timeout = o.claim = -1
+        o.consumer = b""
+        return o
+    return XReadOptions()
+
+
 def parse_xread_options(argv: list[bytes], now_ms: int) -> XReadOptions:
     """xreadCommand's option loop. Raises Redis's error for the first bad option, in Redis's
     order; MAXCOUNT below COUNT is checked once every option is read. The router reads
@@ -123,12 +134,7 @@ def parse_xread_options(argv: list[bytes], now_ms: int) -> XReadOptions:
     any shard sees it)."""
     argc = len(argv)
     xreadgroup = len(argv[0]) == 10
-    if cython.compiled:  # the C struct, its fields zeroed, without a call of __init__
-        o = XReadOptions.__new__(XReadOptions)
-        o.timeout = o.claim = -1
-        o.consumer = b""
-    else:
-        o = XReadOptions()
+    o = _new_options()
     i = 1
     while i < argc:
         moreargs = argc - i - 1
