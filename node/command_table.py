@@ -152,7 +152,7 @@ def _xread_get_keys(cmd: CommandSpec, argv: list[bytes]) -> KeyRefs | None:
             i += 2
         elif arg == b"group":
             i += 3
-        elif arg == b"claim":  # Redis 8.4: CLAIM min-idle-time
+        elif arg == b"claim" or arg == b"maxcount" or arg == b"maxsize":  # Redis 8.4, 8.10
             i += 2
         elif arg == b"noack":
             i += 1

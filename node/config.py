@@ -150,6 +150,11 @@ SETTINGS: tuple[Setting, ...] = (
             help="entries per packed stream block (0: no limit)"),
     Setting("stream-node-max-bytes", "memory", 4096, minimum=0, maximum=_LL,
             help="bytes per packed stream block (0: no limit)"),
+    # Redis 8.6: a stream's IDMP limits until XCFGSET sets its own (node/idmp.py).
+    Setting("stream-idmp-duration", "int", 100, minimum=1, maximum=86400,
+            help="seconds an idempotent XADD's producer/iid pair is remembered"),
+    Setting("stream-idmp-maxsize", "int", 100, minimum=1, maximum=10000,
+            help="producer/iid pairs remembered per producer"),
     Setting("proto-max-bulk-len", "memory", 512 * 1024 * 1024, minimum=1024 * 1024, maximum=_LL,
             help="largest bulk string a client may send"),
     Setting("client-query-buffer-limit", "memory", 1024 * 1024 * 1024, minimum=1024 * 1024, maximum=_LL,

@@ -7,7 +7,8 @@ that ID. So a client can retry a write whose reply it lost, or replay a whole ba
 duplicating entries.
 
 A pair is forgotten when it is `duration` seconds old, or when its producer has more than
-`maxsize` pairs (the oldest goes first). Both limits are per stream (XCFGSET).
+`maxsize` pairs (the oldest goes first). Both limits are per stream (XCFGSET); a stream that
+never set them shows the configs `stream-idmp-duration` / `stream-idmp-maxsize`.
 
 Time is the stream's own clock: a pair is stamped with the millisecond part of the ID its entry
 got, and "now" for expiry is the millisecond part of the ID the current XADD would get. IDs only
@@ -103,9 +104,10 @@ class IdmpMap:
             del self.producers[pid]
 
     def configure(self, duration: int | None, maxsize: int | None) -> bool:
-        """XCFGSET: new limits (None keeps one). What is tracked stays; a smaller maxsize
-        evicts each producer's oldest pairs at once, a shorter duration counts from the next
-        lookup. Returns whether anything changed."""
+        """XCFGSET: new limits (None keeps one). A value that changes clears every producer's
+        history (pids-tracked and iids-tracked become 0; the lifetime counters iids-added and
+        iids-duplicates stay), as Redis 8.6 does; the same value clears nothing. Returns
+        whether anything changed."""
         changed = False
         if duration is not None and duration != self.duration:
             self.duration = duration
@@ -113,8 +115,9 @@ class IdmpMap:
         if maxsize is not None and maxsize != self.maxsize:
             self.maxsize = maxsize
             changed = True
-            for pid in list(self.producers):
-                self._evict(pid, self.producers[pid])
+        if changed:
+            self.producers.clear()
+            self.order.clear()
         return changed
 
     # -- persistence (node/snapshot.py) ------------------------------------------------------

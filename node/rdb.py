@@ -18,8 +18,14 @@ entries-read estimated from its last ID, a consumer's active-time = its seen-tim
 every string encoding (raw, int, LZF); lists 1/10/14/18 (plain, ziplist, quicklist of ziplists
 or listpacks); sets 2/11/20 (plain, intset, listpack). Versions up to 12 are accepted.
 
-A pending entry released by XNACK (Redis 8.8: nobody owns it) is written in its group's PEL
-with no consumer listing it, and read back as such. Redis before 8.8 has no such state.
+A stream with pending entries released by XNACK (Redis 8.8: nobody owns them) is written as
+Redis 8.8 writes it: RDB version 14, type RDB_TYPE_STREAM_LISTPACKS_4 (27), which is type 21
+with a "NACK zone" after each group's consumers; those entries are in the zone, not in the
+group's PEL. Servers before 8.8 have no such state and refuse the payload (its version is
+above theirs: "DUMP payload version or checksum are wrong"). Streams without such entries
+keep the 7.2+ layout above, so that they still move to redis-server 7.x and valkey. Redis's
+byte layout of the zone is not documented; ours is the PEL's: a count, then per entry its
+ID (16 bytes, big-endian), delivery time (i64) and delivery count (length-encoded).
 
 Stream nodes are Redis listpacks; we parse them into `node.stream` blocks and rebuild the exact
 listpack bytes when writing, so a stream round-trips with the same nodes (radix-tree-keys) and
@@ -50,11 +56,13 @@ __all__ = ["RdbError", "UnsupportedType", "crc64", "dump_payload", "load_payload
 
 RDB_VERSION = 11  # what DUMP stamps on streams
 RDB_VERSION_OTHER = 10  # ... and on every other type
-MAX_RDB_VERSION = 12  # the newest version RESTORE accepts (Redis 7.4)
+RDB_VERSION_NACKS = 14  # ... and on a stream with XNACKed entries (Redis 8.8, type 27)
+MAX_RDB_VERSION = 14  # the newest version RESTORE accepts (Redis 8.8)
 
 T_STRING, T_LIST, T_SET, T_ZSET, T_HASH = 0, 1, 2, 3, 4
 T_LIST_ZIPLIST, T_SET_INTSET, T_LIST_QUICKLIST = 10, 11, 14
 T_STREAM_1, T_LIST_QUICKLIST_2, T_STREAM_2, T_SET_LISTPACK, T_STREAM_3 = 15, 18, 19, 20, 21
+T_STREAM_4 = 27  # Redis 8.8: type 21 and a NACK zone per group
 _TYPE_NAMES = {3: "sorted set", 5: "sorted set", 4: "hash", 9: "hash", 13: "hash", 16: "hash",
                6: "module value", 7: "module value", 8: "hash", 12: "sorted set",
                17: "sorted set", 22: "hash", 23: "hash", 24: "hash"}
@@ -226,8 +234,9 @@ def stream_node_listpack(b: Block) -> bytes:
     return listpack(els)
 
 
-def _stream_body(s: Stream) -> bytes:
-    """rdbSaveObject for a stream, RDB_TYPE_STREAM_LISTPACKS_3."""
+def _stream_body(s: Stream, nack_zones: bool) -> bytes:
+    """rdbSaveObject for a stream, RDB_TYPE_STREAM_LISTPACKS_3, or with `nack_zones`
+    RDB_TYPE_STREAM_LISTPACKS_4 (unowned pending entries in a zone after the consumers)."""
     out = [_len(s.num_blocks())]
     for b in s.blocks():
         out.append(_str(_BE_ID.pack(b.first >> 64, b.first & SEQ_MAX)))
@@ -242,23 +251,39 @@ def _stream_body(s: Stream) -> bytes:
         out.append(_str(name))
         out.append(_len(g.last_id >> 64) + _len(g.last_id & SEQ_MAX))
         out.append(_len(SEQ_MAX if g.entries_read is None else g.entries_read))
-        out.append(_len(len(g.pel)))
-        for sid, (t, n, _owner) in g.pel.items():
-            out.append(_BE_ID.pack(sid >> 64, sid & SEQ_MAX) + _I64.pack(t) + _len(n))
+        pel = [(sid, nack) for sid, nack in g.pel.items()
+               if not nack_zones or nack[2] is not None]
+        out.append(_len(len(pel)))
+        out += [_pel_entry(sid, t, n) for sid, (t, n, _owner) in pel]
         out.append(_len(len(g.consumers)))
         for cons in g.sorted_consumers():
             out.append(_str(cons.name) + _I64.pack(cons.seen_time) + _I64.pack(cons.active_time))
             out.append(_len(len(cons.pel)))
             out += [_BE_ID.pack(sid >> 64, sid & SEQ_MAX) for sid in cons.pel]
+        if nack_zones:
+            zone = [(sid, t, n) for sid, (t, n, owner) in g.pel.items() if owner is None]
+            out.append(_len(len(zone)))
+            out += [_pel_entry(sid, t, n) for sid, t, n in zone]
     return b"".join(out)
+
+
+def _pel_entry(sid: int, t: int, n: int) -> bytes:
+    """One PEL (or NACK zone) entry: ID big-endian, delivery time, delivery count."""
+    return _BE_ID.pack(sid >> 64, sid & SEQ_MAX) + _I64.pack(t) + _len(n)
+
+
+def has_nacked(s: Stream) -> bool:
+    """Whether a stream holds entries released by XNACK (and so needs the 8.8 layout)."""
+    return any(g.nacked_count() for g in s.groups.values())
 
 
 def dump_payload(value: Any) -> bytes:
     """createDumpPayload: the serialized value, the RDB version and the CRC64 footer."""
     version = RDB_VERSION_OTHER
     if type(value) is Stream:
-        body = bytes((T_STREAM_3,)) + _stream_body(value)
-        version = RDB_VERSION
+        nacks = has_nacked(value)
+        body = bytes((T_STREAM_4 if nacks else T_STREAM_3,)) + _stream_body(value, nacks)
+        version = RDB_VERSION_NACKS if nacks else RDB_VERSION
     elif type(value) is bytes:
         body = bytes((T_STRING,)) + _str(value)
     elif type(value) is deque:
@@ -608,15 +633,7 @@ def _load_stream(r: _Reader, rtype: int) -> Stream:
             entries_read = estimate_distance(s, last)
         g = s.groups[name] = ConsumerGroup(last, entries_read)
         owners: dict[int, bytes | None] = {}
-        pel_raw = []
-        for _ in range(r.length()):
-            sid = r.stream_id()
-            t = r.millis()
-            n = r.length()
-            if sid in owners:
-                raise RdbError("duplicate PEL entry")
-            owners[sid] = None
-            pel_raw.append((sid, t, n))
+        pel_raw = _pel_entries(r, owners)
         for _ in range(r.length()):
             cname = r.string()
             seen = r.millis()
@@ -638,14 +655,32 @@ def _load_stream(r: _Reader, rtype: int) -> Stream:
             # A PEL entry no consumer lists is unowned: released by XNACK (Redis 8.8).
             owner = owners[sid]
             g.pel[sid] = (t, n, None if owner is None else g.consumers[owner].name)
+        if rtype == T_STREAM_4:  # the NACK zone: unowned pending entries
+            for sid, t, n in _pel_entries(r, owners):
+                g.pel[sid] = (t, n, None)
     return s
+
+
+def _pel_entries(r: _Reader, owners: dict[int, bytes | None]) -> list[tuple[int, int, int]]:
+    """A group's PEL part (or its NACK zone): (ID, delivery time, delivery count) each, every
+    ID new to `owners`, where it is entered as owned by nobody (yet)."""
+    out = []
+    for _ in range(r.length()):
+        sid = r.stream_id()
+        t = r.millis()
+        n = r.length()
+        if sid in owners:
+            raise RdbError("duplicate PEL entry")
+        owners[sid] = None
+        out.append((sid, t, n))
+    return out
 
 
 def load_payload(payload: bytes) -> Any:
     """The value a checked DUMP payload holds (call `check_payload` first)."""
     r = _Reader(payload, len(payload) - 10)
     rtype = r.byte()
-    if rtype in (T_STREAM_1, T_STREAM_2, T_STREAM_3):
+    if rtype in (T_STREAM_1, T_STREAM_2, T_STREAM_3, T_STREAM_4):
         v: Any = _load_stream(r, rtype)
     elif rtype == T_STRING:
         v = r.string()

@@ -19,11 +19,11 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from node import errors
-from node.resp import OK, bulk_value, encode, int_value, null_array, reply_elements
+from node.resp import OK, bulk_value, encode, int_value, null_array, reply_elements, reply_end
 
 __all__ = [
     "MERGES", "merge", "first_error", "concat", "in_key_order", "stream_items",
-    "merge_stream_replies", "earliest_error", "has_group",
+    "merge_stream_replies", "earliest_error", "has_group", "ReadCaps", "cap_stream_reply",
 ]
 
 Replies = Sequence[bytes]
@@ -157,6 +157,68 @@ def merge_stream_replies(keys: Sequence[bytes], groups: Sequence[Sequence[int]],
     items.sort(key=lambda t: t[0])
     return (b"%%%d\r\n" if proto == 3 else b"*%d\r\n") % len(items) + b"".join(
         raw for _, raw in items)
+
+
+class ReadCaps:
+    """XREAD/XREADGROUP's MAXCOUNT and MAXSIZE (Redis 8.10) over a reply built from several
+    shards' parts, counted as one node counts them (node/commands/reads.py `_Budget`): every
+    byte of a stream's header, key and entries, not the entry counts nor the outer length.
+    `take` cuts one stream's part to what is left; `spent` says that nothing more may come.
+    A shard's part is itself capped by the node, so cutting the merged reply in key order
+    gives what one node holding every key would answer."""
+
+    __slots__ = ("left", "maxsize", "used", "entries")
+
+    def __init__(self, maxcount: int, maxsize: int) -> None:
+        self.left = maxcount  # 0: no MAXCOUNT
+        self.maxsize = maxsize  # 0: no MAXSIZE
+        self.used = 0
+        self.entries = 0
+
+    def spent(self) -> bool:
+        """Checked before each stream: MAXCOUNT used up, or MAXSIZE reached after an entry."""
+        return (self.left < 0 or (self.maxsize != 0 and self.entries != 0
+                                  and self.used >= self.maxsize))
+
+    def take(self, raw: bytes, proto: int) -> bytes | None:
+        """One stream's part of a reply ([key, entries] in RESP2, key + entries in RESP3), cut
+        to the caps; None when the caps leave nothing of it."""
+        if self.spent():
+            return None
+        if proto == 2:
+            key_el, ents = reply_elements(raw)[1]
+            head = b"*2\r\n" + key_el
+        else:
+            key_el = raw[:reply_end(raw, 0)]
+            ents = raw[len(key_el):]
+            head = key_el
+        entries = reply_elements(ents)[1]
+        self.used += len(head)
+        out = []
+        for e in entries:
+            if out and self.maxsize and self.used >= self.maxsize:
+                break
+            if self.left and len(out) == self.left:
+                break
+            out.append(e)
+            self.used += len(e)
+        self.entries += len(out)
+        if self.left:
+            self.left -= len(out)
+            if not self.left:
+                self.left = -1  # spent
+        return head + b"*%d\r\n" % len(out) + b"".join(out)
+
+
+def cap_stream_reply(reply: bytes, caps: ReadCaps, proto: int) -> bytes:
+    """A merged XREAD reply (in key order) cut to MAXCOUNT / MAXSIZE."""
+    if reply[:1] == b"-":
+        return reply
+    kept = [t for t in (caps.take(raw, proto) for _k, raw in stream_items(reply))
+            if t is not None]
+    if not kept:
+        return null_array(proto)
+    return (b"%%%d\r\n" if proto == 3 else b"*%d\r\n") % len(kept) + b"".join(kept)
 
 
 def earliest_error(keys: Sequence[bytes], groups: Sequence[Sequence[int]],

@@ -18,7 +18,7 @@ from functools import partial
 from typing import TYPE_CHECKING
 
 from node import errors
-from node.commands.reads import parse_xread_options
+from node.commands.reads import XReadOptions, parse_xread_options
 from node.resp import ReplyError, encode_command, error, error_code, null_array
 from node.slots import key_slot
 from node.streamid import parse_id
@@ -30,17 +30,17 @@ if TYPE_CHECKING:
     from router.client import Cell, ClientConn, RouterClient
     from router.proxy import Router
 
-__all__ = ["xread_fanout", "BlockedFanout"]
+__all__ = ["xread_fanout", "BlockedFanout", "InKeyOrder"]
 
 
 def xread_fanout(router: Router, c: RouterClient, argv: list[bytes], cell: Cell,
                  groups_checked: bool = False) -> None:
     conn: ClientConn = c.conn  # type: ignore[assignment]
     try:
-        timeout, _count, _noack, first, nkeys, group, _consumer, block_at, _claim = \
-            parse_xread_options(argv, int(time.time() * 1000))
+        o = parse_xread_options(argv, int(time.time() * 1000))
     except ReplyError as e:
         return conn.fill(cell, error(e.message))
+    timeout, first, nkeys, group, block_at = o.timeout, o.first_key, o.nkeys, o.group, o.block_at
     keys, ids = argv[first:first + nkeys], argv[first + nkeys:]
     slots = list(split_by_slot(keys).items())
     if any(router.map.owner[slot] is None for (slot, _), _ in slots):
@@ -49,11 +49,13 @@ def xread_fanout(router: Router, c: RouterClient, argv: list[bytes], cell: Cell,
     xreadgroup = group is not None
     if xreadgroup and not groups_checked:
         return _check_groups(router, c, argv, keys, ids, group or b"", cell)
+    if xreadgroup and (o.maxcount or o.maxsize):
+        return InKeyOrder(router, c, o, keys, ids, cell).start()
     # Without BLOCK: the head as it is; with it, first a pass without BLOCK.
     head = argv[:first] if timeout < 0 else argv[:block_at - 1] + argv[block_at + 1:first]
     probe = [(None, slot, encode_command(head + [keys[i] for i in idx] + [ids[i] for i in idx]))
              for (slot, _), idx in slots]
-    merged = partial(_merge, keys, order, c.proto)
+    merged = partial(_merge, keys, order, c.proto, o)
     if timeout < 0:
         Gather.send(router, c, probe, xreadgroup, merged, partial(conn.fill, cell))
         return None
@@ -75,19 +77,112 @@ def xread_fanout(router: Router, c: RouterClient, argv: list[bytes], cell: Cell,
     return None
 
 
-def dollar_ids(argv: list[bytes], options: tuple) -> list[tuple[int, int]]:
+def dollar_ids(argv: list[bytes], options: XReadOptions) -> list[tuple[int, int]]:
     """(key index, ID index) of every `$` ID of an XREAD (none for XREADGROUP): what a
     blocked read pins down before it may be re-issued elsewhere (router/forward.py)."""
-    first, nkeys, group = options[3], options[4], options[5]
-    if group is not None:
+    first, nkeys = options.first_key, options.nkeys
+    if options.group is not None:
         return []
     return [(first + i, first + nkeys + i) for i in range(nkeys)
             if argv[first + nkeys + i] == b"$"]
 
 
-def _merge(keys: list[bytes], order: list[list[int]], proto: int, replies: list[bytes]) -> bytes:
+def _merge(keys: list[bytes], order: list[list[int]], proto: int, o: XReadOptions,
+           replies: list[bytes]) -> bytes:
     err = merge.earliest_error(keys, order, replies)
-    return err if err is not None else merge.merge_stream_replies(keys, order, replies, proto)
+    if err is not None:
+        return err
+    reply = merge.merge_stream_replies(keys, order, replies, proto)
+    if o.maxcount or o.maxsize:  # each shard capped its part; the caps are the whole reply's
+        return merge.cap_stream_reply(reply, merge.ReadCaps(o.maxcount, o.maxsize), proto)
+    return reply
+
+
+class InKeyOrder:
+    """A multi-shard XREADGROUP with MAXCOUNT or MAXSIZE: its keys are served in the client's
+    order, one run of consecutive keys of one slot at a time, each run asked for no more than
+    what the caps have left (COUNT and MAXCOUNT lowered to it, MAXSIZE less the bytes already
+    counted). A node delivers only what it returns, so nothing delivered is then dropped, and
+    the runs together answer what one node holding every key would (router/merge.ReadCaps).
+    Without BLOCK: a run that finds nothing just leaves its keys out, as a node would."""
+
+    __slots__ = ("router", "c", "o", "keys", "ids", "cell", "runs", "caps", "parts")
+
+    def __init__(self, router: Router, c: RouterClient, o: XReadOptions, keys: list[bytes],
+                 ids: list[bytes], cell: Cell) -> None:
+        self.router = router
+        self.c = c
+        self.o = o
+        self.keys = keys
+        self.ids = ids
+        self.cell = cell
+        self.runs: list[tuple[int, list[int]]] = []
+        for i, k in enumerate(keys):
+            slot = key_slot(k)
+            if self.runs and self.runs[-1][0] == slot and k not in (
+                    keys[j] for j in self.runs[-1][1]):
+                self.runs[-1][1].append(i)
+            else:
+                self.runs.append((slot, [i]))
+        self.caps = merge.ReadCaps(o.maxcount, o.maxsize)
+        self.parts: list[bytes] = []
+
+    def start(self) -> None:
+        self.c.conn.stall()  # type: ignore[union-attr]  # later requests wait for this one
+        self._next(0)
+
+    def _argv(self, idx: list[int]) -> list[bytes]:
+        o, caps = self.o, self.caps
+        argv = [b"XREADGROUP", b"GROUP", o.group, o.consumer]
+        left = caps.left
+        count = o.count if not left or (o.count and o.count < left) else left
+        if count:
+            argv += [b"COUNT", b"%d" % count]
+        if left:
+            argv += [b"MAXCOUNT", b"%d" % left]
+        if o.maxsize:
+            argv += [b"MAXSIZE", b"%d" % max(o.maxsize - caps.used, 1)]
+        if o.noack:
+            argv.append(b"NOACK")
+        if o.claim >= 0:
+            argv += [b"CLAIM", b"%d" % o.claim]
+        return argv + [b"STREAMS"] + [self.keys[i] for i in idx] + [self.ids[i] for i in idx]
+
+    def _next(self, i: int) -> None:
+        if i == len(self.runs) or self.caps.spent():
+            return self._finish(None)
+        slot, idx = self.runs[i]
+        Gather.send(self.router, self.c, [(None, slot, encode_command(self._argv(idx)))], True,
+                    lambda replies: replies[0], partial(self._got, i))
+        return None
+
+    def _got(self, i: int, reply: bytes) -> None:
+        if reply[:1] == b"-":
+            return self._finish(reply)
+        for _k, raw in merge.stream_items(reply):
+            part = self.caps.take(raw, self.c.proto)
+            if part is not None:
+                self.parts.append(part)
+        return self._next(i + 1)
+
+    def _finish(self, err: bytes | None) -> None:
+        conn = self.c.conn
+        if conn is None:
+            return
+        proto = self.c.proto
+        # An error after runs that delivered (a key deleted meanwhile: the groups were checked
+        # first) still returns what was delivered, so that nothing delivered is lost.
+        if err is not None and not self.parts:
+            reply = err
+        elif not self.parts:
+            # With BLOCK, as a multi-shard XREADGROUP without caps: served only when a pass
+            # without BLOCK finds entries.
+            reply = null_array(proto) if self.o.timeout < 0 else error(errors.CROSSSLOT)
+        else:
+            reply = ((b"%%%d\r\n" if proto == 3 else b"*%d\r\n") % len(self.parts)
+                     + b"".join(self.parts))
+        conn.fill(self.cell, reply)
+        conn.resume()
 
 
 class BlockedFanout:

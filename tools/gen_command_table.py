@@ -234,6 +234,13 @@ HAND_WRITTEN["xnack"] = _key_command(
                        "flags": ["optional"]}]},
     _NO_SERVER_8 % ("8.8", "XNACK"))
 
+# XREAD / XREADGROUP's caps across streams (Redis 8.10), after COUNT.
+_CAPS_HISTORY = ["8.10.0", "Added the `MAXCOUNT` and `MAXSIZE` options."]
+_CAPS_ARGS = [("count", {"name": "maxcount", "type": "integer", "token": "MAXCOUNT",
+                         "since": "8.10.0", "flags": ["optional"]}),
+              ("maxcount", {"name": "maxsize", "type": "integer", "token": "MAXSIZE",
+                            "since": "8.10.0", "flags": ["optional"]})]
+
 # Docs that changed after 7.0 (7.4, and Redis 8.2-8.8's stream additions), applied on top of
 # the oracle's entry.
 OVERRIDES_7_4: dict[str, dict[str, Any]] = {
@@ -249,14 +256,15 @@ OVERRIDES_7_4: dict[str, dict[str, Any]] = {
                                     {"name": "iid", "type": "string"}]}]})]},
     "xtrim": {"history+": [["8.2.0", "Added the `KEEPREF`, `DELREF` and `ACKED` options."]],
               "arguments-after+": [("trim", _POLICY_ARG)]},
-    "xreadgroup": {"history+": [["8.4.0", "Added the `CLAIM` option."]],
-                   "arguments-after+": [("noack", {
+    "xread": {"history+": [_CAPS_HISTORY], "arguments-after+": _CAPS_ARGS},
+    "xreadgroup": {"history+": [["8.4.0", "Added the `CLAIM` option."], _CAPS_HISTORY],
+                   "arguments-after+": [*_CAPS_ARGS, ("noack", {
                        "name": "min-idle-time", "type": "integer", "token": "CLAIM",
                        "since": "8.4.0", "flags": ["optional"]})]},
     "xinfo|stream": {"history+": [
         ["7.2.0", "Added the `active-time` field, and changed the meaning of `seen-time`."],
         ["8.6.0", "Added the `idmp-duration`, `idmp-maxsize`, `pids-tracked`, `iids-tracked`, "
-                  "`iids-added` and `iids-duplicates` fields (on streams that use IDMP)."],
+                  "`iids-added` and `iids-duplicates` fields."],
         ["8.8.0", "Added the `nacked-count` field of a group (FULL)."]]},
     "xinfo|consumers": {"history+": [
         ["7.2.0", "Added the `inactive` field, and changed the meaning of `idle`."]]},

@@ -53,5 +53,8 @@ cpdef list parse_strict_ids_or_error(args)
 
 # XCLAIM: every delivery a replica applies is one.
 @cython.locals(s=Stream, g=ConsumerGroup, cons=Consumer, argc=Py_ssize_t, j=Py_ssize_t,
-               moreargs=Py_ssize_t, out=list, ids=list)
+               out=list, ids=list)
 cpdef bytes xclaim(c, argv)
+
+@cython.locals(argc=Py_ssize_t, moreargs=Py_ssize_t)
+cdef tuple _xclaim_options(list argv, Py_ssize_t j, now)

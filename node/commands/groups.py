@@ -201,6 +201,34 @@ _XGROUP_HELP = [
 ]
 
 
+def _xgroup_options(argv: list[bytes], sub: bytes) -> tuple[bool, int | None]:
+    """XGROUP CREATE/SETID's options after the ID: (MKSTREAM, ENTRIESREAD or None for -1,
+    the invalid counter), with Redis's errors; any other subcommand takes none."""
+    create, setid = sub == b"create", sub == b"setid"
+    mkstream = False
+    entries_read: int | None = None  # -1 / invalid unless ENTRIESREAD says otherwise
+    argc = len(argv)
+    i = 5
+    while i < argc:
+        opt = _option(argv[i])
+        if create and opt == b"mkstream":
+            mkstream = True
+            i += 1
+        elif (create or setid) and opt == b"entriesread" and i + 1 < argc:
+            v = plain_uint(argv[i + 1])
+            if v < 0:
+                v = string2ll(argv[i + 1])
+            if v is None:
+                raise ReplyError(errors.NOT_INTEGER)
+            if v < 0 and v != -1:
+                raise ReplyError(errors.ENTRIESREAD_NEGATIVE)
+            entries_read = None if v == -1 else v
+            i += 2
+        else:
+            raise subcommand_syntax_error(argv)
+    return mkstream, entries_read
+
+
 @command(b"xgroup")
 def xgroup(c: Client, argv: list[bytes]) -> bytes:
     """XGROUP CREATE key group id|$ [MKSTREAM] [ENTRIESREAD n]
@@ -211,69 +239,24 @@ def xgroup(c: Client, argv: list[bytes]) -> bytes:
     XGROUP HELP"""
     argc = len(argv)
     sub = _option(argv[1])
-    s: Stream | None = None
+    if argc < 4:  # everything but HELP takes a key and a group name
+        if argc == 2 and sub == b"help":
+            return help_reply(argv, _XGROUP_HELP)
+        raise subcommand_syntax_error(argv)
+    key, groupname = argv[2], argv[3]
+    mkstream, entries_read = _xgroup_options(argv, sub)
+    s = c.db.get_stream(key)
     g: ConsumerGroup | None = None
-    mkstream = False
-    entries_read: int | None = None  # -1 / invalid unless ENTRIESREAD says otherwise
-    key = argv[2] if argc > 2 else b""
-    groupname = argv[3] if argc > 3 else b""
-
-    # Everything but HELP takes a key and a group name.
-    if argc >= 4:
-        create, setid = sub == b"create", sub == b"setid"
-        i = 5
-        while i < argc:
-            opt = _option(argv[i])
-            if create and opt == b"mkstream":
-                mkstream = True
-                i += 1
-            elif (create or setid) and opt == b"entriesread" and i + 1 < argc:
-                v = plain_uint(argv[i + 1])
-                if v < 0:
-                    v = string2ll(argv[i + 1])
-                if v is None:
-                    raise ReplyError(errors.NOT_INTEGER)
-                if v < 0 and v != -1:
-                    raise ReplyError(errors.ENTRIESREAD_NEGATIVE)
-                entries_read = None if v == -1 else v
-                i += 2
-            else:
-                raise subcommand_syntax_error(argv)
-        s = c.db.get_stream(key)
-
-    if argc >= 4 and not mkstream:
+    if not mkstream:
         if s is None:
             raise ReplyError(errors.XGROUP_NO_KEY)
         g = s.groups.get(groupname)
         if g is None and sub in (b"setid", b"createconsumer", b"delconsumer"):
             raise ReplyError(errors.nogroup_for_key(groupname, key))
-
-    if argc == 2 and sub == b"help":
-        return help_reply(argv, _XGROUP_HELP)
     if sub == b"create" and 5 <= argc <= 8:
-        if argv[4] == b"$":
-            sid = s.last_id if s is not None else 0
-        else:
-            sid = parse_strict_id_or_error(argv[4])
-        if s is None:  # MKSTREAM, now that the command can no longer fail
-            s = Stream()
-            c.db.set(key, s)  # a new key: signals it ready and breaks WATCH, as dbAdd does
-        if create_group(s, groupname, sid, entries_read) is None:
-            raise ReplyError(errors.BUSYGROUP)
-        _group_written(c, key, argv)
-        return OK
+        return _xgroup_create(c, argv, s, entries_read)
     if sub == b"setid" and argc in (5, 7):
-        assert s is not None and g is not None
-        sid = s.last_id if argv[4] == b"$" else (
-            _plain_id_c(argv[4]) if cython.compiled else None)
-        if sid is None:
-            sid = parse_id_or_error(argv[4], 0)
-        g.last_id = sid
-        g.entries_read = entries_read
-        # Redis does not signal the key ready here: a blocked XREADGROUP is served at the
-        # next write to the stream, not because its group moved back.
-        _group_written(c, key, argv)
-        return OK
+        return _xgroup_setid(c, argv, s, g, entries_read)
     if sub == b"destroy" and argc == 4:
         assert s is not None
         if g is None:
@@ -299,6 +282,40 @@ def xgroup(c: Client, argv: list[bytes]) -> bytes:
         _group_written(c, key, argv)
         return integer(pending)
     raise subcommand_syntax_error(argv)
+
+
+def _xgroup_create(c: Client, argv: list[bytes], s: Stream | None, entries_read: int | None
+                   ) -> bytes:
+    """XGROUP CREATE key group id|$ ...: the stream made here with MKSTREAM, once the command
+    can no longer fail."""
+    key, groupname = argv[2], argv[3]
+    if argv[4] == b"$":
+        sid = s.last_id if s is not None else 0
+    else:
+        sid = parse_strict_id_or_error(argv[4])
+    if s is None:
+        s = Stream()
+        c.db.set(key, s)  # a new key: signals it ready and breaks WATCH, as dbAdd does
+    if create_group(s, groupname, sid, entries_read) is None:
+        raise ReplyError(errors.BUSYGROUP)
+    _group_written(c, key, argv)
+    return OK
+
+
+def _xgroup_setid(c: Client, argv: list[bytes], s: Stream | None, g: ConsumerGroup | None,
+                  entries_read: int | None) -> bytes:
+    """XGROUP SETID key group id|$ [ENTRIESREAD n]: the group's cursor and counter."""
+    assert s is not None and g is not None
+    sid = s.last_id if argv[4] == b"$" else (
+        _plain_id_c(argv[4]) if cython.compiled else None)
+    if sid is None:
+        sid = parse_id_or_error(argv[4], 0)
+    g.last_id = sid
+    g.entries_read = entries_read
+    # Redis does not signal the key ready here: a blocked XREADGROUP is served at the
+    # next write to the stream, not because its group moved back.
+    _group_written(c, argv[2], argv)
+    return OK
 
 
 # --- XACK ----------------------------------------------------------------------------------
@@ -549,6 +566,31 @@ def xnack(c: Client, argv: list[bytes]) -> bytes:
 
 
 # --- XPENDING ------------------------------------------------------------------------------
+def _xpending_range(argv: list[bytes]) -> tuple[int, int, int, int, bytes | None]:
+    """XPENDING's extended form, parsed before the key is looked up (Redis's order): (min
+    idle, first ID, last ID, count, consumer or None); exclusive bounds made inclusive."""
+    argc = len(argv)
+    minidle = 0
+    si = 3
+    if argv[3].lower() == b"idle":
+        minidle = errors.parse_int_or_error(argv[4])
+        if argc < 8:
+            raise ReplyError(errors.SYNTAX)
+        si += 2
+    count = max(errors.parse_int_or_error(argv[si + 2]), 0)
+    start, startex = parse_range_id_or_error(argv[si], 0)
+    if startex:
+        if start == MAX_ID:
+            raise ReplyError(errors.INVALID_START_ID)
+        start += 1
+    end, endex = parse_range_id_or_error(argv[si + 1], SEQ_MAX)
+    if endex:
+        if end == 0:
+            raise ReplyError(errors.INVALID_END_ID)
+        end -= 1
+    return minidle, start, end, count, argv[si + 3] if si + 3 < argc else None
+
+
 @command(b"xpending")
 def xpending(c: Client, argv: list[bytes]) -> bytes:
     """XPENDING key group [[IDLE min-idle] start end count [consumer]]"""
@@ -556,32 +598,10 @@ def xpending(c: Client, argv: list[bytes]) -> bytes:
     justinfo = argc == 3
     if argc != 3 and (argc < 6 or argc > 9):
         raise ReplyError(errors.SYNTAX)
-    count = 0
-    minidle = 0
-    start = end = 0
+    count = minidle = start = end = 0
     consumername = None
     if argc >= 6:
-        si = 3
-        if argv[3].lower() == b"idle":
-            minidle = errors.parse_int_or_error(argv[4])
-            if argc < 8:
-                raise ReplyError(errors.SYNTAX)
-            si += 2
-        count = errors.parse_int_or_error(argv[si + 2])
-        if count < 0:
-            count = 0
-        start, startex = parse_range_id_or_error(argv[si], 0)
-        if startex:
-            if start == MAX_ID:
-                raise ReplyError(errors.INVALID_START_ID)
-            start += 1
-        end, endex = parse_range_id_or_error(argv[si + 1], SEQ_MAX)
-        if endex:
-            if end == 0:
-                raise ReplyError(errors.INVALID_END_ID)
-            end -= 1
-        if si + 3 < argc:
-            consumername = argv[si + 3]
+        minidle, start, end, count, consumername = _xpending_range(argv)
 
     key, groupname = argv[1], argv[2]
     s = c.db.get_stream(key)
@@ -628,32 +648,11 @@ def xpending(c: Client, argv: list[bytes]) -> bytes:
 
 
 # --- XCLAIM --------------------------------------------------------------------------------
-def xclaim(c: Client, argv: list[bytes]) -> bytes:
-    """XCLAIM key group consumer min-idle-time id [id ...] [IDLE ms] [TIME unix-ms]
-    [RETRYCOUNT n] [FORCE] [JUSTID] [LASTID id]"""
-    key, groupname, name = argv[1], argv[2], argv[3]
-    s = c.db.get_stream(key)
-    g = s.groups.get(groupname) if s is not None else None
-    if s is None or g is None:
-        raise ReplyError(errors.nogroup_key_or_group(key, groupname))
-    minidle = _int_arg(argv[4], errors.XCLAIM_MIN_IDLE)
-    if minidle < 0:
-        minidle = 0
-
-    # IDs first, up to the first argument that is not one: the options follow.
+def _xclaim_options(argv: list[bytes], j: int, now: int) -> tuple[int, int, bool, bool, int]:
+    """XCLAIM's options from argv[j] on: (RETRYCOUNT or -1, delivery time from IDLE/TIME or
+    -1, FORCE, JUSTID, LASTID or 0), with Redis's error texts."""
     argc = len(argv)
-    ids: list[int] = []
-    j = 5
-    while j < argc:
-        sid = _strict_id(argv[j])
-        if sid is None:
-            break
-        ids.append(sid)
-        j += 1
-
-    now = c.server.now_ms()
-    retrycount = -1
-    deliverytime = -1
+    retrycount = deliverytime = -1
     force = justid = False
     last_id = 0
     while j < argc:
@@ -681,6 +680,34 @@ def xclaim(c: Client, argv: list[bytes]) -> bytes:
         else:
             raise ReplyError(errors.xclaim_unknown_option(argv[j]))
         j += 1
+    return retrycount, deliverytime, force, justid, last_id
+
+
+def xclaim(c: Client, argv: list[bytes]) -> bytes:
+    """XCLAIM key group consumer min-idle-time id [id ...] [IDLE ms] [TIME unix-ms]
+    [RETRYCOUNT n] [FORCE] [JUSTID] [LASTID id]"""
+    key, groupname, name = argv[1], argv[2], argv[3]
+    s = c.db.get_stream(key)
+    g = s.groups.get(groupname) if s is not None else None
+    if s is None or g is None:
+        raise ReplyError(errors.nogroup_key_or_group(key, groupname))
+    minidle = _int_arg(argv[4], errors.XCLAIM_MIN_IDLE)
+    if minidle < 0:
+        minidle = 0
+
+    # IDs first, up to the first argument that is not one: the options follow.
+    argc = len(argv)
+    ids: list[int] = []
+    j = 5
+    while j < argc:
+        sid = _strict_id(argv[j])
+        if sid is None:
+            break
+        ids.append(sid)
+        j += 1
+
+    now = c.server.now_ms()
+    retrycount, deliverytime, force, justid, last_id = _xclaim_options(argv, j, now)
 
     propagate_last_id = False
     if last_id > g.last_id:

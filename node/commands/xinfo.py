@@ -1,7 +1,7 @@
 """XINFO STREAM [FULL [COUNT n]], XINFO GROUPS, XINFO CONSUMERS, XINFO HELP (Redis 7.4).
 
-A stream that uses idempotent XADD (node/idmp.py) also shows Redis 8.6's IDMP fields in XINFO
-STREAM; other streams answer exactly as in 7.4.
+Every stream also shows Redis 8.6's IDMP fields (node/idmp.py) in XINFO STREAM, short and
+FULL, after `recorded-first-entry-id`; the rest is exactly as in 7.4.
 
 Field names and order are Redis 7.4's. Differences from the 7.0 oracle on this machine: 7.2
 added the consumer `active-time` (XINFO STREAM FULL) and `inactive` (XINFO CONSUMERS) fields.
@@ -124,6 +124,20 @@ def _groups(c: Client, s: Stream) -> bytes:
     return encode(out, c.proto)
 
 
+def _idmp_fields(c: Client, s: Stream) -> list[tuple[bytes, Any]]:
+    """Redis 8.6's IDMP fields, on every stream (all counters 0 on one that never used IDMP,
+    whose limits are the configs'), after `recorded-first-entry-id` in both forms."""
+    m = s.idmp
+    if m is None:
+        config = c.server.config
+        return [(b"idmp-duration", config.stream_idmp_duration),
+                (b"idmp-maxsize", config.stream_idmp_maxsize), (b"pids-tracked", 0),
+                (b"iids-tracked", 0), (b"iids-added", 0), (b"iids-duplicates", 0)]
+    return [(b"idmp-duration", m.duration), (b"idmp-maxsize", m.maxsize),
+            (b"pids-tracked", len(m.producers)), (b"iids-tracked", m.iids_tracked),
+            (b"iids-added", m.added), (b"iids-duplicates", m.duplicates)]
+
+
 def _stream(c: Client, s: Stream, argv: list[bytes]) -> bytes:
     optc = len(argv) - 3
     full = optc > 0
@@ -147,16 +161,7 @@ def _stream(c: Client, s: Stream, argv: list[bytes]) -> bytes:
         (b"entries-added", s.entries_added),
         (b"recorded-first-entry-id", format_id(s.first_id)),
     ]
-    m = s.idmp
-    if m is not None:  # Redis 8.6's fields, only on streams that use IDMP (7.4 has none)
-        fields += [
-            (b"idmp-duration", m.duration),
-            (b"idmp-maxsize", m.maxsize),
-            (b"pids-tracked", len(m.producers)),
-            (b"iids-tracked", m.iids_tracked),
-            (b"iids-added", m.added),
-            (b"iids-duplicates", m.duplicates),
-        ]
+    fields += _idmp_fields(c, s)
     if not full:
         first = s.first_entry()
         last = s.last_entry()

@@ -145,6 +145,9 @@ def keys_of(*args: str) -> list[int]:
     (["XREADGROUP", "NOACK", "GROUP", "STREAMS", "STREAMS", "STREAMS", "a", "b", ">", ">"],
      [6, 7]),
     (["XREADGROUP", "GROUP", "g", "c", "STREAMS", "k"], []),
+    # Redis 8.10's MAXCOUNT / MAXSIZE take a value, which may be spelled STREAMS.
+    (["XREAD", "MAXCOUNT", "3", "MAXSIZE", "STREAMS", "STREAMS", "a", "0"], [6]),
+    (["XREADGROUP", "GROUP", "g", "c", "MAXSIZE", "9", "STREAMS", "k", ">"], [7]),
 ])
 def test_get_keys(argv: list[str], expected: list[int]) -> None:
     assert keys_of(*argv) == expected

@@ -213,9 +213,13 @@ KNOWN_DIFFERENCES = [
     ),
     KnownDifference(
         name="entries-read/lag rules (7.2)",
-        reason="7.2 rewrote how a group's entries-read is advanced and estimated (and so lag); "
-               "xshard follows 7.2+. Against 7.0 only these two XINFO fields may differ; the "
-               "`oracle72` run (valkey 8.1, 7.2 semantics) compares them exactly.",
+        reason="7.2 rewrote how a group's entries-read is advanced and estimated (and so lag), "
+               "and Redis 7.4.2/8.0 corrected it again (PRs #13338, #13473, #13958: a read "
+               "after a cursor before the first entry, or before a tombstone, re-estimates "
+               "the counter instead of incrementing it). xshard has the corrected rules, as "
+               "valkey 8.1 does; Redis 7.0 to 7.4.1 show e.g. `entries-read 7, lag -1` where "
+               "xshard shows `4, 2` (tests/node/test_entriesread.py). Against 7.0 only these "
+               "two XINFO fields may differ; the `oracle72` run compares them exactly.",
         fixed_in=(7, 2),
         accept=_lag_rules_72,
     ),

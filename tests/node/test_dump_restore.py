@@ -7,6 +7,8 @@ field for field with the source's, times included (a payload carries them).
 - oracle72 (valkey, Redis 7.2 semantics): DUMP there, RESTORE here, and the other way round.
 - oracle (redis-server 7.0): its payloads (stream type 19, RDB 10) restore here; ours (type 21,
   RDB 11) are refused there, as Redis 7.0 refuses any 7.2 stream payload.
+- A stream with XNACKed entries is written in Redis 8.8's layout (type 27, RDB 14): read back
+  here, refused by both older servers.
 - Redis 6.2's stream type 15 (no entries-added, first ID, max-deleted ID or entries-read) is
   built here with the 6.2 layout and restored on every server; they must agree.
 """
@@ -57,9 +59,12 @@ def build_stream(c: redis.Redis, key: str = "s") -> None:
 
 
 def full(c: redis.Redis, key: str = "s") -> list:
-    """XINFO STREAM FULL COUNT 0 without the groups' `nacked-count` (Redis 8.8's field, which
-    the 7.x oracles lack)."""
+    """XINFO STREAM FULL COUNT 0 without the groups' `nacked-count` (Redis 8.8's field) and
+    the IDMP fields (Redis 8.6's), which the 7.x oracles lack."""
     info = c.execute_command("XINFO", "STREAM", key, "FULL", "COUNT", "0")
+    if b"idmp-duration" in info:
+        i = info.index(b"idmp-duration")
+        del info[i:i + 12]
     gi = info.index(b"groups") + 1
     for g in info[gi]:
         if b"nacked-count" in g:
@@ -139,6 +144,50 @@ def test_redis70_refuses_our_stream_payload(oracle, r: redis.Redis) -> None:
     r.xadd("s", {"f": "v"}, id="1-1")
     with pytest.raises(redis.ResponseError, match="DUMP payload version or checksum are wrong"):
         o.restore("s2", 0, r.dump("s"))
+
+
+def test_nacked_stream_is_dumped_in_the_88_layout(oracle, oracle72, r: redis.Redis) -> None:
+    """Rule (sure, Redis 8.8): a stream with XNACKed entries is written as RDB version 14,
+    stream type 27 with a NACK zone per group; one without keeps the 7.2+ layout (type 21,
+    RDB 11) that redis-server 7.x and valkey read. Ours reads its own payload back with the
+    NACKs (owner none, time and count), and the older servers refuse it as a payload of a
+    newer version, changing nothing."""
+    build_stream(r)
+    plain = r.dump("s")
+    assert plain[0] == rdb.T_STREAM_3 and struct.unpack("<H", plain[-10:-8]) == (11,)
+    pend = r.xpending_range("s", "g", "-", "+", 10)
+    r.execute_command("XNACK", "s", "g", "FAIL", "IDS", "2", pend[0]["message_id"],
+                      pend[2]["message_id"])
+    payload = r.dump("s")
+    assert payload[0] == rdb.T_STREAM_4 and struct.unpack("<H", payload[-10:-8]) == (14,)
+    assert rdb.check_payload(payload)
+    r.restore("copy", 0, payload)
+    assert full(r, "copy") == full(r, "s")
+    raw = r.execute_command("XINFO", "STREAM", "copy", "FULL")
+    groups = raw[raw.index(b"groups") + 1]
+    nacked = {dict(zip(g[::2], g[1::2], strict=True))[b"nacked-count"] for g in groups}
+    assert 2 in nacked
+    def owners(key: str) -> list:  # the idle time of a NACKed entry (time 0) is "now"
+        return [(p["message_id"], p["consumer"], p["times_delivered"])
+                for p in r.xpending_range(key, "g", "-", "+", 10)]
+    assert owners("copy") == owners("s")
+    assert [o[1] for o in owners("s") if o[0] == pend[0]["message_id"]] == [b""]
+    for server in (oracle, oracle72):
+        o = server.client()
+        with pytest.raises(redis.ResponseError,
+                           match="DUMP payload version or checksum are wrong"):
+            o.restore("nacked", 0, payload)
+        assert not o.exists("nacked")
+    # Once nothing is NACKed (claimed again), the stream moves to the older servers again.
+    r.xclaim("s", "g", "carol", 0, [pend[0]["message_id"], pend[2]["message_id"]])
+    again = r.dump("s")
+    assert again[0] == rdb.T_STREAM_3
+    o = oracle72.client()
+    try:
+        o.restore("back", 0, again)
+        assert o.xpending("back", "g")["pending"] == r.xpending("s", "g")["pending"]
+    finally:
+        o.delete("back")
 
 
 def _v62_payload(s) -> bytes:

@@ -7,14 +7,18 @@ rules from Redis 8.6's documentation:
 - R2: IDMPAUTO derives the iid from the field/value pairs: the same pairs are a duplicate.
 - R3: a pair is forgotten `IDMP-DURATION` seconds after it was recorded (default 100), and a
   producer keeps at most `IDMP-MAXSIZE` pairs (default 100), forgetting its oldest first.
-- R4: XINFO STREAM shows idmp-duration, idmp-maxsize, pids-tracked, iids-tracked, iids-added,
-  iids-duplicates.
+- R4 (sure, Redis's own tests): XINFO STREAM shows idmp-duration, idmp-maxsize,
+  pids-tracked, iids-tracked, iids-added, iids-duplicates on every stream, after
+  recorded-first-entry-id and before groups; a stream that never used IDMP has counters 0
+  and the limits of the configs stream-idmp-duration (1-86400) and stream-idmp-maxsize
+  (1-10000). iids-added and iids-duplicates are lifetime counters.
+- R6 (sure): an XCFGSET that changes a value clears every producer's history (pids-tracked,
+  iids-tracked 0, lifetime counters kept); one that sets the same values clears nothing.
 - R5: the map survives restarts (AOF and snapshots) and is replicated.
 Rules of ours, where the documentation leaves a choice (node/idmp.py says why):
 - O1: "now" for expiry is the stream's clock, the millisecond part of the entry IDs, so an
   explicit ID in the future moves it; replicas and AOF replay reach the same map.
-- O2: XCFGSET keeps what is tracked; a smaller IDMP-MAXSIZE evicts at once. XINFO shows the
-  IDMP fields only on streams that used IDMP or XCFGSET (other streams answer as Redis 7.4).
+- O2: the IDMP fields sit after recorded-first-entry-id in XINFO STREAM FULL too.
 - O3: the duplicate check comes before the ID check, so a retried explicit-ID XADD gets its ID.
 """
 
@@ -56,11 +60,51 @@ def test_duplicate_returns_the_original_id_and_adds_nothing(r: redis.Redis) -> N
     d = xadd(r, "s", "IDMP", "p2", "i1", "*", "f", "v")  # iids are per producer
     assert len({a, c, d}) == 3 and r.xlen("s") == 3
     assert idmp_fields(r, "s") == (100, 100, 2, 3, 3, 1)
-    # A plain XADD is not tracked and a plain stream shows no IDMP fields (O2).
+    # A plain XADD is not tracked; a plain stream shows the fields with zeros (R4).
     xadd(r, "s", "*", "f", "v")
     assert idmp_fields(r, "s")[3:5] == (3, 3)
     xadd(r, "plain", "*", "f", "v")
-    assert "idmp-duration" not in xinfo(r, "plain")
+    assert idmp_fields(r, "plain") == (100, 100, 0, 0, 0, 0)
+    keys = list(xinfo(r, "plain"))
+    assert keys[keys.index("recorded-first-entry-id") + 1:keys.index("groups")] == [
+        "idmp-duration", "idmp-maxsize", "pids-tracked", "iids-tracked", "iids-added",
+        "iids-duplicates"]
+    full = r.execute_command("XINFO", "STREAM", "plain", "FULL")
+    at = full.index(b"recorded-first-entry-id")
+    assert full[at + 2:at + 14:2] == [b"idmp-duration", b"idmp-maxsize", b"pids-tracked",
+                                      b"iids-tracked", b"iids-added", b"iids-duplicates"]
+
+
+def test_configs_give_the_limits_of_a_stream_without_its_own(r: redis.Redis) -> None:
+    """R4: CONFIG GET/SET stream-idmp-duration and stream-idmp-maxsize, with their ranges."""
+    assert r.config_get("stream-idmp-*") == {"stream-idmp-duration": "100",
+                                              "stream-idmp-maxsize": "100"}
+    xadd(r, "plain", "*", "f", "v")
+    try:
+        r.config_set("stream-idmp-duration", 7)
+        r.config_set("stream-idmp-maxsize", 9)
+        assert idmp_fields(r, "plain")[:2] == (7, 9)
+        for name, bad in [("stream-idmp-duration", 0), ("stream-idmp-duration", 86401),
+                          ("stream-idmp-maxsize", 0), ("stream-idmp-maxsize", 10001)]:
+            with pytest.raises(redis.ResponseError, match="must be between"):
+                r.config_set(name, bad)
+    finally:
+        r.config_set("stream-idmp-duration", 100)
+        r.config_set("stream-idmp-maxsize", 100)
+
+
+def test_xcfgset_clears_the_histories_only_on_a_change(r: redis.Redis) -> None:
+    """R6."""
+    for n in range(3):
+        xadd(r, "s", "IDMP", f"p{n}", "i", "*", "f", "v")
+    xadd(r, "s", "IDMP", "p0", "i", "*", "f", "v")
+    assert idmp_fields(r, "s") == (100, 100, 3, 3, 3, 1)
+    assert r.execute_command("XCFGSET", "s", "IDMP-DURATION", "100", "IDMP-MAXSIZE", "100") == b"OK"
+    assert idmp_fields(r, "s") == (100, 100, 3, 3, 3, 1)  # the same values: nothing cleared
+    assert r.execute_command("XCFGSET", "s", "IDMP-MAXSIZE", "50") == b"OK"
+    assert idmp_fields(r, "s") == (100, 50, 0, 0, 3, 1)  # cleared, lifetime counters kept
+    assert xadd(r, "s", "IDMP", "p0", "i", "*", "f", "v") is not None
+    assert r.xlen("s") == 4 and idmp_fields(r, "s") == (100, 50, 1, 1, 4, 1)
 
 
 def test_idmpauto_hashes_the_pairs(r: redis.Redis) -> None:
@@ -108,7 +152,7 @@ def test_xcfgset(r: redis.Redis) -> None:
     with pytest.raises(redis.ResponseError, match="no such key"):
         r.execute_command("XCFGSET", "s", "IDMP-MAXSIZE", "5")
     xadd(r, "s", "*", "f", "v")
-    for args, err in [((), "syntax"), (("IDMP-MAXSIZE",), "syntax"), (("BOGUS", "1"), "syntax"),
+    for args, err in [(("IDMP-MAXSIZE",), "syntax"), (("BOGUS", "1"), "syntax"),
                       (("IDMP-MAXSIZE", "0"), "between 1 and 10000"),
                       (("IDMP-MAXSIZE", "10001"), "between 1 and 10000"),
                       (("IDMP-DURATION", "0"), "between 1 and 86400"),
@@ -116,14 +160,14 @@ def test_xcfgset(r: redis.Redis) -> None:
                       (("IDMP-DURATION", "x"), "not an integer")]:
         with pytest.raises(redis.ResponseError, match=err):
             r.execute_command("XCFGSET", "s", *args)
-    assert "idmp-duration" not in xinfo(r, "s")
+    assert idmp_fields(r, "s") == (100, 100, 0, 0, 0, 0)
     assert r.execute_command("XCFGSET", "s", "IDMP-DURATION", "60", "IDMP-MAXSIZE", "5") == b"OK"
     assert idmp_fields(r, "s") == (60, 5, 0, 0, 0, 0)
     ids = [xadd(r, "s", "IDMP", "p", f"i{n}", "*", "n", n) for n in range(5)]
+    assert xadd(r, "s", "IDMP", "p", "i4", "*", "n", 4) == ids[4]  # tracked
     r.execute_command("XCFGSET", "s", "IDMP-MAXSIZE", "3")
-    assert idmp_fields(r, "s") == (60, 3, 1, 3, 5, 0)
-    assert xadd(r, "s", "IDMP", "p", "i4", "*", "n", 4) == ids[4]  # kept
-    assert xadd(r, "s", "IDMP", "p", "i1", "*", "n", 1) != ids[1]  # evicted: added again
+    assert idmp_fields(r, "s") == (60, 3, 0, 0, 5, 1)  # R6: a change clears the histories
+    assert xadd(r, "s", "IDMP", "p", "i4", "*", "n", 4) != ids[4]  # forgotten: added again
     with pytest.raises(redis.ResponseError, match="WRONGTYPE"):
         r.set("str", "x")
         r.execute_command("XCFGSET", "str", "IDMP-MAXSIZE", "3")
@@ -131,22 +175,24 @@ def test_xcfgset(r: redis.Redis) -> None:
 
 def test_maxsize_evicts_the_producers_oldest(r: redis.Redis) -> None:
     """R3: with IDMP-MAXSIZE 3, the 4th pair of a producer evicts its 1st; others unaffected."""
-    xadd(r, "s", "IDMP", "other", "x", "*", "f", "v")
+    xadd(r, "s", "*", "f", "v")
     r.execute_command("XCFGSET", "s", "IDMP-MAXSIZE", "3")
+    xadd(r, "s", "IDMP", "other", "x", "*", "f", "v")
     ids = [xadd(r, "s", "IDMP", "p", f"i{n}", "*", "n", n) for n in range(4)]
     assert idmp_fields(r, "s")[2:] == (2, 4, 5, 0)
     assert xadd(r, "s", "IDMP", "p", "i3", "*", "n", 3) == ids[3]
     assert xadd(r, "s", "IDMP", "other", "x", "*", "f", "v") != ids[0]  # still known
-    assert r.xlen("s") == 5
+    assert r.xlen("s") == 6  # with the plain first entry
     assert xadd(r, "s", "IDMP", "p", "i0", "*", "n", 0) not in ids  # forgotten: added again
-    assert r.xlen("s") == 6
+    assert r.xlen("s") == 7
 
 
 def test_duration_uses_the_stream_clock(r: redis.Redis) -> None:
     """R3, O1: with IDMP-DURATION 1, a pair recorded at ms 1000 is a duplicate until ms 1999
     and forgotten from ms 2000 on; the clock is the entry IDs, so explicit IDs drive it."""
-    xadd(r, "s", "IDMP", "p", "a", "1000-0", "f", "v")
+    xadd(r, "s", "999-0", "f", "v")
     r.execute_command("XCFGSET", "s", "IDMP-DURATION", "1")
+    xadd(r, "s", "IDMP", "p", "a", "1000-0", "f", "v")
     xadd(r, "s", "IDMP", "q", "b", "1500-0", "f", "v")
     assert xadd(r, "s", "IDMP", "p", "a", "1999-0", "f", "v") == b"1000-0"
     assert xadd(r, "s", "IDMP", "p", "a", "2000-0", "f", "v") == b"2000-0"

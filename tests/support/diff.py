@@ -184,7 +184,14 @@ def _full_group(v: Reply) -> Reply:
     return _map_values(v, fix)
 
 
+# Redis 8.6's IDMP fields, on every stream of xshard; the oracles are 7.x: dropped on both sides.
+IDMP_FIELDS = [b"idmp-duration", b"idmp-maxsize", b"pids-tracked", b"iids-tracked",
+               b"iids-added", b"iids-duplicates"]
+
+
 def _xinfo_stream(v: Reply) -> Reply:
+    v = drop_map_keys(v, IDMP_FIELDS)
+
     def fix(k: bytes, x: Reply) -> Reply:
         if k == b"radix-tree-nodes":
             return _mask_int(x, MASKED_RAX)
