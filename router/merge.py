@@ -19,7 +19,16 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from node import errors
-from node.resp import OK, bulk_value, encode, int_value, null_array, reply_elements, reply_end
+from node.resp import (
+    OK,
+    bulk_value,
+    encode,
+    error_code,
+    int_value,
+    null_array,
+    reply_elements,
+    reply_end,
+)
 
 __all__ = [
     "MERGES", "merge", "first_error", "concat", "in_key_order", "stream_items",
@@ -31,7 +40,7 @@ Replies = Sequence[bytes]
 
 def first_error(replies: Replies) -> bytes | None:
     for r in replies:
-        if r[:1] == b"-":
+        if error_code(r) is not None:
             return r
     return None
 
@@ -77,7 +86,7 @@ def all_succeeded(replies: Replies, proto: int) -> bytes:
 
 def one_succeeded(replies: Replies, proto: int) -> bytes:
     for r in replies:
-        if r[:1] != b"-":
+        if error_code(r) is None:
             return r
     return replies[0] if replies else OK
 
@@ -212,7 +221,7 @@ class ReadCaps:
 
 def cap_stream_reply(reply: bytes, caps: ReadCaps, proto: int) -> bytes:
     """A merged XREAD reply (in key order) cut to MAXCOUNT / MAXSIZE."""
-    if reply[:1] == b"-":
+    if error_code(reply) is not None:
         return reply
     kept = [t for t in (caps.take(raw, proto) for _k, raw in stream_items(reply))
             if t is not None]
@@ -228,7 +237,7 @@ def earliest_error(keys: Sequence[bytes], groups: Sequence[Sequence[int]],
     of the shard's request."""
     best: tuple[int, bytes] | None = None
     for idx, r in zip(groups, replies, strict=True):
-        if r[:1] != b"-":
+        if error_code(r) is None:
             continue
         pos = idx[0]
         name = errors.nogroup_key(r)

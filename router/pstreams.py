@@ -141,7 +141,7 @@ def _send(router: Router, c: RouterClient, reqs: list[tuple[int, list[bytes]]], 
 
 def _renamed(ps: PStream, r: bytes) -> bytes:
     """An error reply that names a partition key names the logical stream instead."""
-    if r[:1] == b"-":
+    if error_code(r) is not None:
         for k in ps.keys:
             if k in r:
                 return r.replace(k, ps.name)
@@ -150,7 +150,7 @@ def _renamed(ps: PStream, r: bytes) -> bytes:
 
 def _first_error(ps: PStream, replies: list[bytes]) -> bytes | None:
     for r in replies:
-        if r[:1] == b"-":
+        if error_code(r) is not None:
             return _renamed(ps, r)
     return None
 
@@ -307,7 +307,7 @@ def xcfgset(router: Router, c: RouterClient, argv: list[bytes], ps: PStream,
         if isinstance(ok, bytes):
             return ok
         return next((_renamed(ps, r) for r in replies
-                     if r[:1] == b"-" and error_code(r) != b"ERR"), ok[0])
+                     if error_code(r) not in (None, b"ERR")), ok[0])
     _all(router, c, argv, ps, cell, merged, True)
 
 
@@ -370,7 +370,7 @@ def run_keys(router: Router, c: RouterClient, argv: list[bytes], route: Route, c
             owners.append(i)
 
     def merged(replies: list[bytes]) -> bytes:
-        err = next((r for r in replies if r[:1] == b"-"), None)
+        err = next((r for r in replies if error_code(r) is not None), None)
         if err is not None:
             return err
         hit = [0] * (len(argv) - 1)
@@ -405,7 +405,7 @@ def xgroup_create(router: Router, c: RouterClient, argv: list[bytes], ps: PStrea
         if not rest:
             return replies[0]
         for r in rest:
-            if r[:1] == b"-" and error_code(r) != b"BUSYGROUP":
+            if error_code(r) not in (None, b"BUSYGROUP"):
                 return _renamed(ps, r)
         missing = [p for p, r in enumerate(replies) if _needs_key(r)]
         if missing and not mk:
@@ -425,7 +425,7 @@ def xgroup_create(router: Router, c: RouterClient, argv: list[bytes], ps: PStrea
 
 def _created(ps: PStream, first: list[bytes], again: list[bytes]) -> bytes:
     replies = [r for r in first if not _needs_key(r)] + again
-    err = next((r for r in replies if r[:1] == b"-" and error_code(r) != b"BUSYGROUP"), None)
+    err = next((r for r in replies if error_code(r) not in (None, b"BUSYGROUP")), None)
     if err is not None:
         return _renamed(ps, err)
     if any(r == OK for r in replies):
@@ -441,10 +441,10 @@ def _xgroup_merge(ps: PStream, fold: Callable[[list[bytes]], bytes],
     rest = [r for r in replies if not _needs_key(r)]
     if not rest:
         return replies[0]
-    good = [r for r in rest if r[:1] != b"-"]
+    good = [r for r in rest if error_code(r) is None]
     if not good:
         return _renamed(ps, rest[0])
-    err = next((r for r in rest if r[:1] == b"-" and error_code(r) != b"NOGROUP"), None)
+    err = next((r for r in rest if error_code(r) not in (None, b"NOGROUP")), None)
     if err is not None:
         return _renamed(ps, err)
     return fold(good)
@@ -607,9 +607,9 @@ def xpending(router: Router, c: RouterClient, argv: list[bytes], ps: PStream,
     summary = len(argv) == 3
 
     def merged(replies: list[bytes]) -> bytes:
-        ok = [r for r in replies if r[:1] != b"-"]
+        ok = [r for r in replies if error_code(r) is None]
         if len(ok) < len(replies):
-            miss = [r for r in replies if r[:1] == b"-"]
+            miss = [r for r in replies if error_code(r) is not None]
             if not ok or any(error_code(r) != b"NOGROUP" for r in miss):
                 return _renamed(ps, miss[0])
         if not summary:
@@ -660,7 +660,7 @@ def xautoclaim(router: Router, c: RouterClient, argv: list[bytes], ps: PStream,
     out[5] = format_id(start)
 
     def done(r: bytes) -> None:
-        if r[:1] == b"-":
+        if error_code(r) is not None:
             return conn.fill(cell, _renamed(ps, r))
         els = reply_elements(r)[1]
         if bulk_value(els[0]) == b"0-0" and p + 1 < ps.n:
@@ -739,7 +739,7 @@ class Read:
                 self.group is not None, done=partial(self._plain_done, i)).send()
 
     def _plain_done(self, i: int, r: bytes) -> None:
-        self.got(i, r if r[:1] == b"-" else _read_entries(r))
+        self.got(i, r if error_code(r) is not None else _read_entries(r))
 
     def _xread(self, i: int, ps: PStream) -> None:
         sid = self.ids[i]
@@ -765,7 +765,7 @@ class Read:
         return _array(out)
 
     def _parts_done(self, i: int, r: bytes) -> None:
-        self.got(i, r if r[:1] == b"-" else reply_elements(r)[1])
+        self.got(i, r if error_code(r) is not None else reply_elements(r)[1])
 
     def got(self, i: int, r: list[bytes] | bytes) -> None:
         if self.over:
@@ -831,7 +831,7 @@ class GroupRead:
 
     def _handed(self, order: list[int], replies: list[bytes]) -> None:
         for p, rep in zip(order, replies, strict=True):
-            if rep[:1] == b"-":
+            if error_code(rep) is not None:
                 continue  # the group or the stream went away: nothing is pending there
             # Deleted entries (nil fields) stay pending, as they would in Redis, unreturned.
             self._add(p, [e for e in _read_entries(rep) if not e.endswith(b"*-1\r\n")])
@@ -873,7 +873,7 @@ class GroupRead:
                  replies: list[bytes]) -> None:
         full = []  # partitions that gave all they were asked for: they may have more
         for p, n, rep in zip(asked, shares, replies, strict=True):
-            if rep[:1] == b"-":
+            if error_code(rep) is not None:
                 if self.error is None:
                     self.error = _renamed(self.ps, rep)
                 continue
@@ -985,13 +985,13 @@ class Blocked:
 
     def answered(self, part: BlockPart, r: bytes | None) -> None:
         self.left -= 1
-        es = _read_entries(r) if r is not None and r[:1] != b"-" else []
+        es = _read_entries(r) if r is not None and error_code(r) is None else []
         rd = self.read
         if self.over:  # answered already: what this part delivered is handed over
             if rd.group is not None and part.ps is not None:
                 hand_over(part.ps, (rd.group, rd.consumer), part.p, es, rd.noack)
             return
-        if r is not None and r[:1] == b"-" and error_code(r) not in (b"MOVED", b"ASK"):
+        if r is not None and error_code(r) not in (None, b"MOVED", b"ASK"):
             return self.finish(_renamed(part.ps, r) if part.ps is not None else r)
         if es:
             key = rd.keys[part.i]
@@ -1161,7 +1161,7 @@ def _fold_maps(maps: list[tuple[bytes, list[bytes]]], rules: dict[bytes, str]) -
 def _existing(ps: PStream, replies: list[bytes]) -> list[bytes] | bytes:
     """The replies of the partitions that exist (`no such key` from the others), or the
     error to give."""
-    ok = [r for r in replies if r[:1] != b"-"]
+    ok = [r for r in replies if error_code(r) is None]
     if ok:
         return ok
     return _renamed(ps, replies[0])

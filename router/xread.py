@@ -62,7 +62,7 @@ def xread_fanout(router: Router, c: RouterClient, argv: list[bytes], cell: Cell,
     conn.stall()  # the client's later requests wait while this read is in progress
 
     def probed(reply: bytes) -> None:
-        if reply[:1] == b"-" or merge.stream_items(reply):
+        if error_code(reply) is not None or merge.stream_items(reply):
             conn.fill(cell, reply)
             conn.resume()
         elif xreadgroup:
@@ -157,7 +157,7 @@ class InKeyOrder:
         return None
 
     def _got(self, i: int, reply: bytes) -> None:
-        if reply[:1] == b"-":
+        if error_code(reply) is not None:
             return self._finish(reply)
         for _k, raw in merge.stream_items(reply):
             part = self.caps.take(raw, self.c.proto)
