@@ -34,20 +34,6 @@ if __package__ in (None, ""):
 
 from benchmarks import harness  # noqa: E402
 from benchmarks.gcprobe import THRESHOLDS_ENV  # noqa: E402
-from benchmarks.harness import (  # noqa: E402
-    REPO_ROOT,
-    Conn,
-    OthersMeter,
-    ResultRow,
-    cpu_seconds,
-    machine_line,
-    measurement_list,
-    ratio_table,
-    redis_benchmark,
-    redis_version,
-    results_head,
-    wait_for_idle,
-)
 from benchmarks.node_bench import KEY, XADD_ARGS  # noqa: E402
 from benchmarks.persistence_bench import Ctx, Sizes, _cpu_pct, m_startup, terminate  # noqa: E402
 
@@ -60,7 +46,7 @@ def _spawn_probed(label: str, wd: Path, cpu: int | None, thresholds: str | None,
     """The node under benchmarks/gcprobe.py (its collections recorded to `gc_out`)."""
     port = harness.free_port()
     env = dict(os.environ)
-    env["PYTHONPATH"] = str(REPO_ROOT) + os.pathsep + env.get("PYTHONPATH", "")
+    env["PYTHONPATH"] = str(harness.REPO_ROOT) + os.pathsep + env.get("PYTHONPATH", "")
     env.pop(THRESHOLDS_ENV, None)
     if thresholds:
         env[THRESHOLDS_ENV] = thresholds
@@ -68,7 +54,7 @@ def _spawn_probed(label: str, wd: Path, cpu: int | None, thresholds: str | None,
             "--dir", str(wd)]
     log = open(wd / "server.log", "wb")
     proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT,
-                            stdin=subprocess.DEVNULL, cwd=REPO_ROOT, env=env,
+                            stdin=subprocess.DEVNULL, cwd=harness.REPO_ROOT, env=env,
                             preexec_fn=harness._pin(cpu))
     log.close()
     sp = harness.ServerProc(label, "node", port, proc, wd, wd / "server.log", False)
@@ -88,15 +74,15 @@ def m_bulk(kind: str, label: str, n: int, ctx: Ctx, thresholds: str | None = Non
         else:
             sp = _spawn_probed(label, wd, ctx.server_cpu, thresholds, gc_out)
         if ctx.idle_wait > 0:
-            wait_for_idle(ctx.idle_wait)
-        with OthersMeter(sp.pid) as others:
-            c0, t0 = cpu_seconds(sp.pid), time.perf_counter()
+            harness.wait_for_idle(ctx.idle_wait)
+        with harness.OthersMeter(sp.pid) as others:
+            c0, t0 = harness.cpu_seconds(sp.pid), time.perf_counter()
             m0 = time.monotonic()
-            ops = redis_benchmark(sp.port, ["-c", "10", "-P", "100", "-n", str(n), *XADD_ARGS],
+            ops = harness.redis_benchmark(sp.port, ["-c", "10", "-P", "100", "-n", str(n), *XADD_ARGS],
                                   timeout=max(300, n / 1000), cpu=ctx.load_cpu)
             m1 = time.monotonic()
             cpu = _cpu_pct(sp.pid, c0, t0)
-        with Conn(sp.port) as c:
+        with harness.Conn(sp.port) as c:
             got = c.call("XLEN", KEY)
         if got != n:
             raise RuntimeError(f"bulk load on {label}: XLEN {got}, expected {n}")
@@ -126,18 +112,18 @@ def _gc_note(label: str, n: int, g: dict) -> str:
             + f" ms), {g['total_ms']:.0f} ms in all")
 
 
-def run(args: argparse.Namespace) -> tuple[list[ResultRow], Ctx]:
+def run(args: argparse.Namespace) -> tuple[list[harness.ResultRow], Ctx]:
     cpus = sorted(os.sched_getaffinity(0))
     pin = len(cpus) >= 2 and not args.no_pin
     ctx = Ctx(cpus[0] if pin else None, cpus[1] if pin else None, Sizes(), args.idle_wait)
     n = args.entries
-    rows: list[ResultRow] = []
+    rows: list[harness.ResultRow] = []
     if "bulk" in args.only:
-        secs = ResultRow(f"{n:,} XADDs, -c 10 -P 100", "seconds", "lower")
-        rate = ResultRow(f"{n:,} XADDs, -c 10 -P 100", "XADD/s (target >= 0.5x)", "higher")
+        secs = harness.ResultRow(f"{n:,} XADDs, -c 10 -P 100", "seconds", "lower")
+        rate = harness.ResultRow(f"{n:,} XADDs, -c 10 -P 100", "XADD/s (target >= 0.5x)", "higher")
         # On a busy machine the wall clock measures the queue for the CPU; the server's own
         # CPU time does not.
-        cpu_row = ResultRow(f"{n:,} XADDs, -c 10 -P 100", "server CPU seconds", "lower")
+        cpu_row = harness.ResultRow(f"{n:,} XADDs, -c 10 -P 100", "server CPU seconds", "lower")
         for kind, label in (("redis", REDIS), ("node", NODE)):
             print(f"   bulk on {label} ...", file=sys.stderr, flush=True)
             s, cpu, oth, gcs = m_bulk(kind, label, n, ctx)
@@ -155,9 +141,9 @@ def run(args: argparse.Namespace) -> tuple[list[ResultRow], Ctx]:
         ctx.notes.append(_gc_note(f"{NODE} with CPython's defaults", n, gcs)
                          + f"; load {s:.2f} s at {cpu:.0f}% CPU")
     if "replay" in args.only:
-        secs = ResultRow(f"start-up from an AOF of {n:,} XADDs", "seconds", "lower")
-        rate = ResultRow(f"start-up from an AOF of {n:,} XADDs", "effects/s", "higher")
-        cpu_row = ResultRow(f"start-up from an AOF of {n:,} XADDs", "server CPU seconds",
+        secs = harness.ResultRow(f"start-up from an AOF of {n:,} XADDs", "seconds", "lower")
+        rate = harness.ResultRow(f"start-up from an AOF of {n:,} XADDs", "effects/s", "higher")
+        cpu_row = harness.ResultRow(f"start-up from an AOF of {n:,} XADDs", "server CPU seconds",
                             "lower")
         for kind, label in (("redis", REDIS), ("node", NODE)):
             print(f"   replay on {label} ...", file=sys.stderr, flush=True)
@@ -170,13 +156,13 @@ def run(args: argparse.Namespace) -> tuple[list[ResultRow], Ctx]:
     return rows, ctx
 
 
-def render(rows: list[ResultRow], ctx: Ctx, argv: list[str], load_before: float) -> str:
+def render(rows: list[harness.ResultRow], ctx: Ctx, argv: list[str], load_before: float) -> str:
     lines = [
-        *results_head("Bulk loading: pipelined XADDs, AOF replay, GC", "bulkload_bench.py",
+        *harness.results_head("Bulk loading: pipelined XADDs, AOF replay, GC", "bulkload_bench.py",
                       argv),
-        f"- Compared: **{NODE}** against **{REDIS}** ({redis_version()}), freshly started "
+        f"- Compared: **{NODE}** against **{REDIS}** ({harness.redis_version()}), freshly started "
         "for every measurement, on 127.0.0.1",
-        machine_line(load_before, ctx.server_cpu, ctx.load_cpu),
+        harness.machine_line(load_before, ctx.server_cpu, ctx.load_cpu),
         f"- Load average at the end: {os.getloadavg()[0]:.2f}",
         "",
         "`ratio` is the node divided by redis-server. `srv CPU` is the share of its core the "
@@ -184,7 +170,7 @@ def render(rows: list[ResultRow], ctx: Ctx, argv: list[str], load_before: float)
         "the row is noise). Start-up times include the process start (Python imports, about "
         "0.3-0.5 s for the node).",
         "",
-        *ratio_table(rows, REDIS, NODE, small=".4g"),
+        *harness.ratio_table(rows, REDIS, NODE, small=".4g"),
     ]
     if ctx.notes:
         lines += ["", "## Details", "", *[f"- {x}" for x in ctx.notes]]
@@ -204,7 +190,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--output",
                     default=str(Path(__file__).resolve().parent / "BULKLOAD_RESULTS.md"))
     args = ap.parse_args(argv)
-    args.only = measurement_list(ap, args.only, MEASUREMENTS)
+    args.only = harness.measurement_list(ap, args.only, MEASUREMENTS)
     load_before = os.getloadavg()[0]
     rows, ctx = run(args)
     md = render(rows, ctx, argv, load_before)

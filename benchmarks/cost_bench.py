@@ -45,15 +45,9 @@ import hiredis
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks.harness import (  # noqa: E402
-    REPO_ROOT,
-    Conn,
-    cpu_seconds,
-    free_port,
-    wait_for_ping,
-)
+from benchmarks import harness  # noqa: E402
 
-repo = REPO_ROOT  # the checkout whose code the servers run (--repo)
+repo = harness.REPO_ROOT  # the checkout whose code the servers run (--repo)
 
 FIELDS = [tok for i in range(1, 6) for tok in (f"f{i}", f"value{i:05d}")]
 XADD = ["XADD", "s", "*", *FIELDS]
@@ -88,7 +82,7 @@ class Callgrind:
         self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT,
                                      cwd=repo, env=env, stdin=subprocess.DEVNULL)
         self.port = port
-        wait_for_ping(port, 600, self.proc)
+        harness.wait_for_ping(port, 600, self.proc)
 
     def control(self, flag: str) -> None:
         subprocess.run(["callgrind_control", flag, str(self.proc.pid)], check=True,
@@ -144,21 +138,21 @@ def _bench(port: int, n: int, pipeline: int, cmd: list[str], clients: int = 50) 
 
 
 def _fill(port: int, n: int) -> None:
-    with Conn(port, timeout=600) as c:
+    with harness.Conn(port, timeout=600) as c:
         for i in range(0, n, 500):
             c.pipeline([tuple(XADD)] * min(500, n - i))
 
 
 def _sprinkle_deletes(port: int, every: int = 10) -> None:
     """XDEL one entry in `every` (offset by half of it): each node keeps a few tombstones."""
-    with Conn(port, timeout=600) as c:
+    with harness.Conn(port, timeout=600) as c:
         ids = [e[0] for e in c.call("XRANGE", "s", "-", "+")]
         c.call("XDEL", "s", *ids[every // 2::every])
 
 
 def _readgroup_ack(port: int, rounds: int) -> None:
     """`rounds` x (XREADGROUP COUNT 10 + XACK of the 10 IDs), one client, no pipelining."""
-    with Conn(port, timeout=600) as c:
+    with harness.Conn(port, timeout=600) as c:
         for _ in range(rounds):
             r = c.call("XREADGROUP", "GROUP", "g", "c", "COUNT", "10", "STREAMS", "s", ">")
             ids = [e[0] for e in r[0][1]]
@@ -169,8 +163,8 @@ def _deliver(port: int, node_port: int, rounds: int) -> None:
     """`rounds` deliveries one at a time, e2e_bench.py's shape at low load: a consumer parks an
     XREADGROUP BLOCK, an XADD wakes it, it XACKs the entry. Each XADD waits until the read is
     parked on the node (its INFO, asked directly), so every round takes the blocked path."""
-    with Conn(port, timeout=600) as cons, Conn(port, timeout=600) as prod, \
-            Conn(node_port, timeout=600) as node:
+    with harness.Conn(port, timeout=600) as cons, harness.Conn(port, timeout=600) as prod, \
+            harness.Conn(node_port, timeout=600) as node:
         read = hiredis.pack_command(("XREADGROUP", "GROUP", "g", "c", "COUNT", "100", "BLOCK",
                                      "100000", "STREAMS", "s", ">"))
         add = hiredis.pack_command(tuple(XADD))
@@ -188,15 +182,15 @@ def measure(name: str, n: int, env: dict[str, str], work: Path) -> tuple[float, 
     """(instructions per op, what an op is)."""
     d = work / name
     d.mkdir()
-    port = free_port()
+    port = harness.free_port()
     if name == "aof-replay":
         return _aof_replay(n, env, d)
     helper = None
     if name.startswith("router-"):
-        nport = free_port()
+        nport = harness.free_port()
         helper = subprocess.Popen(_node_argv(nport, d), cwd=repo, env=env,
                                   stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
-        wait_for_ping(nport, 60, helper)
+        harness.wait_for_ping(nport, 60, helper)
         topo = d / "topology.json"
         topo.write_text(json.dumps({
             "nodes": {"p": {"id": "p", "host": "127.0.0.1", "port": nport, "shard": "0",
@@ -211,7 +205,7 @@ def measure(name: str, n: int, env: dict[str, str], work: Path) -> tuple[float, 
                    else (READ_CALLBACK,))
     try:
         if name == "router-deliver":
-            with Conn(port) as c:
+            with harness.Conn(port) as c:
                 c.call("XGROUP", "CREATE", "s", "g", "$", "MKSTREAM")
             _deliver(port, nport, 20)
         if name == "xreadgroup-xack" or name in RANGES:
@@ -219,7 +213,7 @@ def measure(name: str, n: int, env: dict[str, str], work: Path) -> tuple[float, 
             if name.endswith("-xdel"):
                 _sprinkle_deletes(port)
             if name == "xreadgroup-xack":
-                with Conn(port) as c:
+                with harness.Conn(port) as c:
                     c.call("XGROUP", "CREATE", "s", "g", "0")
                 _readgroup_ack(port, 20)
         warm = {"xadd-p1": (XADD, 1), "xadd-p4": (XADD, 4), "xadd-p16": (XADD, 16), "router-xadd": (XADD, 1),
@@ -260,22 +254,22 @@ def _aof_replay(n: int, env: dict[str, str], d: Path) -> tuple[float, str]:
     for k in (1, 2):
         sub = d / f"aof{k}"
         sub.mkdir()
-        port = free_port()
+        port = harness.free_port()
         p = subprocess.Popen(_node_argv(port, sub, "--appendonly", "yes"), cwd=repo,
                              env=env, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
         try:
-            wait_for_ping(port, 60, p)
+            harness.wait_for_ping(port, 60, p)
             _fill(port, k * n)
         finally:
             p.terminate()
             p.wait(60)
-        port = free_port()
+        port = harness.free_port()
         p = subprocess.Popen(_node_argv(port, sub, "--appendonly", "yes"), cwd=repo,
                              env=env, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
         try:
-            wait_for_ping(port, 600, p)
-            costs.append(cpu_seconds(p.pid))
-            with Conn(port) as c:
+            harness.wait_for_ping(port, 600, p)
+            costs.append(harness.cpu_seconds(p.pid))
+            with harness.Conn(port) as c:
                 assert c.call("XLEN", "s") == k * n
         finally:
             p.terminate()
@@ -294,7 +288,7 @@ def main() -> int:
     ap.add_argument("--pure", action="store_true", help="XSHARD_PURE_PYTHON=1 in the servers")
     ap.add_argument("--keep", default="",
                     help="copy the callgrind dumps here (for callgrind_annotate)")
-    ap.add_argument("--repo", default=str(REPO_ROOT),
+    ap.add_argument("--repo", default=str(harness.REPO_ROOT),
                     help="run the servers from this checkout (e.g. main, for a before column)")
     args = ap.parse_args()
     global repo

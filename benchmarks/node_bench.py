@@ -34,22 +34,7 @@ if __package__ in (None, ""):
 
 import hiredis  # noqa: E402
 
-from benchmarks.harness import (  # noqa: E402
-    Conn,
-    OthersMeter,
-    ResultRow,
-    ServerProc,
-    cpu_seconds,
-    info_fields,
-    machine_line,
-    measurement_list,
-    ratio_table,
-    redis_benchmark,
-    redis_version,
-    results_head,
-    start_server,
-    wait_for_idle,
-)
+from benchmarks import harness  # noqa: E402
 
 KEY = "s"
 # 5 fields x 10-byte values, the entry shape of every measurement.
@@ -113,7 +98,7 @@ def distinct_xadds(first: int, k: int) -> bytes:
 def load_entries(port: int, n: int, batch: int = 100, distinct: bool = False) -> None:
     """Append exactly n entries with pipelined XADD on one connection (checks every reply)."""
     cmd = hiredis.pack_command(tuple(XADD_ARGS))
-    with Conn(port, timeout=120) as c:
+    with harness.Conn(port, timeout=120) as c:
         left = n
         while left:
             k = min(batch, left)
@@ -125,11 +110,11 @@ def load_entries(port: int, n: int, batch: int = 100, distinct: bool = False) ->
 
 
 def xlen(port: int) -> int:
-    with Conn(port) as c:
+    with harness.Conn(port) as c:
         return int(c.call("XLEN", KEY))
 
 
-def expect_xlen(srv: ServerProc, n: int, what: str) -> None:
+def expect_xlen(srv: harness.ServerProc, n: int, what: str) -> None:
     """redis-benchmark counts error replies as requests, so check that the writes happened."""
     got = xlen(srv.port)
     if got != n:
@@ -144,31 +129,31 @@ class CpuMeter:
         self.pid = pid
 
     def __enter__(self) -> CpuMeter:
-        self.c0, self.t0 = cpu_seconds(self.pid), time.perf_counter()
+        self.c0, self.t0 = harness.cpu_seconds(self.pid), time.perf_counter()
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.wall = time.perf_counter() - self.t0
-        self.pct = 100.0 * (cpu_seconds(self.pid) - self.c0) / max(self.wall, 1e-9)
+        self.pct = 100.0 * (harness.cpu_seconds(self.pid) - self.c0) / max(self.wall, 1e-9)
 
 
 # --------------------------------------------------------------------------------------------
 # Measurements. Each takes one server and returns {metric name: (value, server CPU % or nan)}.
 
 
-def m_xadd(srv: ServerProc, ctx: Ctx) -> dict[str, tuple[float, float]]:
+def m_xadd(srv: harness.ServerProc, ctx: Ctx) -> dict[str, tuple[float, float]]:
     n = ctx.sizes.xadd
     with CpuMeter(srv.pid) as cpu:
-        ops = redis_benchmark(srv.port, ["-c", "50", "-n", str(n), *XADD_ARGS],
+        ops = harness.redis_benchmark(srv.port, ["-c", "50", "-n", str(n), *XADD_ARGS],
                               timeout=max(60, n / 500), cpu=ctx.load_cpu)
     expect_xlen(srv, n, "XADD")
     return {"ops/s": (ops, cpu.pct)}
 
 
-def m_xadd_p16(srv: ServerProc, ctx: Ctx) -> dict[str, tuple[float, float]]:
+def m_xadd_p16(srv: harness.ServerProc, ctx: Ctx) -> dict[str, tuple[float, float]]:
     n = ctx.sizes.xadd_p16
     with CpuMeter(srv.pid) as cpu:
-        ops = redis_benchmark(srv.port, ["-c", "50", "-P", "16", "-n", str(n), *XADD_ARGS],
+        ops = harness.redis_benchmark(srv.port, ["-c", "50", "-P", "16", "-n", str(n), *XADD_ARGS],
                               timeout=max(60, n / 1000), cpu=ctx.load_cpu)
     got = xlen(srv.port)
     # With -P, redis-benchmark may issue a few more requests than -n; never fewer.
@@ -177,15 +162,15 @@ def m_xadd_p16(srv: ServerProc, ctx: Ctx) -> dict[str, tuple[float, float]]:
     return {"ops/s": (ops, cpu.pct)}
 
 
-def m_xrange(srv: ServerProc, ctx: Ctx) -> dict[str, tuple[float, float]]:
+def m_xrange(srv: harness.ServerProc, ctx: Ctx) -> dict[str, tuple[float, float]]:
     load_entries(srv.port, ctx.sizes.xrange_prefill)
-    with Conn(srv.port) as c:
+    with harness.Conn(srv.port) as c:
         got = c.call("XRANGE", KEY, "-", "+", "COUNT", "100")
         if len(got) != 100 or len(got[0][1]) != 10:
             raise RuntimeError(f"XRANGE on {srv.label} returned an unexpected reply")
     n = ctx.sizes.xrange
     with CpuMeter(srv.pid) as cpu:
-        ops = redis_benchmark(srv.port, ["-c", "50", "-n", str(n),
+        ops = harness.redis_benchmark(srv.port, ["-c", "50", "-n", str(n),
                                          "XRANGE", KEY, "-", "+", "COUNT", "100"],
                               timeout=max(60, n / 200), cpu=ctx.load_cpu)
     return {"ops/s": (ops, cpu.pct)}
@@ -208,7 +193,7 @@ def _consumer(port: int, idx: int, load_cpu: int | None, depth: int, deadline_s:
     acked = 0
     delivered = 0
     error = ""
-    c = Conn(port, timeout=60)
+    c = harness.Conn(port, timeout=60)
     ready.wait()
     t0 = time.perf_counter()
     cpu0 = sum(os.times()[:2])
@@ -252,10 +237,10 @@ def _consumer(port: int, idx: int, load_cpu: int | None, depth: int, deadline_s:
     c.close()
 
 
-def m_xreadgroup(srv: ServerProc, ctx: Ctx) -> dict[str, tuple[float, float]]:
+def m_xreadgroup(srv: harness.ServerProc, ctx: Ctx) -> dict[str, tuple[float, float]]:
     n = ctx.sizes.xreadgroup_prefill
     load_entries(srv.port, n)
-    with Conn(srv.port) as c:
+    with harness.Conn(srv.port) as c:
         c.call("XGROUP", "CREATE", KEY, "g", "0")
     mpc = mp.get_context("fork")
     ready = mpc.Barrier(ctx.procs + 1)
@@ -268,10 +253,10 @@ def m_xreadgroup(srv: ServerProc, ctx: Ctx) -> dict[str, tuple[float, float]]:
         p.start()
     try:
         ready.wait(timeout=30)
-        c0, t0 = cpu_seconds(srv.pid), time.perf_counter()
+        c0, t0 = harness.cpu_seconds(srv.pid), time.perf_counter()
         results = [out.get(timeout=ctx.sizes.xreadgroup_seconds + 120) for _ in procs]
         wall = time.perf_counter() - t0
-        srv_cpu = 100.0 * (cpu_seconds(srv.pid) - c0) / wall
+        srv_cpu = 100.0 * (harness.cpu_seconds(srv.pid) - c0) / wall
     finally:
         for p in procs:
             p.join(timeout=5)
@@ -284,7 +269,7 @@ def m_xreadgroup(srv: ServerProc, ctx: Ctx) -> dict[str, tuple[float, float]]:
     delivered = sum(r[2] for r in results)
     span = max(r[4] for r in results) - min(r[3] for r in results)
     gen_cpu = 100.0 * sum(r[5] for r in results) / span
-    with Conn(srv.port) as c:
+    with harness.Conn(srv.port) as c:
         pending = c.call("XPENDING", KEY, "g")[0]
     if acked != delivered or int(pending) != n - acked:
         raise RuntimeError(f"XREADGROUP on {srv.label}: delivered {delivered}, acked {acked}, "
@@ -296,17 +281,17 @@ def m_xreadgroup(srv: ServerProc, ctx: Ctx) -> dict[str, tuple[float, float]]:
     return {"entries/s": (acked / span, srv_cpu)}
 
 
-def m_memory(srv: ServerProc, ctx: Ctx) -> dict[str, tuple[float, float]]:
+def m_memory(srv: harness.ServerProc, ctx: Ctx) -> dict[str, tuple[float, float]]:
     n = ctx.sizes.memory
     rss0 = srv.rss_kib()
-    with Conn(srv.port) as c:
-        um0 = info_fields(c).get("used_memory")
+    with harness.Conn(srv.port) as c:
+        um0 = harness.info_fields(c).get("used_memory")
     load_entries(srv.port, n, distinct=True)
     expect_xlen(srv, n, "memory load")
     time.sleep(0.5)  # let any deferred work (lazy frees, block sealing) settle
     rss = srv.rss_kib()
-    with Conn(srv.port) as c:
-        info = info_fields(c)
+    with harness.Conn(srv.port) as c:
+        info = harness.info_fields(c)
     um = info.get("used_memory")
     if um is not None and um == info.get("used_memory_rss"):
         # A server that reports its RSS as used_memory has no allocator-level figure to
@@ -348,7 +333,7 @@ def _probe(port: int, load_cpu: int | None, interval: float, start: mp.Event,
     lat: list[float] = []
     err = ""
     try:
-        with Conn(port, timeout=120) as c:
+        with harness.Conn(port, timeout=120) as c:
             start.set()
             nxt = time.perf_counter()
             while not stop.is_set():
@@ -409,12 +394,12 @@ class PingProbe:
             self._proc.kill()
 
 
-def m_stall(srv: ServerProc, ctx: Ctx) -> dict[str, tuple[float, float]]:
+def m_stall(srv: harness.ServerProc, ctx: Ctx) -> dict[str, tuple[float, float]]:
     n = ctx.sizes.stall
     with PingProbe(srv.port, ctx.load_cpu) as probe:
         time.sleep(0.2)
         with CpuMeter(srv.pid) as cpu:
-            ops = redis_benchmark(srv.port, ["-c", "4", "-P", "100", "-n", str(n), *XADD_ARGS],
+            ops = harness.redis_benchmark(srv.port, ["-c", "4", "-P", "100", "-n", str(n), *XADD_ARGS],
                                   timeout=max(120, n / 1000), cpu=ctx.load_cpu)
         samples, mx, p999, p99, p50, err = probe.results()
     if err:
@@ -429,7 +414,7 @@ def m_stall(srv: ServerProc, ctx: Ctx) -> dict[str, tuple[float, float]]:
             "load XADD/s": (ops, cpu.pct)}
 
 
-SPEC: dict[str, tuple[Callable[[ServerProc, Ctx], dict], str, dict[str, str]]] = {
+SPEC: dict[str, tuple[Callable[[harness.ServerProc, Ctx], dict], str, dict[str, str]]] = {
     # name -> (function, description, {metric: better})
     "xadd": (m_xadd, "XADD, 50 clients, no pipelining", {"ops/s": "higher"}),
     "xadd-p16": (m_xadd_p16, "XADD, 50 clients, pipeline 16", {"ops/s": "higher"}),
@@ -465,11 +450,11 @@ def describe(name: str, s: Sizes, procs: int) -> str:
 OTHERS_LIMIT = 15.0  # % of a core used by unrelated processes above which a figure is suspect
 
 
-def _attempt(fn: Callable[[ServerProc, Ctx], dict], srv: ServerProc, ctx: Ctx,
+def _attempt(fn: Callable[[harness.ServerProc, Ctx], dict], srv: harness.ServerProc, ctx: Ctx,
              idle_wait: float) -> tuple[float, dict, list[str]] | str:
     """Run one measurement on one server: (others' CPU %, result, notes) or an error text."""
     if idle_wait > 0:
-        level = wait_for_idle(idle_wait)
+        level = harness.wait_for_idle(idle_wait)
         if level >= 0.3:
             print(f"   machine still busy ({level:.2f} cores) after {idle_wait:g} s, "
                   "measuring anyway", file=sys.stderr, flush=True)
@@ -477,7 +462,7 @@ def _attempt(fn: Callable[[ServerProc, Ctx], dict], srv: ServerProc, ctx: Ctx,
     saved = ctx.notes
     ctx.notes = []
     try:
-        with OthersMeter(srv.pid) as others:
+        with harness.OthersMeter(srv.pid) as others:
             res = fn(srv, ctx)
     except Exception as e:  # noqa: BLE001 - one failure must not hide the rest
         msg = f"{srv.label}: {type(e).__name__}: {e}"
@@ -492,7 +477,7 @@ def _attempt(fn: Callable[[ServerProc, Ctx], dict], srv: ServerProc, ctx: Ctx,
     return others.pct, res, notes
 
 
-def run(args: argparse.Namespace) -> tuple[list[ResultRow], Ctx, list[str]]:
+def run(args: argparse.Namespace) -> tuple[list[harness.ResultRow], Ctx, list[str]]:
     ncpu = len(os.sched_getaffinity(0))
     pin = ncpu >= 2 and not args.no_pin
     cpus = sorted(os.sched_getaffinity(0))
@@ -502,23 +487,23 @@ def run(args: argparse.Namespace) -> tuple[list[ResultRow], Ctx, list[str]]:
     ctx = Ctx(cpus[0] if pin else None, cpus[1] if pin else None, sizes, args.procs)
     roles = [("redis", "redis-server"),
              (args.against, "xshard node" if args.against == "node" else "redis-server #2")]
-    metrics: list[ResultRow] = []
+    metrics: list[harness.ResultRow] = []
     failures: list[str] = []
     for name in args.only:
         fn, _desc, betters = SPEC[name]
-        rows = {m: ResultRow(name, m, b) for m, b in betters.items()}
+        rows = {m: harness.ResultRow(name, m, b) for m, b in betters.items()}
         print(f"== {name}: {describe(name, sizes, args.procs)}", file=sys.stderr, flush=True)
-        servers: list[ServerProc] = []
+        servers: list[harness.ServerProc] = []
         try:
             for kind, label in roles:
-                servers.append(start_server(kind, label=label, cpu=ctx.server_cpu))
+                servers.append(harness.start_server(kind, label=label, cpu=ctx.server_cpu))
             for i, (kind, label) in enumerate(roles):
                 best = None  # (others %, result, notes) of the least disturbed attempt
                 for attempt in range(1 + args.retries):
                     if attempt:
                         # A retry needs the same fresh state as the first try.
                         servers[i].stop()
-                        servers[i] = start_server(kind, label=label, cpu=ctx.server_cpu)
+                        servers[i] = harness.start_server(kind, label=label, cpu=ctx.server_cpu)
                         print(f"   retry {attempt} on {label}: the machine was shared",
                               file=sys.stderr, flush=True)
                     outcome = _attempt(fn, servers[i], ctx, args.idle_wait)
@@ -554,15 +539,15 @@ def run(args: argparse.Namespace) -> tuple[list[ResultRow], Ctx, list[str]]:
     return metrics, ctx, [label for _, label in roles] + failures
 
 
-def render(metrics: list[ResultRow], ctx: Ctx, labels: list[str], failures: list[str],
+def render(metrics: list[harness.ResultRow], ctx: Ctx, labels: list[str], failures: list[str],
            argv: list[str], only: list[str], load_before: float) -> str:
     a, b = labels
     lines = [
-        *results_head("Stream node benchmarks", "node_bench.py", argv),
-        f"- Compared: **{b}** against **{a}** ({redis_version()}, "
+        *harness.results_head("Stream node benchmarks", "node_bench.py", argv),
+        f"- Compared: **{b}** against **{a}** ({harness.redis_version()}, "
         "`--save '' --appendonly no`), each freshly started for every measurement, "
         "on 127.0.0.1",
-        machine_line(load_before, ctx.server_cpu, ctx.load_cpu,
+        harness.machine_line(load_before, ctx.server_cpu, ctx.load_cpu,
                      " (other work on the machine skews every figure)"),
         "",
         "## How to read this",
@@ -579,7 +564,7 @@ def render(metrics: list[ResultRow], ctx: Ctx, labels: list[str], failures: list
         "row is noise. Run with `--against redis` to see the redis-vs-redis ratios, i.e. "
         "how much this machine's noise alone moves a ratio away from 1.",
         "",
-        *ratio_table(metrics, a, b),
+        *harness.ratio_table(metrics, a, b),
     ]
     lines += ["", "## What was measured", ""]
     for name in only:
@@ -614,7 +599,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--output", default=str(Path(__file__).resolve().parent / "RESULTS.md"),
                     help="Markdown file to write (default benchmarks/RESULTS.md)")
     args = ap.parse_args(argv)
-    args.only = measurement_list(ap, args.only, SPEC)
+    args.only = harness.measurement_list(ap, args.only, SPEC)
     load_before = os.getloadavg()[0]
     metrics, ctx, info = run(args)
     labels, failures = info[:2], info[2:]

@@ -45,23 +45,6 @@ if __package__ in (None, ""):
 import hiredis  # noqa: E402
 
 from benchmarks import harness  # noqa: E402
-from benchmarks.harness import (  # noqa: E402
-    HOST,
-    REPO_ROOT,
-    Conn,
-    OthersMeter,
-    ResultRow,
-    ServerProc,
-    cpu_seconds,
-    free_port,
-    machine_line,
-    measurement_list,
-    ratio_table,
-    redis_benchmark,
-    redis_version,
-    results_head,
-    wait_for_idle,
-)
 from benchmarks.node_bench import KEY, XADD_ARGS, PingProbe, load_entries  # noqa: E402
 
 MEASUREMENTS = ["xadd", "always", "startup", "stall"]
@@ -98,31 +81,31 @@ class Ctx:
 def _argv(kind: str, port: int, workdir: Path, args: list[str]) -> tuple[list[str], dict | None]:
     if kind == "redis":
         exe = shutil.which("redis-server") or "/usr/bin/redis-server"
-        return [exe, "--port", str(port), "--bind", HOST, "--daemonize", "no", "--dir",
+        return [exe, "--port", str(port), "--bind", harness.HOST, "--daemonize", "no", "--dir",
                 str(workdir), "--logfile", "", "--save", "", "--appendonly", "no", *args], None
     env = dict(os.environ)
-    env["PYTHONPATH"] = str(REPO_ROOT) + os.pathsep + env.get("PYTHONPATH", "")
+    env["PYTHONPATH"] = str(harness.REPO_ROOT) + os.pathsep + env.get("PYTHONPATH", "")
     return [sys.executable, "-m", "control.cli", "node", "--port", str(port), "--dir",
             str(workdir), *args], env
 
 
 def spawn(kind: str, label: str, workdir: Path, args: list[str], cpu: int | None,
-          port: int | None = None) -> ServerProc:
+          port: int | None = None) -> harness.ServerProc:
     """Start a server on `workdir` (kept: restarts reuse it) without waiting for it."""
-    port = port or free_port()
+    port = port or harness.free_port()
     argv, env = _argv(kind, port, workdir, args)
     log_path = workdir / f"server-{port}.log"
     with open(log_path, "ab") as log:
         preexec = (lambda: os.sched_setaffinity(0, {cpu})) if cpu is not None else None
         proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL, cwd=REPO_ROOT, env=env,
+                                stdin=subprocess.DEVNULL, cwd=harness.REPO_ROOT, env=env,
                                 preexec_fn=preexec)
-    sp = ServerProc(label, kind, port, proc, workdir, log_path, owns_workdir=False)
+    sp = harness.ServerProc(label, kind, port, proc, workdir, log_path, owns_workdir=False)
     harness._started.append(sp)  # killed at exit like every harness server
     return sp
 
 
-def wait_ready(sp: ServerProc, timeout: float, n_entries: int | None = None) -> float:
+def wait_ready(sp: harness.ServerProc, timeout: float, n_entries: int | None = None) -> float:
     """Seconds until PING answers (and, if given, DBSIZE is 1 and XLEN is n_entries)."""
     t0 = time.perf_counter()
     deadline = time.monotonic() + timeout
@@ -130,7 +113,7 @@ def wait_ready(sp: ServerProc, timeout: float, n_entries: int | None = None) -> 
         if sp.proc.poll() is not None:
             raise RuntimeError(f"{sp.label} exited ({sp.proc.returncode}):\n{sp.log_tail(15)}")
         try:
-            with Conn(sp.port, timeout=timeout) as c:
+            with harness.Conn(sp.port, timeout=timeout) as c:
                 while time.monotonic() < deadline:
                     r = c.pipeline([("PING",), ("DBSIZE",), ("XLEN", KEY)])
                     if r[0] == b"PONG" and (n_entries is None or (r[1] == 1 and r[2] == n_entries)):
@@ -144,7 +127,7 @@ def wait_ready(sp: ServerProc, timeout: float, n_entries: int | None = None) -> 
     raise RuntimeError(f"{sp.label} not ready within {timeout:.0f} s:\n{sp.log_tail(15)}")
 
 
-def terminate(sp: ServerProc, sig: int = signal.SIGTERM, timeout: float = 300) -> None:
+def terminate(sp: harness.ServerProc, sig: int = signal.SIGTERM, timeout: float = 300) -> None:
     if sp.proc.poll() is None:
         sp.proc.send_signal(sig)
         try:
@@ -159,7 +142,7 @@ def terminate(sp: ServerProc, sig: int = signal.SIGTERM, timeout: float = 300) -
 def _cpu_pct_of(pids: list[int], c0: float, t0: float) -> float:
     """CPU % (of one core) that the processes `pids` used together since (c0, t0)."""
     try:
-        used = sum(cpu_seconds(p) for p in pids) - c0
+        used = sum(harness.cpu_seconds(p) for p in pids) - c0
     except OSError:
         return 0.0
     return 100.0 * used / max(time.perf_counter() - t0, 1e-9)
@@ -167,7 +150,7 @@ def _cpu_pct_of(pids: list[int], c0: float, t0: float) -> float:
 
 def _cpu_pct(pid: int, c0: float, t0: float) -> float:
     try:
-        return 100.0 * (cpu_seconds(pid) - c0) / max(time.perf_counter() - t0, 1e-9)
+        return 100.0 * (harness.cpu_seconds(pid) - c0) / max(time.perf_counter() - t0, 1e-9)
     except OSError:
         return math.nan
 
@@ -182,18 +165,18 @@ def m_xadd(kind: str, label: str, mode: str, n: int, ctx: Ctx) -> tuple[float, f
         sp = spawn(kind, label, wd, MODES[mode], ctx.server_cpu)
         wait_ready(sp, 60)
         if ctx.idle_wait > 0:
-            wait_for_idle(ctx.idle_wait)
-        with OthersMeter(sp.pid) as others:
-            c0, t0 = cpu_seconds(sp.pid), time.perf_counter()
-            ops = redis_benchmark(sp.port, ["-c", "50", "-n", str(n), *XADD_ARGS],
+            harness.wait_for_idle(ctx.idle_wait)
+        with harness.OthersMeter(sp.pid) as others:
+            c0, t0 = harness.cpu_seconds(sp.pid), time.perf_counter()
+            ops = harness.redis_benchmark(sp.port, ["-c", "50", "-n", str(n), *XADD_ARGS],
                                   timeout=max(120, n / 200), cpu=ctx.load_cpu)
             cpu = _cpu_pct(sp.pid, c0, t0)
-        with Conn(sp.port) as c:
+        with harness.Conn(sp.port) as c:
             got = c.call("XLEN", KEY)
         if got != n:
             raise RuntimeError(f"XADD ({mode}) on {label}: XLEN {got}, expected {n}")
         if mode != "none":
-            with Conn(sp.port) as c:
+            with harness.Conn(sp.port) as c:
                 st = harness.info_fields(c, "persistence")
             if st.get("aof_enabled") != "1" or st.get("aof_last_write_status", "ok") != "ok":
                 raise RuntimeError(f"{label}: AOF not healthy after XADD ({mode}): {st}")
@@ -216,7 +199,7 @@ def m_startup(kind: str, label: str, source: str, n: int,
         load_s = time.perf_counter() - t0
         if source == "snapshot":
             t0 = time.perf_counter()
-            with Conn(sp.port, timeout=1800) as c:
+            with harness.Conn(sp.port, timeout=1800) as c:
                 c.call("SAVE")
             save_s = time.perf_counter() - t0
             terminate(sp, signal.SIGKILL)
@@ -233,10 +216,10 @@ def m_startup(kind: str, label: str, source: str, n: int,
                 raise RuntimeError(f"{label}: the AOF has a large base file ({what}); the "
                                    "measurement is meant to replay effects alone")
         if ctx.idle_wait > 0:
-            wait_for_idle(ctx.idle_wait)
+            harness.wait_for_idle(ctx.idle_wait)
         sp = spawn(kind, label, wd, args, ctx.server_cpu, port=sp.port)
-        with OthersMeter(sp.pid) as others:
-            c0, t0 = cpu_seconds(sp.pid), time.perf_counter()
+        with harness.OthersMeter(sp.pid) as others:
+            c0, t0 = harness.cpu_seconds(sp.pid), time.perf_counter()
             secs = wait_ready(sp, 1800, n)
             cpu = _cpu_pct(sp.pid, c0, t0)
         terminate(sp, signal.SIGKILL)
@@ -250,7 +233,7 @@ def m_startup(kind: str, label: str, source: str, n: int,
 
 def _wait_info(port: int, fields: tuple[str, ...], timeout: float) -> dict[str, str]:
     deadline = time.monotonic() + timeout
-    with Conn(port) as c:
+    with harness.Conn(port) as c:
         while True:
             st = harness.info_fields(c, "persistence")
             if all(st.get(f) == "0" for f in fields):
@@ -260,7 +243,7 @@ def _wait_info(port: int, fields: tuple[str, ...], timeout: float) -> dict[str, 
             time.sleep(0.01)
 
 
-def _probed(sp: ServerProc, ctx: Ctx, bench_pid: int, command: str,
+def _probed(sp: harness.ServerProc, ctx: Ctx, bench_pid: int, command: str,
             busy: tuple[str, ...]) -> tuple[float, float, float, float, float, int]:
     """Run `command` (BGREWRITEAOF/BGSAVE) while a separate process PINGs every 1 ms.
 
@@ -270,10 +253,10 @@ def _probed(sp: ServerProc, ctx: Ctx, bench_pid: int, command: str,
     with PingProbe(sp.port, ctx.load_cpu) as probe:
         time.sleep(0.3)
         gens = [bench_pid, probe.pid]  # our load generators: running, so not yet "ours"
-        g0 = sum(cpu_seconds(p) for p in gens)
-        with OthersMeter(sp.pid) as others:
-            c0, t0 = cpu_seconds(sp.pid), time.perf_counter()
-            with Conn(sp.port) as c:
+        g0 = sum(harness.cpu_seconds(p) for p in gens)
+        with harness.OthersMeter(sp.pid) as others:
+            c0, t0 = harness.cpu_seconds(sp.pid), time.perf_counter()
+            with harness.Conn(sp.port) as c:
                 c.call(command)
             st = _wait_info(sp.port, busy, 600)
             secs = time.perf_counter() - t0
@@ -298,11 +281,11 @@ def m_stall(kind: str, label: str, n: int, ctx: Ctx) -> dict[str, tuple[float, f
         wait_ready(sp, 60)
         load_entries(sp.port, n, batch=200)
         if ctx.idle_wait > 0:
-            wait_for_idle(ctx.idle_wait)
+            harness.wait_for_idle(ctx.idle_wait)
         exe = shutil.which("redis-benchmark") or "/usr/bin/redis-benchmark"
         pin = (lambda: os.sched_setaffinity(0, {ctx.load_cpu})) if ctx.load_cpu is not None \
             else None
-        bench = subprocess.Popen([exe, "-h", HOST, "-p", str(sp.port), "-c", "10", "-n",
+        bench = subprocess.Popen([exe, "-h", harness.HOST, "-p", str(sp.port), "-c", "10", "-n",
                                   "100000000", *XADD_ARGS], stdout=subprocess.DEVNULL,
                                  stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL,
                                  preexec_fn=pin)
@@ -332,7 +315,7 @@ def m_stall(kind: str, label: str, n: int, ctx: Ctx) -> dict[str, tuple[float, f
 # Driver
 
 
-def run(args: argparse.Namespace) -> tuple[list[ResultRow], Ctx, list[str]]:
+def run(args: argparse.Namespace) -> tuple[list[harness.ResultRow], Ctx, list[str]]:
     cpus = sorted(os.sched_getaffinity(0))
     pin = len(cpus) >= 2 and not args.no_pin
     sizes = Sizes(xadd=20_000, always=5_000, startup=(100_000,), stall=100_000) \
@@ -342,9 +325,9 @@ def run(args: argparse.Namespace) -> tuple[list[ResultRow], Ctx, list[str]]:
     ctx = Ctx(cpus[0] if pin else None, cpus[1] if pin else None, sizes, args.idle_wait)
     labels = ["redis-server", "xshard node" if args.against == "node" else "redis-server #2"]
     roles = list(zip(["redis", args.against], labels, strict=True))
-    rows: list[ResultRow] = []
+    rows: list[harness.ResultRow] = []
 
-    def measure(row: ResultRow, fn, *fargs) -> None:
+    def measure(row: harness.ResultRow, fn, *fargs) -> None:
         for kind, label in roles:
             print(f"   {row.measurement} [{row.metric}] on {label} ...", file=sys.stderr,
                   flush=True)
@@ -360,30 +343,30 @@ def run(args: argparse.Namespace) -> tuple[list[ResultRow], Ctx, list[str]]:
         rows.append(row)
 
     if "xadd" in args.only:
-        none = ResultRow("xadd, appendonly no", "ops/s", "higher")
+        none = harness.ResultRow("xadd, appendonly no", "ops/s", "higher")
         measure(none, m_xadd, "none", sizes.xadd)
-        every = ResultRow("xadd, appendfsync everysec", "ops/s", "higher")
+        every = harness.ResultRow("xadd, appendfsync everysec", "ops/s", "higher")
         measure(every, m_xadd, "everysec", sizes.xadd)
-        own = ResultRow("xadd everysec / own no-persistence", "ratio (target >= 0.9)", "higher")
+        own = harness.ResultRow("xadd everysec / own no-persistence", "ratio (target >= 0.9)", "higher")
         for label in labels:
             if label in none.values and label in every.values:
                 own.values[label] = every.values[label] / none.values[label]
         rows.append(own)
     if "always" in args.only:
-        measure(ResultRow("xadd, appendfsync always", "ops/s", "higher"), m_xadd, "always",
+        measure(harness.ResultRow("xadd, appendfsync always", "ops/s", "higher"), m_xadd, "always",
                 sizes.always)
     if "startup" in args.only:
         for n in sizes.startup:
             for source in ("snapshot", "aof"):
-                row = ResultRow(f"startup from {source}, {n:,} entries", "seconds", "lower")
+                row = harness.ResultRow(f"startup from {source}, {n:,} entries", "seconds", "lower")
                 measure(row, m_startup, source, n)
-                rate = ResultRow(f"startup from {source}, {n:,} entries", "entries/s", "higher")
+                rate = harness.ResultRow(f"startup from {source}, {n:,} entries", "entries/s", "higher")
                 for label, secs in row.values.items():
                     rate.values[label] = n / secs
                 rows.append(rate)
     if "stall" in args.only:
         what = f"rewrite+bgsave under load, {sizes.stall:,} entries"
-        stall_rows = {m: ResultRow(what, m, "lower") for m in (
+        stall_rows = {m: harness.ResultRow(what, m, "lower") for m in (
             "PING max during rewrite (ms)", "rewrite seconds",
             "PING max during bgsave (ms)", "bgsave seconds")}
         for kind, label in roles:
@@ -403,14 +386,14 @@ def run(args: argparse.Namespace) -> tuple[list[ResultRow], Ctx, list[str]]:
     return rows, ctx, labels
 
 
-def render(rows: list[ResultRow], ctx: Ctx, labels: list[str], argv: list[str],
+def render(rows: list[harness.ResultRow], ctx: Ctx, labels: list[str], argv: list[str],
            load_before: float) -> str:
     a, b = labels
     lines = [
-        *results_head("Persistence benchmarks", "persistence_bench.py", argv),
-        f"- Compared: **{b}** against **{a}** ({redis_version()}), the same "
+        *harness.results_head("Persistence benchmarks", "persistence_bench.py", argv),
+        f"- Compared: **{b}** against **{a}** ({harness.redis_version()}), the same "
         "persistence options on both, freshly started for every measurement, on 127.0.0.1",
-        machine_line(load_before, ctx.server_cpu, ctx.load_cpu),
+        harness.machine_line(load_before, ctx.server_cpu, ctx.load_cpu),
         "",
         "## How to read this",
         "",
@@ -420,7 +403,7 @@ def render(rows: list[ResultRow], ctx: Ctx, labels: list[str], argv: list[str],
         ">= 0.9). `srv CPU` is the share of its core the server used; `others' CPU` is CPU "
         "used by unrelated processes during the measurement (above ~15% the row is noise).",
         "",
-        *ratio_table(rows, a, b, small=".4g"),  # start-up times can be a few ms
+        *harness.ratio_table(rows, a, b, small=".4g"),  # start-up times can be a few ms
     ]
     targets = []
     for r in rows:
@@ -466,7 +449,7 @@ def main(argv: list[str] | None = None) -> int:
                     default=str(Path(__file__).resolve().parent / "PERSISTENCE_RESULTS.md"),
                     help="Markdown file to write (default benchmarks/PERSISTENCE_RESULTS.md)")
     args = ap.parse_args(argv)
-    args.only = measurement_list(ap, args.only, MEASUREMENTS)
+    args.only = harness.measurement_list(ap, args.only, MEASUREMENTS)
     load_before = os.getloadavg()[0]
     rows, ctx, labels = run(args)
     md = render(rows, ctx, labels, argv, load_before)

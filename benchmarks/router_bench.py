@@ -45,13 +45,7 @@ from pathlib import Path
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks.harness import (  # noqa: E402
-    HOST,
-    REPO_ROOT,
-    cpu_seconds,
-    free_port,
-    wait_for_ping,
-)
+from benchmarks import harness  # noqa: E402
 
 BUCKETS = ["0-1", "1-2", "2-3", "3-4", "4-5", ">5"]
 
@@ -66,7 +60,7 @@ def bench(port: int, clients: int, n: int, pipeline: int = 1,
           ) -> tuple[float, float, float]:
     """(ops/s, p50 ms, p99 ms) of an XADD from redis-benchmark."""
     exe = shutil.which("redis-benchmark") or "/usr/bin/redis-benchmark"
-    res = subprocess.run([exe, "-h", HOST, "-p", str(port), "--csv", "-c", str(clients), "-n",
+    res = subprocess.run([exe, "-h", harness.HOST, "-p", str(port), "--csv", "-c", str(clients), "-n",
                           str(n), "-P", str(pipeline), *cmd], capture_output=True,
                          timeout=600, stdin=subprocess.DEVNULL)
     rows = [r for r in csv.reader(io.StringIO(res.stdout.decode())) if r and r[0] != "test"]
@@ -84,27 +78,27 @@ class Procs:
 
     def start(self, name: str, argv: list[str], port: int) -> int:
         log = open(self.dir / f"{name}.log", "wb")
-        p = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, cwd=REPO_ROOT,
+        p = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, cwd=harness.REPO_ROOT,
                              stdin=subprocess.DEVNULL)
         log.close()
         self.procs.append(p)
         self.by_port[port] = p
-        wait_for_ping(port, 30, p)
+        harness.wait_for_ping(port, 30, p)
         return port
 
     def node(self, name: str, *extra: str) -> int:
-        port = free_port()
+        port = harness.free_port()
         d = self.dir / name
         d.mkdir()
         return self.start(name, [sys.executable, "-m", "control.cli", "node", "--port", str(port),
                                  "--dir", str(d), *extra], port)
 
     def redis(self, name: str, *extra: str) -> int:
-        port = free_port()
+        port = harness.free_port()
         d = self.dir / name
         d.mkdir()
         return self.start(name, [shutil.which("redis-server") or "redis-server", "--port",
-                                 str(port), "--bind", HOST, "--save", "", "--dir", str(d),
+                                 str(port), "--bind", harness.HOST, "--save", "", "--dir", str(d),
                                  "--daemonize", "no", *extra], port)
 
     def router(self, node_port: int, replica_port: int | None = None) -> int:
@@ -119,17 +113,17 @@ class Procs:
         per = 16384 // len(shards)
         for i, (prim, rep) in enumerate(shards):
             sid = str(i)
-            nodes[f"p{i}"] = {"id": f"p{i}", "host": HOST, "port": prim, "shard": sid,
+            nodes[f"p{i}"] = {"id": f"p{i}", "host": harness.HOST, "port": prim, "shard": sid,
                               "role": "primary"}
             topo_shards[sid] = {"primary": f"p{i}", "replicas": [], "epoch": 1}
             if rep:
-                nodes[f"r{i}"] = {"id": f"r{i}", "host": HOST, "port": rep, "shard": sid,
+                nodes[f"r{i}"] = {"id": f"r{i}", "host": harness.HOST, "port": rep, "shard": sid,
                                   "role": "replica"}
                 topo_shards[sid]["replicas"] = [f"r{i}"]
             slots.append([i * per, 16383 if i == len(shards) - 1 else (i + 1) * per - 1, sid])
         path = self.dir / f"topology-{shards[0][0]}.json"
         path.write_text(json.dumps({"nodes": nodes, "shards": topo_shards, "slots": slots}))
-        port = free_port()
+        port = harness.free_port()
         return self.start(f"router-{port}", [sys.executable, "-m", "control.cli", "router",
                                              "--port", str(port), "--topology", str(path)],
                           port)
@@ -138,12 +132,12 @@ class Procs:
         """HAProxy 2.6 in TCP mode, one thread, in front of one server: a proxy hop written in
         C with no RESP logic (each client gets its own backend connection), the floor of what
         one more process on the path costs."""
-        port = free_port()
+        port = harness.free_port()
         cfg = self.dir / f"haproxy-{port}.cfg"
         cfg.write_text(f"global\n  nbthread 1\n  maxconn 4000\n"
                        f"defaults\n  mode tcp\n  timeout connect 5s\n  timeout client 1h\n"
                        f"  timeout server 1h\n"
-                       f"listen relay\n  bind {HOST}:{port}\n  server b {HOST}:{backend}\n")
+                       f"listen relay\n  bind {harness.HOST}:{port}\n  server b {harness.HOST}:{backend}\n")
         exe = shutil.which("haproxy") or "/usr/sbin/haproxy"
         return self.start(f"haproxy-{port}", [exe, "-db", "-f", str(cfg)], port)
 
@@ -151,14 +145,14 @@ class Procs:
         """twemproxy (nutcracker 0.5) in front of redis-servers: a RESP-parsing proxy in C that,
         like the router, pipelines every client's requests to a server over one connection.
         It has no stream commands, so it is measured on SET."""
-        port = free_port()
+        port = harness.free_port()
         cfg = self.dir / f"nutcracker-{port}.yml"
-        cfg.write_text(f"pool:\n  listen: {HOST}:{port}\n  hash: crc16\n"
+        cfg.write_text(f"pool:\n  listen: {harness.HOST}:{port}\n  hash: crc16\n"
                        f"  distribution: modula\n  redis: true\n  preconnect: true\n"
-                       f"  servers:\n" + "".join(f"   - {HOST}:{b}:1\n" for b in backends))
+                       f"  servers:\n" + "".join(f"   - {harness.HOST}:{b}:1\n" for b in backends))
         exe = shutil.which("nutcracker") or "/usr/sbin/nutcracker"
         return self.start(f"nutcracker-{port}", [exe, "-c", str(cfg), "-v", "2", "-s",
-                                                 str(free_port())], port)
+                                                 str(harness.free_port())], port)
 
     def stop(self) -> None:
         for p in self.procs:
@@ -176,13 +170,13 @@ async def delivery(port: int, rate: int, seconds: float, consumers: int = 10) ->
     import redis.asyncio as aredis
 
     key = f"lat-{time.time_ns()}"
-    admin = aredis.Redis(host=HOST, port=port, protocol=2)
+    admin = aredis.Redis(host=harness.HOST, port=port, protocol=2)
     await admin.xgroup_create(key, "g", "$", mkstream=True)
     lat: list[float] = []
     stop = asyncio.Event()
 
     async def consumer(i: int) -> None:
-        r = aredis.Redis(host=HOST, port=port, protocol=2)
+        r = aredis.Redis(host=harness.HOST, port=port, protocol=2)
         while not stop.is_set():
             got = await r.xreadgroup("g", f"c{i}", {key: ">"}, count=50, block=100)
             now = time.perf_counter_ns()
@@ -198,7 +192,7 @@ async def delivery(port: int, rate: int, seconds: float, consumers: int = 10) ->
     produced = [0]
 
     async def producer() -> None:
-        r = aredis.Redis(host=HOST, port=port, protocol=2)
+        r = aredis.Redis(host=harness.HOST, port=port, protocol=2)
         batch = max(1, rate // 1000)  # one small burst every millisecond
         start = time.perf_counter()
         sent = 0
@@ -282,12 +276,12 @@ def relay(n: int, repeat: int = 3, floor: bool = False) -> str:
                 bench(proxy_port, 50, min(n, 20000), pipeline, cmd)
                 runs = []
                 for _ in range(repeat):
-                    cpu0 = cpu_seconds(procs.by_port[direct_port].pid)
+                    cpu0 = harness.cpu_seconds(procs.by_port[direct_port].pid)
                     direct = bench(direct_port, 50, n, pipeline, cmd)
-                    direct_us = (cpu_seconds(procs.by_port[direct_port].pid) - cpu0) / n * 1e6
-                    cpu0 = cpu_seconds(procs.by_port[proxy_port].pid)
+                    direct_us = (harness.cpu_seconds(procs.by_port[direct_port].pid) - cpu0) / n * 1e6
+                    cpu0 = harness.cpu_seconds(procs.by_port[proxy_port].pid)
                     routed = bench(proxy_port, 50, n, pipeline, cmd)
-                    proxy_us = (cpu_seconds(procs.by_port[proxy_port].pid) - cpu0) / n * 1e6
+                    proxy_us = (harness.cpu_seconds(procs.by_port[proxy_port].pid) - cpu0) / n * 1e6
                     runs.append((direct, routed, direct_us, proxy_us))
                 rows.append((label, pipeline, runs))
     finally:
@@ -364,10 +358,10 @@ def main(argv: list[str] | None = None) -> int:
               f"(target <= 0.2: {'met' if added <= 0.2 else 'NOT met'})")
         # Delivery latency: primary + 1 replica, everysec, through the router.
         prim = procs.node("primary", "--appendonly", "yes", "--appendfsync", "everysec")
-        rep = procs.node("replica", "--replicaof", f"{HOST} {prim}")
+        rep = procs.node("replica", "--replicaof", f"{harness.HOST} {prim}")
         r2 = procs.router(prim, rep)
         rprim = procs.redis("rprimary", "--appendonly", "yes", "--appendfsync", "everysec")
-        procs.redis("rreplica", "--replicaof", HOST, str(rprim))
+        procs.redis("rreplica", "--replicaof", harness.HOST, str(rprim))
         ours = asyncio.run(delivery(r2, rate, seconds))
         theirs = asyncio.run(delivery(rprim, rate, seconds))
         print(f"\ndelivery latency, {rate} msg/s, 10 consumers, 1 replica, everysec")

@@ -25,15 +25,7 @@ from pathlib import Path
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks.harness import (  # noqa: E402
-    cpu_seconds,
-    finish_results,
-    machine_line,
-    redis_benchmark,
-    redis_version,
-    results_head,
-    start_server,
-)
+from benchmarks import harness  # noqa: E402
 from control.certs import make_tls  # noqa: E402
 from control.ports import free_port  # noqa: E402
 
@@ -64,7 +56,7 @@ def _run(kind: str, certs, rounds: int, requests: int,  # noqa: ANN001
                   "--key", str(certs.client_key)]
     for rnd in range(rounds):
         tport = free_port()
-        srv = start_server(kind, cpu=SERVER_CPU, extra=("--tls-port", str(tport), *tls_args))
+        srv = harness.start_server(kind, cpu=SERVER_CPU, extra=("--tls-port", str(tport), *tls_args))
         try:
             versions[kind] = _tls_version(tport, certs)
             order = ("plain", "tls") if rnd % 2 == 0 else ("tls", "plain")
@@ -72,11 +64,11 @@ def _run(kind: str, certs, rounds: int, requests: int,  # noqa: ANN001
                 for transport in order:
                     port = srv.port if transport == "plain" else tport
                     extra = client_tls if transport == "tls" else []
-                    cpu0 = cpu_seconds(srv.pid)
-                    rps = redis_benchmark(port, [*extra, "-c", "50", "-n", str(requests), "-P",
+                    cpu0 = harness.cpu_seconds(srv.pid)
+                    rps = harness.redis_benchmark(port, [*extra, "-c", "50", "-n", str(requests), "-P",
                                                  str(pipeline), "XADD", f"s-{transport}", "*",
                                                  *FIELDS], timeout=600, cpu=LOAD_CPU)
-                    us = (cpu_seconds(srv.pid) - cpu0) / requests * 1e6
+                    us = (harness.cpu_seconds(srv.pid) - cpu0) / requests * 1e6
                     out.setdefault((transport, pipeline), []).append((rps, us))
                     print(f"round {rnd + 1} {SERVERS[kind]:12} {transport:5} P{pipeline:<2} "
                           f"{rps:10,.0f} req/s, server CPU {us:.1f} us/request", flush=True)
@@ -103,11 +95,11 @@ def main(argv: list[str]) -> int:
            for k, r in res.items()}
     cpu = {k: {m: statistics.median(x[1] for x in v) for m, v in r.items()}
            for k, r in res.items()}
-    lines = results_head("TLS cost on XADD: redis-server and the node, plain vs TLS",
+    lines = harness.results_head("TLS cost on XADD: redis-server and the node, plain vs TLS",
                          "tls_bench.py", argv)
-    lines += [machine_line(load0, SERVER_CPU, LOAD_CPU,
+    lines += [harness.machine_line(load0, SERVER_CPU, LOAD_CPU,
                            f" (loadavg {' '.join(uptime0)})"),
-              f"- {redis_version()}; redis-benchmark -c 50 -n {requests:,}, XADD of 5 fields, "
+              f"- {harness.redis_version()}; redis-benchmark -c 50 -n {requests:,}, XADD of 5 fields, "
               f"median of {rounds} round(s); mutual TLS (client certificates), ECDSA P-256 "
               f"certificates; negotiated: "
               + "; ".join(f"{SERVERS[k]} {v}" for k, v in versions.items()), "",
@@ -132,7 +124,7 @@ def main(argv: list[str]) -> int:
             lines.append(f"- {SERVERS[kind]} {t} P{p}: "
                          + ", ".join(f"{x:,.0f} ({us:.1f} us)" for x, us in v))
     lines += ["", f"Run took until {time.strftime('%H:%M UTC', time.gmtime())}."]
-    finish_results(lines, Path(a.output))
+    harness.finish_results(lines, Path(a.output))
     return 0
 
 
