@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from node import errors
+from node import command_table, errors
 from node.resp import ReplyError, Status, encode
 
 if TYPE_CHECKING:
@@ -42,11 +42,26 @@ def help_or_unknown_subcommand(c: Client, argv: list[bytes], name: bytes,
     raise ReplyError(errors.unknown_subcommand(argv[1], name))
 
 
+class MissingCommandEntry(RuntimeError):
+    """A handler is registered under a name that node/commands.json does not list."""
+
+
 def load_all() -> dict[bytes, Handler]:
-    """Import every command module so that their handlers register themselves."""
+    """Import every command module so that their handlers register themselves.
+
+    Every handler needs its command-table entry (node/commands.json, made by
+    tools/gen_command_table.py): the dispatchers serve only commands whose arity, flags and
+    keys they know, so a handler without one would never run. That mistake stops the node or
+    router at start-up, naming the commands, instead of showing as `unknown command` later."""
     import importlib
     import pkgutil
 
     for mod in pkgutil.iter_modules(__path__):
         importlib.import_module(f"{__name__}.{mod.name}")
+    missing = sorted(n for n in COMMANDS if command_table.lookup(n) is None)
+    if missing:
+        raise MissingCommandEntry(
+            "handlers without a command-table entry (add them to SERVED in "
+            "tools/gen_command_table.py and regenerate node/commands.json): "
+            + ", ".join(n.decode() for n in missing))
     return COMMANDS

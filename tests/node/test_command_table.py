@@ -192,6 +192,28 @@ def test_is_write_and_lookup() -> None:
     assert "write" in xadd.flags and "@stream" in xadd.acl_categories
 
 
+def test_every_handler_has_a_table_entry() -> None:
+    """Each registered handler is served: load_all found an entry for every one."""
+    from node.commands import load_all
+
+    handlers = load_all()
+    assert handlers and all(table.lookup(name) is not None for name in handlers)
+
+
+def test_handler_without_table_entry_fails_at_start_up(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A handler whose command node/commands.json lacks would never be dispatched: loading
+    the handlers (what a node and a router do at start-up) refuses it, naming it."""
+    from node.commands import COMMANDS, MissingCommandEntry, load_all
+    from node.config import Config
+    from node.server import Server
+
+    monkeypatch.setitem(COMMANDS, b"nosuchcommand", lambda c, argv: b"+OK\r\n")
+    with pytest.raises(MissingCommandEntry, match="nosuchcommand"):
+        load_all()
+    with pytest.raises(MissingCommandEntry, match="nosuchcommand"):
+        Server(Config())
+
+
 @pytest.mark.parametrize("pattern, name, match", [
     (b"x*", b"xadd", True), (b"X*", b"xadd", True), (b"xinfo|*", b"xinfo|stream", True),
     (b"x?dd", b"xadd", True), (b"x[a-c]dd", b"xadd", True), (b"x[^a]dd", b"xadd", False),
