@@ -3,7 +3,7 @@
 A server gives each accepted connection a `Client` with the next id, counts it
 (total_connections_received) and, when the connection goes, releases what the client held:
 a blocked read, its watches, its MONITOR entry. node/server.py `Server` and router/proxy.py
-`Router` both do it through these two functions; only the client class differs.
+`Router` both do it through these functions; only the client class differs.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from node.client import Client
     from node.protocol import RespConnection
 
-__all__ = ["ClientTable", "add_client", "remove_client"]
+__all__ = ["ClientTable", "add_client", "close_all", "remove_client"]
 
 C = TypeVar("C", bound="Client")
 
@@ -43,3 +43,10 @@ def remove_client(server: ClientTable, c: Client) -> None:
     server.db.unwatch_all(c)
     server.clients.pop(c.id, None)
     server.monitors.pop(c.id, None)
+
+
+def close_all(server: ClientTable) -> None:
+    """Close every client's connection (the server is stopping)."""
+    for c in list(server.clients.values()):
+        if c.conn is not None:
+            c.conn.close()

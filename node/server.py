@@ -495,9 +495,7 @@ class Server:
         for srv in (self.tcp_server, self.tls_server):
             if srv is not None:
                 srv.close()
-        for c in list(self.clients.values()):
-            if c.conn is not None:
-                c.conn.close()
+        clients.close_all(self)
 
 
 class Connection(RespConnection):

@@ -234,9 +234,7 @@ class Router(RouterCore):
         for srv in (self.tcp_server, self.tls_server):
             if srv is not None:
                 srv.close()
-        for c in list(self.clients.values()):
-            if c.conn is not None:
-                c.conn.close()
+        clients.close_all(self)
         for p in self.pools.values():
             p.close()
 

@@ -33,6 +33,40 @@ def command(*names: bytes) -> Callable[[Handler], Handler]:
     return register
 
 
+class Subcommands:
+    """A container command's handlers by subcommand (CONFIG GET, CLIENT KILL, ACL SETUSER...),
+    as Redis's command table gives each subcommand a function of its own. `run` is the
+    command's handler, registered under `name`; the dispatcher has already refused a
+    subcommand the command table does not list, and load_all refuses one registered here
+    that the table lacks."""
+
+    def __init__(self, name: bytes) -> None:
+        self.name = name.lower()
+        self.handlers: dict[bytes, Handler] = {}
+        _SUBCOMMANDS.append(self)
+        command(self.name)(self.run)
+
+    def __call__(self, *subs: bytes) -> Callable[[Handler], Handler]:
+        """Register a handler under lower-case subcommand names."""
+
+        def register(fn: Handler) -> Handler:
+            for sub in subs:
+                self.handlers[sub.lower()] = fn
+            return fn
+
+        return register
+
+    def run(self, c: Client, argv: list[bytes]) -> bytes:
+        """The command: its subcommand's handler runs."""
+        fn = self.handlers.get(argv[1].lower())
+        if fn is None:  # in the table, not served (CLIENT TRACKING...): Redis's error text
+            raise ReplyError(errors.unknown_subcommand(argv[1], self.name))
+        return fn(c, argv)
+
+
+_SUBCOMMANDS: list[Subcommands] = []
+
+
 def help_or_unknown_subcommand(c: Client, argv: list[bytes], name: bytes,
                                lines: list[bytes] | tuple[bytes, ...]) -> bytes:
     """The end of a subcommand dispatch: HELP replies with `lines`, anything else is Redis's
@@ -58,7 +92,9 @@ def load_all() -> dict[bytes, Handler]:
 
     for mod in pkgutil.iter_modules(__path__):
         importlib.import_module(f"{__name__}.{mod.name}")
-    missing = sorted(n for n in COMMANDS if command_table.lookup(n) is None)
+    missing = sorted([n for n in COMMANDS if command_table.lookup(n) is None]
+                     + [t.name + b"|" + sub for t in _SUBCOMMANDS for sub in t.handlers
+                        if command_table.lookup(t.name + b"|" + sub) is None])
     if missing:
         raise MissingCommandEntry(
             "handlers without a command-table entry (add them to SERVED in "

@@ -15,6 +15,7 @@ compared only where the patch does not reach (see tools/gen_command_table.py).
 
 from __future__ import annotations
 
+import asyncio
 import random
 from typing import Any
 
@@ -210,8 +211,26 @@ def test_handler_without_table_entry_fails_at_start_up(monkeypatch: pytest.Monke
     monkeypatch.setitem(COMMANDS, b"nosuchcommand", lambda c, argv: b"+OK\r\n")
     with pytest.raises(MissingCommandEntry, match="nosuchcommand"):
         load_all()
-    with pytest.raises(MissingCommandEntry, match="nosuchcommand"):
-        Server(Config())
+    loop = asyncio.new_event_loop()  # a Server takes the current loop
+    asyncio.set_event_loop(loop)
+    try:
+        with pytest.raises(MissingCommandEntry, match="nosuchcommand"):
+            Server(Config())
+    finally:
+        asyncio.set_event_loop(None)
+        loop.close()
+
+
+def test_subcommand_without_table_entry_fails_at_start_up(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The same for a container's subcommand handler (CLIENT, CONFIG, ACL tables)."""
+    from node.commands import MissingCommandEntry, load_all
+    from node.commands.connection import CLIENT
+
+    load_all()
+    monkeypatch.setitem(CLIENT.handlers, b"nosuchsub", lambda c, argv: b"+OK\r\n")
+    with pytest.raises(MissingCommandEntry, match=r"client\|nosuchsub"):
+        load_all()
 
 
 @pytest.mark.parametrize("pattern, name, match", [
