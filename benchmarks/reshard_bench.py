@@ -80,7 +80,89 @@ class Probe(threading.Thread):
             time.sleep(0.001)
 
 
-def main() -> int:
+class Cluster:
+    """One etcd, two shards of 1 + `replicas` nodes each and a controller, as processes of
+    this checkout; `stop` ends them all and removes their files."""
+
+    def __init__(self) -> None:
+        self.tmp = Path(tempfile.mkdtemp(prefix="reshard-bench-"))
+        self.etcd = EtcdProcess(self.tmp / "etcd")
+        self.url = ""
+        self.name = "bench"
+        self.procs: list[subprocess.Popen] = []
+        self.ports: dict[str, int] = {}
+
+    def cli(self, *args: str) -> subprocess.CompletedProcess:
+        """`xshard ARGS --etcd URL --cluster NAME`, waited for."""
+        return subprocess.run([*_CLI, *args, "--etcd", self.url, "--cluster", self.name],
+                              cwd=REPO, capture_output=True, text=True)
+
+    def _spawn(self, log: Path, *args: str) -> None:
+        self.procs.append(subprocess.Popen(
+            [*_CLI, *args, "--etcd", self.url, "--cluster", self.name], cwd=REPO,
+            stdout=open(log, "ab"), stderr=subprocess.STDOUT))
+
+    def _node(self, nid: str, shard: str) -> None:
+        d = self.tmp / nid
+        d.mkdir()
+        self.ports[nid] = free_port()
+        self._spawn(d / "node.log", "node", "--port", str(self.ports[nid]), "--dir", str(d),
+                    "--shard", shard, "--node-id", nid)
+
+    def start(self, replicas: int) -> None:
+        self.url = self.etcd.start()
+        assert self.cli("create", "--shards", "2").returncode == 0
+        for i in range(1 + replicas):
+            for s in ("0", "1"):
+                self._node(f"s{s}n{i}", s)
+            while True:  # this round's nodes are up (a new primary first, then replicas)
+                v = read_view(self.url, self.name)
+                if all(v.live(e.value.primary) for e in v.shards.values()) and \
+                        len(v.nodes) == 2 * (i + 1):
+                    break
+                time.sleep(0.1)
+        self._spawn(self.tmp / "controller.log", "controller")
+
+    def primary_port(self, shard: str) -> int:
+        return self.ports[read_view(self.url, self.name).shards[shard].value.primary]
+
+    def stop(self) -> None:
+        for p in self.procs:
+            if p.poll() is None:
+                p.send_signal(signal.SIGTERM)
+        for p in self.procs:
+            try:
+                p.wait(10)
+            except subprocess.TimeoutExpired:
+                p.kill()
+        self.etcd.stop()
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+
+_CLI = [sys.executable, "-m", "control.cli"]
+
+
+class Writer(threading.Thread):
+    """XADDs to keys of slots that stay put, one after the other; latencies (ms) per phase."""
+
+    def __init__(self, port: int, keys: list[str], phase: list[str]) -> None:
+        super().__init__(daemon=True)
+        self.r = redis.Redis(port=port)
+        self.keys = keys
+        self.phase = phase
+        self.lat: dict[str, list[float]] = {"before": [], "during": []}
+        self.stop = threading.Event()
+
+    def run(self) -> None:
+        n = 0
+        while not self.stop.is_set():
+            t0 = time.perf_counter()
+            self.r.xadd(self.keys[n % len(self.keys)], {"n": str(n)})
+            self.lat[self.phase[0]].append((time.perf_counter() - t0) * 1000)
+            n += 1
+
+
+def _args() -> argparse.Namespace:
     ap = argparse.ArgumentParser()
     ap.add_argument("--slots", type=int, default=64, help="slots to move")
     ap.add_argument("--entries", type=int, default=200_000,
@@ -92,119 +174,74 @@ def main() -> int:
     a = ap.parse_args()
     if a.quick:
         a.slots, a.entries, a.big, a.replicas = 8, 4000, 20_000, 0
-    tmp = Path(tempfile.mkdtemp(prefix="reshard-bench-"))
-    etcd = EtcdProcess(tmp / "etcd")
-    url = etcd.start()
-    cluster = "bench"
-    py = [sys.executable, "-m", "control.cli"]
-    procs: list[subprocess.Popen] = []
-    ports: dict[str, int] = {}
+    return a
 
-    def run(*args: str) -> subprocess.CompletedProcess:
-        return subprocess.run(py + list(args), cwd=REPO, capture_output=True, text=True)
 
-    def node(nid: str, shard: str) -> None:
-        d = tmp / nid
-        d.mkdir()
-        ports[nid] = free_port()
-        procs.append(subprocess.Popen(
-            py + ["node", "--port", str(ports[nid]), "--dir", str(d), "--etcd", url,
-                  "--cluster", cluster, "--shard", shard, "--node-id", nid],
-            cwd=REPO, stdout=open(d / "node.log", "ab"), stderr=subprocess.STDOUT))
-
+def main() -> int:
+    a = _args()
+    cl = Cluster()
     try:
-        assert run("create", "--etcd", url, "--cluster", cluster, "--shards", "2").returncode == 0
-        for i in range(1 + a.replicas):
-            for s in ("0", "1"):
-                node(f"s{s}n{i}", s)
-            while True:
-                v = read_view(url, cluster)
-                if all(v.live(e.value.primary) for e in v.shards.values()) and \
-                        len(v.nodes) == 2 * (i + 1):
-                    break
-                time.sleep(0.1)
-        procs.append(subprocess.Popen(py + ["controller", "--etcd", url, "--cluster", cluster],
-                                      cwd=REPO, stdout=open(tmp / "controller.log", "ab"),
-                                      stderr=subprocess.STDOUT))
-        v = read_view(url, cluster)
-        owner = owners(v.slots.value)
-        mine = [s for s in range(16384) if owner[s] == "0"]
-        moving = mine[-a.slots:]
-        big_slot = mine[-a.slots - 1]
-        still = mine[:a.slots]
-        src_port = ports[v.shards["0"].value.primary]
-        dst_port = ports[v.shards["1"].value.primary]
-        src = redis.Redis(port=src_port)
-        mkeys = keys_in_slots(moving, 2, prefix="b")
-        per = max(1, a.entries // len(mkeys))
-        for k in mkeys:
-            fill(src, k, per)
-        big = keys_in_slots([big_slot], 1, prefix="big")[0]
-        fill(src, big, a.big)
-        skeys = keys_in_slots(still, 1, prefix="s")
-        phase = ["before"]
-        lat: dict[str, list[float]] = {"before": [], "during": []}
-        stop = threading.Event()
-
-        def writer() -> None:
-            c = redis.Redis(port=src_port)
-            n = 0
-            while not stop.is_set():
-                t0 = time.perf_counter()
-                c.xadd(skeys[n % len(skeys)], {"n": str(n)})
-                lat[phase[0]].append((time.perf_counter() - t0) * 1000)
-                n += 1
-
-        threads = [threading.Thread(target=writer, daemon=True)]
-        probes = [Probe(src_port, phase), Probe(dst_port, phase)]
-        for t in [*threads, *probes]:
-            t.start()
-        time.sleep(2.0)
-        phase[0] = "during"
-        t0 = time.monotonic()
-        r = run("move-slots", "--etcd", url, "--cluster", cluster, "--to", "1", "--slots",
-                ",".join(map(str, sorted([*moving, big_slot]))), "--wait")
-        el = time.monotonic() - t0
-        stop.set()
-        for p in probes:
-            p.stop.set()
-        for t in [*threads, *probes]:
-            t.join()
-        if r.returncode != 0:
-            print(r.stdout, r.stderr)
-            return 1
-        info = src.info("cluster")
-        moved = int(info["slot_move_bytes_sent"])
-        entries = per * len(mkeys) + a.big
-        load = os.getloadavg()
-        print(f"load: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f} (1/5/15-minute averages, "
-              f"{os.cpu_count()} CPUs)")
-        print(f"moved {a.slots + 1} slots, {entries} entries in {len(mkeys) + 1} streams (the "
-              f"longest {a.big}; groups, PELs included), {moved / 1e6:.1f} MB in {el:.1f}s: "
-              f"{entries / el:.0f} entries/s, {moved / 1e6 / el:.2f} MB/s")
-        print(f"longest write pause on a moving slot: {info['slot_move_longest_pause_ms']} ms "
-              f"(target: 50 ms)")
-        for ph in ("before", "during"):
-            xs = lat[ph]
-            print(f"XADD on slots not moving, {ph} the moves: p50 {pct(xs, .5):.2f} ms, "
-                  f"p99 {pct(xs, .99):.2f} ms ({len(xs)} writes)")
-        for name, p in (("source", probes[0]), ("target", probes[1])):
-            print(f"PING round trip to the {name} primary (its longest loop stall): before "
-                  f"max {max(p.rtt['before'] or [0]):.1f} ms, during max "
-                  f"{max(p.rtt['during'] or [0]):.1f} ms, p99 {pct(p.rtt['during'], .99):.2f} "
-                  "ms")
+        cl.start(a.replicas)
+        return measure(cl, a)
     finally:
-        for p in procs:
-            if p.poll() is None:
-                p.send_signal(signal.SIGTERM)
-        for p in procs:
-            try:
-                p.wait(10)
-            except subprocess.TimeoutExpired:
-                p.kill()
-        etcd.stop()
-        shutil.rmtree(tmp, ignore_errors=True)
+        cl.stop()
+
+
+def measure(cl: Cluster, a: argparse.Namespace) -> int:
+    """Fill the slots to move, then move them with writers and probes running; report."""
+    owner = owners(read_view(cl.url, cl.name).slots.value)
+    mine = [s for s in range(16384) if owner[s] == "0"]
+    moving, big_slot, still = mine[-a.slots:], mine[-a.slots - 1], mine[:a.slots]
+    src_port, dst_port = cl.primary_port("0"), cl.primary_port("1")
+    src = redis.Redis(port=src_port)
+    mkeys = keys_in_slots(moving, 2, prefix="b")
+    per = max(1, a.entries // len(mkeys))
+    for k in mkeys:
+        fill(src, k, per)
+    fill(src, keys_in_slots([big_slot], 1, prefix="big")[0], a.big)
+    phase = ["before"]
+    writer = Writer(src_port, keys_in_slots(still, 1, prefix="s"), phase)
+    probes = [Probe(src_port, phase), Probe(dst_port, phase)]
+    for t in [writer, *probes]:
+        t.start()
+    time.sleep(2.0)
+    phase[0] = "during"
+    t0 = time.monotonic()
+    r = cl.cli("move-slots", "--to", "1", "--slots",
+               ",".join(map(str, sorted([*moving, big_slot]))), "--wait")
+    el = time.monotonic() - t0
+    for t in [writer, *probes]:
+        t.stop.set()
+    for t in [writer, *probes]:
+        t.join()
+    if r.returncode != 0:
+        print(r.stdout, r.stderr)
+        return 1
+    report(a, src.info("cluster"), per * len(mkeys) + a.big, len(mkeys) + 1, el, writer,
+           probes)
     return 0
+
+
+def report(a: argparse.Namespace, info: dict, entries: int, streams: int, el: float,
+           writer: Writer, probes: list[Probe]) -> None:
+    moved = int(info["slot_move_bytes_sent"])
+    load = os.getloadavg()
+    print(f"load: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f} (1/5/15-minute averages, "
+          f"{os.cpu_count()} CPUs)")
+    print(f"moved {a.slots + 1} slots, {entries} entries in {streams} streams (the "
+          f"longest {a.big}; groups, PELs included), {moved / 1e6:.1f} MB in {el:.1f}s: "
+          f"{entries / el:.0f} entries/s, {moved / 1e6 / el:.2f} MB/s")
+    print(f"longest write pause on a moving slot: {info['slot_move_longest_pause_ms']} ms "
+          f"(target: 50 ms)")
+    for ph in ("before", "during"):
+        xs = writer.lat[ph]
+        print(f"XADD on slots not moving, {ph} the moves: p50 {pct(xs, .5):.2f} ms, "
+              f"p99 {pct(xs, .99):.2f} ms ({len(xs)} writes)")
+    for name, p in (("source", probes[0]), ("target", probes[1])):
+        print(f"PING round trip to the {name} primary (its longest loop stall): before "
+              f"max {max(p.rtt['before'] or [0]):.1f} ms, during max "
+              f"{max(p.rtt['during'] or [0]):.1f} ms, p99 {pct(p.rtt['during'], .99):.2f} "
+              "ms")
 
 
 if __name__ == "__main__":

@@ -22,6 +22,7 @@ import os
 import time
 from collections import deque
 from collections.abc import Callable, Iterable
+from functools import partial
 from typing import TYPE_CHECKING
 
 from node import command_table, errors
@@ -102,67 +103,79 @@ class User:
 
     # --- rules ----------------------------------------------------------------------------------
     def apply(self, op: bytes) -> None:
-        """ACLSetUser: apply one rule; ReplyError with Redis's text if it is not valid."""
+        """ACLSetUser: apply one rule; ReplyError with Redis's text if it is not valid.
+
+        A rule is a keyword (on, nopass, allkeys, resetchannels, -@all...) or a prefix and its
+        argument (>password, ~pattern, &channel, +command...): one table each, below the
+        class."""
         low = op.lower()
-        if low == b"on":
-            self.enabled = True
-        elif low == b"off":
-            self.enabled = False
-        elif low in (b"sanitize-payload", b"skip-sanitize-payload"):
-            self.sanitize = low == b"sanitize-payload"
-        elif low == b"nopass":
-            self.nopass = True
-            self.passwords = []
-        elif low == b"resetpass":
-            self.nopass = False
-            self.passwords = []
-        elif op[:1] in (b">", b"#"):
-            h = _sha256(op[1:]) if op[:1] == b">" else self._hash(op[1:])
-            if h not in self.passwords:
-                self.passwords.append(h)
-            self.nopass = False
-        elif op[:1] in (b"<", b"!"):
-            h = _sha256(op[1:]) if op[:1] == b"<" else self._hash(op[1:])
-            if h not in self.passwords:
-                raise ReplyError(errors.ACL_NO_SUCH_PASSWORD)
-            self.passwords.remove(h)
-        elif low in (b"allkeys", b"~*"):
-            self.allkeys = True
-            self.patterns = [(READ | WRITE, b"*")]
-        elif low == b"resetkeys":
-            self.allkeys = False
-            self.patterns = []
-        elif op[:1] == b"~" or op[:1] == b"%":
-            self._key_pattern(op)
-        elif low in (b"allchannels", b"&*"):
-            self.allchannels = True
-            self.channels = [b"*"]
-        elif low == b"resetchannels":
-            self.allchannels = False
-            self.channels = []
-        elif op[:1] == b"&":
-            if self.allchannels:
-                raise ReplyError(errors.ACL_CHANNEL_AFTER_ALL)
-            if op[1:] not in self.channels:
-                self.channels.append(op[1:])
-        elif low in (b"allcommands", b"+@all"):
-            self.allcommands = True
-            self.allowed = set(ALL_COMMANDS)
-            self.rules = []
-        elif low in (b"nocommands", b"-@all"):
-            self.allcommands = False
-            self.allowed = set()
-            self.rules = []
-        elif op[:1] in (b"+", b"-") and len(op) > 1:
-            self._command_rule(op[:1] == b"+", low[1:])
-        elif low == b"reset":
-            for o in (b"resetpass", b"resetkeys", b"resetchannels", b"off", b"-@all",
-                      b"sanitize-payload"):
-                self.apply(o)
-        elif low[:1] == b"(":
+        keyword = _KEYWORD_RULES.get(low)
+        first = op[:1]
+        if keyword is not None:
+            keyword(self)
+        elif first in _PREFIX_RULES and (len(op) > 1 or first not in (b"+", b"-")):
+            _PREFIX_RULES[first](self, op)
+        elif first == b"(":
             raise ReplyError(errors.ACL_SELECTORS_UNSUPPORTED)
         else:
             raise ReplyError(errors.ACL_SYNTAX)
+
+    def _set_flag(self, attr: str, on: bool) -> None:
+        """on/off (enabled), sanitize-payload/skip-sanitize-payload (sanitize)."""
+        setattr(self, attr, on)
+
+    def _no_password(self, on: bool) -> None:
+        """nopass: any password logs in; resetpass: none does (until one is added)."""
+        self.nopass = on
+        self.passwords = []
+
+    def _all_keys(self, on: bool) -> None:
+        """allkeys (~*) or resetkeys."""
+        self.allkeys = on
+        self.patterns = [(READ | WRITE, b"*")] if on else []
+
+    def _all_channels(self, on: bool) -> None:
+        """allchannels (&*) or resetchannels."""
+        self.allchannels = on
+        self.channels = [b"*"] if on else []
+
+    def _all_commands(self, on: bool) -> None:
+        """allcommands (+@all) or nocommands (-@all): also the rules written so far go."""
+        self.allcommands = on
+        self.allowed = set(ALL_COMMANDS) if on else set()
+        self.rules = []
+
+    def _reset(self) -> None:
+        for o in (b"resetpass", b"resetkeys", b"resetchannels", b"off", b"-@all",
+                  b"sanitize-payload"):
+            self.apply(o)
+
+    def _password_of(self, op: bytes) -> str:
+        """The hash a password rule names: >password and <password hash it, #hash and !hash
+        give it."""
+        return _sha256(op[1:]) if op[:1] in (b">", b"<") else self._hash(op[1:])
+
+    def _add_password(self, op: bytes) -> None:
+        h = self._password_of(op)
+        if h not in self.passwords:
+            self.passwords.append(h)
+        self.nopass = False
+
+    def _remove_password(self, op: bytes) -> None:
+        h = self._password_of(op)
+        if h not in self.passwords:
+            raise ReplyError(errors.ACL_NO_SUCH_PASSWORD)
+        self.passwords.remove(h)
+
+    def _channel_pattern(self, op: bytes) -> None:
+        if self.allchannels:
+            raise ReplyError(errors.ACL_CHANNEL_AFTER_ALL)
+        if op[1:] not in self.channels:
+            self.channels.append(op[1:])
+
+    def _command_op(self, op: bytes) -> None:
+        """+name, -name, +@category, -@category (a subcommand as name|sub)."""
+        self._command_rule(op[:1] == b"+", op[1:].lower())
 
     @staticmethod
     def _hash(h: bytes) -> str:
@@ -273,6 +286,32 @@ class User:
 _PERM = {READ: b"%R", WRITE: b"%W", READ | WRITE: b""}
 
 
+
+# ACLSetUser's rules (User.apply). A keyword turns a toggle on or off (each toggle's spellings
+# of both below), or is `reset`; a prefixed rule is found by its first byte.
+_TOGGLES: tuple[tuple[Callable[..., None], tuple[bytes, ...], tuple[bytes, ...]], ...] = (
+    (partial(User._set_flag, attr="enabled"), (b"on",), (b"off",)),
+    (partial(User._set_flag, attr="sanitize"), (b"sanitize-payload",),
+     (b"skip-sanitize-payload",)),
+    (User._no_password, (b"nopass",), (b"resetpass",)),
+    (User._all_keys, (b"allkeys", b"~*"), (b"resetkeys",)),
+    (User._all_channels, (b"allchannels", b"&*"), (b"resetchannels",)),
+    (User._all_commands, (b"allcommands", b"+@all"), (b"nocommands", b"-@all")),
+)
+_KEYWORD_RULES: dict[bytes, Callable[[User], None]] = {b"reset": User._reset}
+for _toggle, _on, _off in _TOGGLES:
+    _KEYWORD_RULES.update({w: partial(_toggle, on=True) for w in _on})
+    _KEYWORD_RULES.update({w: partial(_toggle, on=False) for w in _off})
+del _toggle, _on, _off
+_PREFIX_RULES: dict[bytes, Callable[[User, bytes], None]] = {
+    b">": User._add_password, b"#": User._add_password,
+    b"<": User._remove_password, b"!": User._remove_password,
+    b"~": User._key_pattern, b"%": User._key_pattern,
+    b"&": User._channel_pattern,
+    b"+": User._command_op, b"-": User._command_op,
+}
+
+
 class LogEntry:
     __slots__ = ("count", "reason", "context", "object", "username", "created", "updated",
                  "client_info", "entry_id")
@@ -380,10 +419,8 @@ class Acl:
         if d is None:
             return None
         reason, obj = d
-        if not c.in_exec:  # EXEC's re-check of its queue leaves cmd=exec, as Redis does
-            # client-info shows the denied command; the node's execute has set it already,
-            # the router's dispatch has not
-            c.last_cmd = command_table.stat_name(argv, name)
+        # client-info shows the denied command: node/preflight.py set c.last_cmd before this
+        # check, and EXEC's re-check of its queue leaves cmd=exec, as Redis does.
         self.add_log(c, reason, obj, u.name)
         if reason == b"command":
             self.denied_cmd += 1

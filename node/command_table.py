@@ -341,54 +341,65 @@ def _keys_from_specs(cmd: CommandSpec, argv: list[bytes]) -> KeyRefs | None:
     for spec in cmd.key_specs:
         if "not_key" in spec.flags:
             continue
-        if spec.bs_type == "index":
-            first = spec.index
-        elif spec.bs_type == "keyword":
-            first = 0
-            kw = spec.keyword.lower()
-            if spec.startfrom > 0:
-                start, end, step = spec.startfrom, argc - 1, 1
-            else:
-                start, end, step = argc + spec.startfrom, 0, -1
-            if start > end:
-                step = -1
-            i = start
-            while i != end:
-                if i >= argc or i < 1:
-                    break
-                if argv[i].lower() == kw:
-                    first = i + 1
-                    break
-                i += step
-            if not first:
-                continue
-        else:
+        first = _begin_search(spec, argv)
+        if first is None:
             return None
-        if spec.fk_type == "range":
-            keystep = spec.keystep
-            if spec.lastkey >= 0:
-                last = first + spec.lastkey
-            elif not spec.limit:
-                last = argc + spec.lastkey
-            else:
-                last = first + ((argc - first) // spec.limit + spec.lastkey)
-        elif spec.fk_type == "keynum":
-            keystep = spec.keystep
-            if spec.keynumidx >= argc or first + spec.keynumidx >= argc:
-                return None
-            numkeys = errors.string2ll(argv[first + spec.keynumidx])
-            if numkeys is None or numkeys < 0:
-                return None
-            first += spec.firstkey
-            last = first + numkeys - 1
-        else:
+        if not first:  # the keyword is not there: this spec has no keys here
+            continue
+        span = _find_keys(spec, argv, first)
+        if span is None:
             return None
+        first, last = span
         if last >= argc or last < first or first >= argc:
             return None
-        out.extend((i, spec.flags) for i in range(first, last + 1, keystep))
+        out.extend((i, spec.flags) for i in range(first, last + 1, spec.keystep))
         if "incomplete" in spec.flags:
             return None
     return out
+
+
+def _begin_search(spec: KeySpec, argv: list[bytes]) -> int | None:
+    """The index of a spec's first key (begin_search), 0 when its keyword is absent, None for
+    a begin_search type Redis has no rule for."""
+    if spec.bs_type == "index":
+        return spec.index
+    if spec.bs_type != "keyword":
+        return None
+    argc = len(argv)
+    kw = spec.keyword.lower()
+    if spec.startfrom > 0:
+        start, end, step = spec.startfrom, argc - 1, 1
+    else:
+        start, end, step = argc + spec.startfrom, 0, -1
+    if start > end:
+        step = -1
+    i = start
+    while i != end and 1 <= i < argc:
+        if argv[i].lower() == kw:
+            return i + 1
+        i += step
+    return 0
+
+
+def _find_keys(spec: KeySpec, argv: list[bytes], first: int) -> tuple[int, int] | None:
+    """(first, last) key index by a spec's find_keys from its begin_search index; None where
+    the spec does not fit (a bad key count, an unknown find_keys type)."""
+    argc = len(argv)
+    if spec.fk_type == "range":
+        if spec.lastkey >= 0:
+            return first, first + spec.lastkey
+        if not spec.limit:
+            return first, argc + spec.lastkey
+        return first, first + ((argc - first) // spec.limit + spec.lastkey)
+    if spec.fk_type != "keynum":
+        return None
+    if spec.keynumidx >= argc or first + spec.keynumidx >= argc:
+        return None
+    numkeys = errors.string2ll(argv[first + spec.keynumidx])
+    if numkeys is None or numkeys < 0:
+        return None
+    first += spec.firstkey
+    return first, first + numkeys - 1
 
 
 def get_keys_and_flags(argv: list[bytes]) -> KeyRefs | None:

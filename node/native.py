@@ -49,6 +49,7 @@ COMPILED = [
     "node.groups",
     "node.keyspace",
     "node.listpack",
+    "node.preflight",
     "node.protocol",
     "node.resp",
     "node.server",

@@ -8,6 +8,7 @@ import cython
 from node.client cimport Client
 from node.cmdstats cimport CallStats, CommandStats
 from node.effects cimport EffectLog
+from node.preflight cimport preflight, rejected, unknown
 from node.protocol cimport RespConnection
 
 cdef long long _clock_ns(bint wall) noexcept
@@ -46,8 +47,9 @@ cdef class Server:
     cdef object __weakref__
 
     # The command path: a real Client (C field reads), direct calls between these methods.
-    @cython.locals(n=Py_ssize_t, arity=int, write=int, cmd=Command, raw=object)
+    @cython.locals(write=int, cmd=Command, raw=object)
     cpdef execute(self, Client c, argv)
+    cdef _redirection(self, Client c, argv, name)
     cpdef refusal(self, Client c, argv, name, bint write)
     @cython.locals(t0="long long", ns="long long", usec="long long", effects=EffectLog,
                    st=CallStats, failed=int)

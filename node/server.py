@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Protocol
 
 import cython
 
-from node import command_table, errors, tls
+from node import clients, command_table, errors, tls
 from node.acl import Acl
 from node.blocking import Blocked, BlockingManager
 from node.client import Client
@@ -31,6 +31,7 @@ from node.keyspace import Keyspace
 from node.latency import LatencyMonitor
 from node.memlimit import MemoryLimit
 from node.monitor import feed as feed_monitors
+from node.preflight import preflight, rejected, unknown
 from node.protocol import RespConnection
 from node.resp import QUEUED, ReplyError
 from node.slotmove import MoveStats
@@ -56,7 +57,6 @@ if TYPE_CHECKING:
 log = logging.getLogger("xshard.node")
 
 _MULTI_IMMEDIATE = command_table.RUN_IN_MULTI
-_NOAUTH_OK = command_table.NO_AUTH
 
 
 def _clock_ns(wall: bool) -> int:
@@ -172,20 +172,18 @@ class Server:
         self.oom = False  # used memory is over maxmemory (node/memlimit.py keeps it)
         self.memory_limit = MemoryLimit(self)
         self.metrics: NodeCollector | None = None  # with --metrics-port (node/metrics.py)
-        # Only commands with both a handler and a command-table entry are served, each by one
-        # Command. `_dispatch` holds them by lower-case name, `_spelled` by the spellings
-        # clients send (lower and upper case) so that execute() finds most commands without
-        # lowering the name first.
+        # One Command per handler (load_all refuses a handler without a command-table entry).
+        # `_dispatch` holds them by lower-case name, `_spelled` by the spellings clients send
+        # (lower and upper case) so that execute() finds most commands without lowering the
+        # name first.
         self._dispatch: dict[bytes, Command] = {}
         self._spelled: dict[bytes, Command] = {}
         for name, handler in load_all().items():
-            spec = command_table.lookup(name)
-            if spec is not None:
-                plain = not spec.subcommands
-                write = (-1 if not plain or name == b"exec"
-                         else int(command_table.is_write(name)))
-                cmd = Command(name, handler, spec.arity if plain else 0, write)
-                self._dispatch[name] = self._spelled[name] = self._spelled[name.upper()] = cmd
+            spec = command_table.TABLE[name]
+            plain = not spec.subcommands
+            write = -1 if not plain or name == b"exec" else int(command_table.is_write(name))
+            cmd = Command(name, handler, spec.arity if plain else 0, write)
+            self._dispatch[name] = self._spelled[name] = self._spelled[name.upper()] = cmd
         # The spelling of the last command execute() found, and its Command.
         self._last_spelling: bytes | None = None
         self._last_command: Command | None = None
@@ -231,39 +229,16 @@ class Server:
             else:
                 cmd = self._dispatch.get(raw.lower())
                 if cmd is None:
-                    c.last_cmd = None  # CLIENT LIST: cmd=NULL, as Redis's c->lastcmd
-                    return self.reject(c, None, errors.unknown_command(raw, argv[1:]))
+                    return self.reject(c, None, unknown(c, argv))
         name = cmd.name
-        # The command CLIENT LIST shows (c->lastcmd): set before the checks, as Redis's
-        # processCommand does, so a rejected, queued or paused command shows too.
-        c.last_cmd = name
-        n = len(argv)
-        arity = cmd.arity
-        if arity == 0 or (n != arity if arity > 0 else n < -arity):
-            if arity == 0:  # a container: 'client|list', None for an unknown subcommand
-                c.last_cmd = command_table.stat_name(argv, name)
-            err = command_table.check_arity(argv, name)
-            if err is not None:
-                return self.reject(c, name, err, argv)
-        if not c.authenticated and name not in _NOAUTH_OK:
-            return self.reject(c, name, errors.NOAUTH, argv)
-        if c.acl is not None:  # None: the user may run anything (node/acl.py)
-            err = self.acl.check(c, argv, name)
-            if err is not None:
-                return self.reject(c, name, err, argv)
+        err = preflight(self.acl, c, argv, name, cmd.arity)
+        if err is not None:
+            return self.reject(c, name, err, argv)
         if not c.is_master:  # what a primary sent us (or the AOF holds) is never refused
             if self.cluster is not None:
-                err = self.cluster.check(c, argv, name)
-                if c.asking and name != b"asking" and not c.in_multi:
-                    c.asking = False  # ASKING covers the next command only (or one MULTI)
-                if err is not None:
-                    # A redirect is no rejectCommand: EXEC drops its transaction, and the
-                    # reply is the redirect itself.
-                    if name == b"exec":
-                        c.discard_multi()
-                    elif c.in_multi:
-                        c.multi_failed = True
-                    return self._refuse(name, err, argv)
+                redirect = self._redirection(c, argv, name)
+                if redirect is not None:
+                    return redirect
             # EXEC counts as a write when it would run one: a transaction queued before a
             # fence (or a disk error) must not commit after it.
             write = cmd.write
@@ -284,18 +259,27 @@ class Server:
             return None
         return self.call(c, argv, name, cmd.handler)
 
+    def _redirection(self, c: Client, argv: list[bytes], name: bytes) -> bytes | None:
+        """The cluster's redirection (MOVED, ASK, TRYAGAIN, CLUSTERDOWN...) for a command this
+        node may not serve, else None. A redirect is no rejectCommand: EXEC drops its
+        transaction, and the reply is the redirect itself."""
+        err = self.cluster.check(c, argv, name)  # type: ignore[union-attr]
+        if c.asking and name != b"asking" and not c.in_multi:
+            c.asking = False  # ASKING covers the next command only (or one MULTI)
+        if err is None:
+            return None
+        if name == b"exec":
+            c.discard_multi()
+        elif c.in_multi:
+            c.multi_failed = True
+        return self._refuse(name, err, argv)
+
     def reject(self, c: Client, name: bytes | None, message: bytes,
                argv: list[bytes] | None = None) -> bytes:
         """server.c rejectCommand: the command does not run; inside MULTI the transaction is
         flagged so that EXEC fails, and a rejected EXEC aborts it, quoting the reason
         (execCommandAbort). `name` is None for an unknown command."""
-        if c.in_multi:
-            c.multi_failed = True
-        if name == b"exec":
-            c.discard_multi()
-            if not message.startswith(b"EXECABORT "):  # check_arity phrases EXEC's own
-                message = errors.execabort_because(message)
-        return self._refuse(name, message, argv)
+        return self._refuse(name, rejected(c, name, message), argv)
 
     def _refuse(self, name: bytes | None, message: bytes, argv: list[bytes] | None) -> bytes:
         """Count a refused command (rejected_calls, errorstats) and encode its error."""
@@ -476,17 +460,10 @@ class Server:
 
     # --- clients --------------------------------------------------------------------------------
     def add_client(self, conn: RespConnection | None, addr: str, laddr: str) -> Client:
-        c = Client(self, conn, self.next_client_id, addr, laddr)
-        self.next_client_id += 1
-        self.clients[c.id] = c
-        self.stats.total_connections += 1
-        return c
+        return clients.add_client(self, Client, conn, addr, laddr)
 
     def remove_client(self, c: Client) -> None:
-        self.blocking.unblock(c, None)
-        self.db.unwatch_all(c)
-        self.clients.pop(c.id, None)
-        self.monitors.pop(c.id, None)
+        clients.remove_client(self, c)
 
     # --- lifecycle ------------------------------------------------------------------------------
     async def start(self) -> None:
@@ -518,9 +495,7 @@ class Server:
         for srv in (self.tcp_server, self.tls_server):
             if srv is not None:
                 srv.close()
-        for c in list(self.clients.values()):
-            if c.conn is not None:
-                c.conn.close()
+        clients.close_all(self)
 
 
 class Connection(RespConnection):

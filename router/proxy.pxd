@@ -7,6 +7,7 @@
 cimport cython
 
 from node.commands.reads cimport parse_xread_options
+from node.preflight cimport preflight, rejected, unknown
 from node.slots cimport key_slot
 from router.client cimport ClientConn, RouterClient, RouterCore
 from router.forward cimport BlockedRead, Forward, blocked_read, to_cell
@@ -30,7 +31,7 @@ cdef class Router(RouterCore):
     cdef public Outbox outbox
     cdef dict __dict__
 
-    @cython.locals(conn=ClientConn, route=Route, n=Py_ssize_t)
+    @cython.locals(conn=ClientConn, route=Route)
     cpdef dispatch(self, RouterClient c, list argv, list cell, object raw=*)
 
     @cython.locals(conn=ClientConn, fk=Py_ssize_t, f=Forward)

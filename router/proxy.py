@@ -28,7 +28,7 @@ import ssl
 import time
 from typing import TYPE_CHECKING
 
-from node import command_table, errors, tls
+from node import clients, command_table, errors, tls
 from node.acl import Acl
 from node.client import Client
 from node.cluster import SlotMap
@@ -38,6 +38,7 @@ from node.commands.connection import client_info_line
 from node.commands.reads import parse_xread_options
 from node.config import Config
 from node.monitor import feed as feed_monitors
+from node.preflight import preflight, rejected, unknown
 from node.protocol import RespConnection
 from node.resp import ReplyError, encode_command, error
 from node.slots import SLOTS, key_slot
@@ -236,9 +237,7 @@ class Router(RouterCore):
         for srv in (self.tcp_server, self.tls_server):
             if srv is not None:
                 srv.close()
-        for c in list(self.clients.values()):
-            if c.conn is not None:
-                c.conn.close()
+        clients.close_all(self)
         for p in self.pools.values():
             p.close()
 
@@ -257,32 +256,15 @@ class Router(RouterCore):
         if route is None:
             route = ROUTES.get(argv[0].lower())
             if route is None:
-                c.last_cmd = None  # CLIENT LIST cmd=NULL, as on a node (Redis's c->lastcmd)
-                if c.in_multi:
-                    c.multi_failed = True
-                return conn.fill(cell, error(errors.unknown_command(argv[0], argv[1:])))
-        # The command CLIENT LIST shows, set before the checks as a node does (node/server.py
-        # execute): a container's is its subcommand's fullname, None for an unknown one.
-        c.last_cmd = route.name
-        n, arity = len(argv), route.arity
-        if arity is None or (n != arity if arity > 0 else n < -arity):
-            if arity is None:
-                c.last_cmd = command_table.stat_name(argv, route.name)
-            err = command_table.check_arity(argv, argv[0].lower())
-            if err is not None:
-                if c.in_multi:
-                    c.multi_failed = True
-                return conn.fill(cell, error(err))
-        if route.subs is not None and n > 1:
+                return conn.fill(cell, error(rejected(c, None, unknown(c, argv))))
+        # The node's own checks (node/preflight.py): arity, AUTH, ACL; a denied command never
+        # reaches a node.
+        name = route.name
+        err = preflight(self.acl, c, argv, name, route.arity)
+        if err is not None:
+            return conn.fill(cell, error(rejected(c, name, err)))
+        if route.subs is not None and len(argv) > 1:
             route = route.subs[argv[1].lower()]
-        if not c.authenticated and not route.no_auth:
-            return conn.fill(cell, error(errors.NOAUTH))
-        if c.acl is not None:  # a denied command never reaches a node
-            err = self.acl.check(c, argv, argv[0].lower())
-            if err is not None:
-                if c.in_multi:
-                    c.multi_failed = True
-                return conn.fill(cell, error(err))
         if c.in_multi and not route.run_in_multi:
             if self.pstreams and pstreams.names_one(self, argv):
                 c.multi_failed = True
@@ -384,14 +366,7 @@ class Router(RouterCore):
 
     # --- clients --------------------------------------------------------------------------------
     def add_client(self, conn: RespConnection, addr: str, laddr: str) -> RouterClient:
-        c = RouterClient(self, conn, self.next_client_id, addr, laddr)
-        self.next_client_id += 1
-        self.clients[c.id] = c
-        self.stats.total_connections += 1
-        return c
+        return clients.add_client(self, RouterClient, conn, addr, laddr)
 
     def remove_client(self, c: Client) -> None:
-        self.blocking.unblock(c, None)
-        self.db.unwatch_all(c)
-        self.clients.pop(c.id, None)
-        self.monitors.pop(c.id, None)
+        clients.remove_client(self, c)

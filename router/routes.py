@@ -53,8 +53,8 @@ class Route:
         self.spec = spec
         self.name: bytes = spec.name  # the fullname (CLIENT LIST cmd=), a C field compiled
         self.handler = handler  # the node handler (LOCAL) or the router command (ROUTER)
-        # Plain commands are arity-checked inline; containers go through check_arity.
-        self.arity: int | None = None if spec.subcommands else spec.arity
+        # 0 for a container: its subcommand decides (node/preflight.py, check_arity).
+        self.arity: int = 0 if spec.subcommands else spec.arity
         self.write = "write" in spec.flags
         self.blocking = "blocking" in spec.flags  # XREAD, XREADGROUP: BLOCK and fan-out
         top = spec.parent.name if spec.parent is not None else spec.name

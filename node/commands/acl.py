@@ -14,7 +14,7 @@ import time
 from node import acl as acl_mod
 from node import command_table, errors
 from node.client import Client
-from node.commands import command
+from node.commands import Subcommands
 from node.resp import OK, Map, ReplyError, bulk, encode, integer, null
 
 log = logging.getLogger("xshard.acl")
@@ -52,67 +52,107 @@ HELP = [
 ]
 
 
-@command(b"acl")
-def acl(c: Client, argv: list[bytes]) -> bytes:
-    sub = argv[1].lower()
+ACL = Subcommands(b"acl")  # ACL <subcommand> ...: each is a function below
+acl = ACL.run  # the ACL command (router/aclsync.py runs it for the router's users)
+
+
+@ACL(b"setuser")
+def acl_setuser(c: Client, argv: list[bytes]) -> bytes:
     a = c.server.acl
-    if sub == b"setuser":
-        a.setuser(argv[2], argv[3:])
+    a.setuser(argv[2], argv[3:])
+    _changed(a)
+    return OK
+
+
+@ACL(b"deluser")
+def acl_deluser(c: Client, argv: list[bytes]) -> bytes:
+    a = c.server.acl
+    n = a.deluser(argv[2:])
+    if n:
         _changed(a)
-        return OK
-    if sub == b"deluser":
-        n = a.deluser(argv[2:])
-        if n:
-            _changed(a)
-        return integer(n)
-    if sub == b"getuser":
-        u = a.users.get(argv[2])
-        if u is None:
-            return null(c.proto)
-        return encode(Map.of(
-            b"flags", u.flag_words(), b"passwords", [p.encode() for p in u.passwords],
-            b"commands", u.commands_text(), b"keys", u.keys_text(),
-            b"channels", u.channels_text(), b"selectors", [],
-        ), c.proto)
-    if sub == b"list":
-        return encode([a.users[n].describe() for n in sorted(a.users)], c.proto)
-    if sub == b"users":
-        return encode(sorted(a.users), c.proto)
-    if sub == b"whoami":
-        return bulk(c.user)
-    if sub == b"cat":
-        if len(argv) == 2:
-            return encode([x.encode() for x in acl_mod.CATEGORIES], c.proto)
-        cat = argv[2].lower().decode("latin-1")
-        if cat not in acl_mod.CATEGORIES:
-            raise ReplyError(errors.acl_unknown_category(argv[2]))
-        return encode(acl_mod.category_commands(cat), c.proto)
-    if sub == b"log":
-        return _log(c, argv)
-    if sub == b"dryrun":
-        return _dryrun(c, argv)
-    if sub in (b"save", b"load"):
-        path = c.server.config.aclfile
-        if not path:
-            raise ReplyError(errors.ACL_NO_FILE)
-        if sub == b"load":
-            a.load_file(path)
-            _changed(a)
-            return OK
-        try:
-            a.save_file(path)
-        except OSError as e:
-            log.warning("Opening temp ACL file for ACL SAVE: %s", e)
-            raise ReplyError(errors.ACL_SAVE_FAILED) from None
-        return OK
-    if sub == b"genpass":
-        bits = 256
-        if len(argv) > 2:
-            bits = errors.parse_int_or_error(argv[2])
-            if bits <= 0 or bits > 4096:
-                raise ReplyError(errors.ACL_GENPASS_BITS)
-        return bulk(os.urandom((bits + 7) // 8).hex()[:(bits + 3) // 4].encode())
-    return encode(HELP, c.proto)  # HELP: the only subcommand left in the table
+    return integer(n)
+
+
+@ACL(b"getuser")
+def acl_getuser(c: Client, argv: list[bytes]) -> bytes:
+    u = c.server.acl.users.get(argv[2])
+    if u is None:
+        return null(c.proto)
+    return encode(Map.of(
+        b"flags", u.flag_words(), b"passwords", [p.encode() for p in u.passwords],
+        b"commands", u.commands_text(), b"keys", u.keys_text(),
+        b"channels", u.channels_text(), b"selectors", [],
+    ), c.proto)
+
+
+@ACL(b"list")
+def acl_list(c: Client, argv: list[bytes]) -> bytes:
+    users = c.server.acl.users
+    return encode([users[n].describe() for n in sorted(users)], c.proto)
+
+
+@ACL(b"users")
+def acl_users(c: Client, argv: list[bytes]) -> bytes:
+    return encode(sorted(c.server.acl.users), c.proto)
+
+
+@ACL(b"whoami")
+def acl_whoami(c: Client, argv: list[bytes]) -> bytes:
+    return bulk(c.user)
+
+
+@ACL(b"cat")
+def acl_cat(c: Client, argv: list[bytes]) -> bytes:
+    """ACL CAT [category]: the categories, or the commands of one."""
+    if len(argv) == 2:
+        return encode([x.encode() for x in acl_mod.CATEGORIES], c.proto)
+    cat = argv[2].lower().decode("latin-1")
+    if cat not in acl_mod.CATEGORIES:
+        raise ReplyError(errors.acl_unknown_category(argv[2]))
+    return encode(acl_mod.category_commands(cat), c.proto)
+
+
+def _aclfile(c: Client) -> str:
+    """The aclfile setting, or Redis's error when there is none (ACL LOAD and SAVE)."""
+    path = c.server.config.aclfile
+    if not path:
+        raise ReplyError(errors.ACL_NO_FILE)
+    return path
+
+
+@ACL(b"load")
+def acl_load(c: Client, argv: list[bytes]) -> bytes:
+    a = c.server.acl
+    a.load_file(_aclfile(c))
+    _changed(a)
+    return OK
+
+
+@ACL(b"save")
+def acl_save(c: Client, argv: list[bytes]) -> bytes:
+    path = _aclfile(c)
+    try:
+        c.server.acl.save_file(path)
+    except OSError as e:
+        log.warning("Opening temp ACL file for ACL SAVE: %s", e)
+        raise ReplyError(errors.ACL_SAVE_FAILED) from None
+    return OK
+
+
+@ACL(b"genpass")
+def acl_genpass(c: Client, argv: list[bytes]) -> bytes:
+    """ACL GENPASS [bits]: that many random bits as hex (256 by default)."""
+    bits = 256
+    if len(argv) > 2:
+        bits = errors.parse_int_or_error(argv[2])
+        if bits <= 0 or bits > 4096:
+            raise ReplyError(errors.ACL_GENPASS_BITS)
+    return bulk(os.urandom((bits + 7) // 8).hex()[:(bits + 3) // 4].encode())
+
+
+@ACL(b"help")
+def acl_help(c: Client, argv: list[bytes]) -> bytes:
+    return encode(HELP, c.proto)
 
 
 def _changed(a: acl_mod.Acl) -> None:
@@ -120,7 +160,8 @@ def _changed(a: acl_mod.Acl) -> None:
         a.on_change()
 
 
-def _dryrun(c: Client, argv: list[bytes]) -> bytes:
+@ACL(b"dryrun")
+def acl_dryrun(c: Client, argv: list[bytes]) -> bytes:
     """ACL DRYRUN user command [arg ...]: +OK, or the denial as a bulk string (Redis 7.2+
     text, naming the key); the command is not run and nothing goes to ACL LOG."""
     u = c.server.acl.users.get(argv[2])
@@ -141,7 +182,9 @@ def _dryrun(c: Client, argv: list[bytes]) -> bytes:
                 else errors.acl_denied_key(u.name, obj))
 
 
-def _log(c: Client, argv: list[bytes]) -> bytes:
+@ACL(b"log")
+def acl_log(c: Client, argv: list[bytes]) -> bytes:
+    """ACL LOG [count | RESET]."""
     a = c.server.acl
     count = 10
     if len(argv) > 3:

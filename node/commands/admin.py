@@ -8,8 +8,8 @@ import time
 from node import errors, info
 from node.blocking import OFFSETS, Blocked
 from node.client import Client
-from node.commands import command, help_or_unknown_subcommand
-from node.config import BY_NAME, ConfigError
+from node.commands import Subcommands, command, help_or_unknown_subcommand
+from node.config import BY_NAME, ConfigError, Setting
 from node.resp import OK, Map, ReplyError, Status, Verbatim, encode, integer
 
 log = logging.getLogger("xshard.node")
@@ -33,62 +33,85 @@ CONFIG_HELP = [
 ]
 
 
-@command(b"config")
-def config(c: Client, argv: list[bytes]) -> bytes:
-    sub = argv[1].lower()
+CONFIG = Subcommands(b"config")  # CONFIG <subcommand> ...: each is a function below
+
+
+@CONFIG(b"get")
+def config_get(c: Client, argv: list[bytes]) -> bytes:
+    """CONFIG GET pattern [pattern ...]: each setting once, in the order first matched."""
+    if len(argv) < 3:
+        raise ReplyError(errors.wrong_arity(b"config|get"))
+    pairs: dict[bytes, bytes] = {}
+    for pat in argv[2:]:
+        for k, v in c.server.config.get(pat):
+            pairs.setdefault(k, v)
+    return encode(Map(pairs.items()), c.proto)
+
+
+@CONFIG(b"set")
+def config_set(c: Client, argv: list[bytes]) -> bytes:
+    """CONFIG SET name value [name value ...]: all or nothing, then each setting's listeners."""
+    todo = _config_set_args(argv)
     cfg = c.server.config
+    old = {s.name: getattr(cfg, s.attr) for s, _, _ in todo}
+    try:
+        for s, raw_name, value in todo:  # noqa: B007 - raw_name names the failing one
+            if not s.mutable:
+                raise ConfigError(errors.CONFIG_IMMUTABLE)
+            cfg.apply(s.name, value)
+        if any(s.name.startswith("tls-") for s, _, _ in todo):
+            _reload_tls(c)
+    except ConfigError as e:
+        for name, v in old.items():  # CONFIG SET of several values is all or nothing
+            setattr(cfg, BY_NAME[name].attr, v)
+        raise ReplyError(errors.config_set_failed(raw_name, str(e).encode())) from None
+    for s, _, _ in todo:
+        for fn in c.server.config_listeners:
+            fn(s.name)
+    return OK
+
+
+def _config_set_args(argv: list[bytes]) -> list[tuple[Setting, bytes, bytes]]:
+    """CONFIG SET's (setting, name as given, value) triples, or Redis's error for an odd
+    count, an unknown setting or one given twice."""
     n = len(argv)
-    if sub == b"get":
-        if n < 3:
-            raise ReplyError(errors.wrong_arity(b"config|get"))
-        pairs: dict[bytes, bytes] = {}
-        for pat in argv[2:]:
-            for k, v in cfg.get(pat):
-                pairs.setdefault(k, v)
-        return encode(Map(pairs.items()), c.proto)
-    if sub == b"set":
-        if n < 4 or n % 2:
-            raise ReplyError(errors.wrong_arity(b"config|set"))
-        todo = []
-        for i in range(2, n, 2):
-            name = argv[i].decode(errors="replace").lower()
-            s = BY_NAME.get(name)
-            if s is None:
-                raise ReplyError(errors.config_set_unknown(argv[i]))
-            if any(t[0] is s for t in todo):
-                raise ReplyError(errors.config_set_failed(argv[i], errors.CONFIG_DUPLICATE.encode()))
-            todo.append((s, argv[i], argv[i + 1]))
-        old = {s.name: getattr(cfg, s.attr) for s, _, _ in todo}
-        try:
-            for s, raw_name, value in todo:  # noqa: B007 - raw_name names the failing one
-                if not s.mutable:
-                    raise ConfigError(errors.CONFIG_IMMUTABLE)
-                cfg.apply(s.name, value)
-            if any(s.name.startswith("tls-") for s, _, _ in todo):
-                _reload_tls(c)
-        except ConfigError as e:
-            for name, v in old.items():  # CONFIG SET of several values is all or nothing
-                setattr(cfg, BY_NAME[name].attr, v)
-            raise ReplyError(errors.config_set_failed(raw_name, str(e).encode())) from None
-        for s, _, _ in todo:
-            for fn in c.server.config_listeners:
-                fn(s.name)
-        return OK
-    if sub == b"resetstat":
-        if n != 2:
-            raise ReplyError(errors.wrong_arity(b"config|resetstat"))
-        c.server.stats.reset()
-        return OK
-    if sub == b"rewrite":
-        path = c.server.config_file
-        if not path:
-            raise ReplyError(errors.NO_CONFIG_FILE)
-        lines = []
-        for name, value in cfg.get(b"*"):
-            lines.append(f"{name.decode()} \"{value.decode(errors='replace')}\"")
-        with open(path, "w") as f:
-            f.write("\n".join(lines) + "\n")
-        return OK
+    if n < 4 or n % 2:
+        raise ReplyError(errors.wrong_arity(b"config|set"))
+    todo: list[tuple[Setting, bytes, bytes]] = []
+    for i in range(2, n, 2):
+        s = BY_NAME.get(argv[i].decode(errors="replace").lower())
+        if s is None:
+            raise ReplyError(errors.config_set_unknown(argv[i]))
+        if any(t[0] is s for t in todo):
+            raise ReplyError(errors.config_set_failed(argv[i], errors.CONFIG_DUPLICATE.encode()))
+        todo.append((s, argv[i], argv[i + 1]))
+    return todo
+
+
+@CONFIG(b"resetstat")
+def config_resetstat(c: Client, argv: list[bytes]) -> bytes:
+    if len(argv) != 2:
+        raise ReplyError(errors.wrong_arity(b"config|resetstat"))
+    c.server.stats.reset()
+    return OK
+
+
+@CONFIG(b"rewrite")
+def config_rewrite(c: Client, argv: list[bytes]) -> bytes:
+    """CONFIG REWRITE: every setting into the --config file."""
+    path = c.server.config_file
+    if not path:
+        raise ReplyError(errors.NO_CONFIG_FILE)
+    lines = []
+    for name, value in c.server.config.get(b"*"):
+        lines.append(f"{name.decode()} \"{value.decode(errors='replace')}\"")
+    with open(path, "w") as f:
+        f.write("\n".join(lines) + "\n")
+    return OK
+
+
+@CONFIG(b"help")
+def config_help(c: Client, argv: list[bytes]) -> bytes:
     return help_or_unknown_subcommand(c, argv, b"CONFIG", CONFIG_HELP)
 
 

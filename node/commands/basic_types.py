@@ -85,12 +85,6 @@ def push(c: Client, argv: list[bytes]) -> bytes:
     return _push(c, argv, argv[0].lower() == b"lpush")
 
 
-@command(b"llen")
-def llen(c: Client, argv: list[bytes]) -> bytes:
-    lst = c.db.get_typed(argv[1], deque)
-    return integer(0 if lst is None else len(lst))
-
-
 @command(b"lrange")
 def lrange(c: Client, argv: list[bytes]) -> bytes:
     start = errors.parse_int_or_error(argv[2])
@@ -128,9 +122,3 @@ def sadd(c: Client, argv: list[bytes]) -> bytes:
 def smembers(c: Client, argv: list[bytes]) -> bytes:
     s = c.db.get_typed(argv[1], set)
     return encode(RespSet(sorted(s or ())), c.proto)
-
-
-@command(b"scard")
-def scard(c: Client, argv: list[bytes]) -> bytes:
-    s = c.db.get_typed(argv[1], set)
-    return integer(0 if s is None else len(s))

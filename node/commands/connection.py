@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 from node import REDIS_VERSION, errors
 from node.client import Client
-from node.commands import command
+from node.commands import Subcommands, command
 from node.resp import OK, PONG, Map, ReplyError, Status, Verbatim, bulk, encode, integer, null
 from node.writepause import ALL, WRITE
 
@@ -184,176 +184,238 @@ def _client_arity(argv: list[bytes], ok: bool) -> None:
         raise ReplyError(errors.wrong_arity(b"client|" + argv[1].lower()))
 
 
-@command(b"client")
-def client(c: Client, argv: list[bytes]) -> bytes:
-    sub = argv[1].lower()
+CLIENT = Subcommands(b"client")  # CLIENT <subcommand> ...: each is a function below
+
+
+@CLIENT(b"id")
+def client_id(c: Client, argv: list[bytes]) -> bytes:
+    _client_arity(argv, len(argv) == 2)
+    return integer(c.id)
+
+
+@CLIENT(b"setname")
+def client_setname(c: Client, argv: list[bytes]) -> bytes:
+    _client_arity(argv, len(argv) == 3)
+    if not _valid_client_name(argv[2]):
+        raise ReplyError(errors.INVALID_CLIENT_NAME)
+    c.name = argv[2] or None
+    return OK
+
+
+@CLIENT(b"getname")
+def client_getname(c: Client, argv: list[bytes]) -> bytes:
+    _client_arity(argv, len(argv) == 2)
+    return bulk(c.name) if c.name else null(c.proto)
+
+
+@CLIENT(b"setinfo")
+def client_setinfo(c: Client, argv: list[bytes]) -> bytes:
+    """CLIENT SETINFO LIB-NAME|LIB-VER value."""
+    _client_arity(argv, len(argv) == 4)
+    attr = argv[2].lower()
+    if attr not in (b"lib-name", b"lib-ver"):
+        raise ReplyError(errors.unrecognized_option(argv[2]))
+    if not all(33 <= ch <= 126 for ch in argv[3]):
+        raise ReplyError(errors.invalid_client_info(attr))
+    if attr == b"lib-name":
+        c.lib_name = argv[3]
+    else:
+        c.lib_ver = argv[3]
+    return OK
+
+
+@CLIENT(b"info")
+def client_info(c: Client, argv: list[bytes]) -> bytes:
+    _client_arity(argv, len(argv) == 2)
+    return encode(Verbatim(client_info_line(c) + b"\n"), c.proto)
+
+
+_CLIENT_TYPES = (b"normal", b"master", b"replica", b"slave", b"pubsub")
+
+
+@CLIENT(b"list")
+def client_list(c: Client, argv: list[bytes]) -> bytes:
+    """CLIENT LIST [TYPE type] [ID id [id ...]]."""
+    ids = _client_list_ids(argv)
+    lines = [client_info_line(x) + b"\n" for x in c.server.clients.values()
+             if ids is None or x.id in ids]
+    return encode(Verbatim(b"".join(lines)), c.proto)
+
+
+def _client_list_ids(argv: list[bytes]) -> set[int] | None:
+    """The ids CLIENT LIST's options select, None for every client. Every client here is
+    a normal one, so another TYPE selects none."""
     n = len(argv)
-    server = c.server
-    if sub == b"id":
-        _client_arity(argv, n == 2)
-        return integer(c.id)
-    if sub == b"setname":
-        _client_arity(argv, n == 3)
-        if not _valid_client_name(argv[2]):
-            raise ReplyError(errors.INVALID_CLIENT_NAME)
-        c.name = argv[2] or None
-        return OK
-    if sub == b"getname":
-        _client_arity(argv, n == 2)
-        return bulk(c.name) if c.name else null(c.proto)
-    if sub == b"setinfo":
-        _client_arity(argv, n == 4)
-        attr = argv[2].lower()
-        if attr not in (b"lib-name", b"lib-ver"):
-            raise ReplyError(errors.unrecognized_option(argv[2]))
-        if not all(33 <= ch <= 126 for ch in argv[3]):
-            raise ReplyError(errors.invalid_client_info(attr))
-        if attr == b"lib-name":
-            c.lib_name = argv[3]
+    ids: set[int] | None = None
+    i = 2
+    while i < n:
+        opt = argv[i].lower()
+        if opt == b"type" and i + 1 < n:
+            t = argv[i + 1].lower()
+            if t not in _CLIENT_TYPES:
+                raise ReplyError(errors.unknown_client_type(argv[i + 1]))
+            if t != b"normal":
+                ids = set()
+            i += 2
+        elif opt == b"id" and i + 1 < n:
+            ids = set() if ids is None else ids
+            for a in argv[i + 1:]:
+                v = errors.string2ll(a)
+                if v is None or v <= 0:
+                    raise ReplyError(errors.INVALID_CLIENT_ID)
+                ids.add(v)
+            i = n
         else:
-            c.lib_ver = argv[3]
-        return OK
-    if sub == b"info":
-        _client_arity(argv, n == 2)
-        return encode(Verbatim(client_info_line(c) + b"\n"), c.proto)
-    if sub == b"list":
-        ids = None
-        i = 2
-        while i < n:
-            opt = argv[i].lower()
-            if opt == b"type" and i + 1 < n:
-                t = argv[i + 1].lower()
-                if t not in (b"normal", b"master", b"replica", b"slave", b"pubsub"):
-                    raise ReplyError(errors.unknown_client_type(argv[i + 1]))
-                if t != b"normal":
-                    ids = set()
-                i += 2
-            elif opt == b"id" and i + 1 < n:
-                ids = set() if ids is None else ids
-                for a in argv[i + 1:]:
-                    v = errors.string2ll(a)
-                    if v is None or v <= 0:
-                        raise ReplyError(errors.INVALID_CLIENT_ID)
-                    ids.add(v)
-                i = n
-            else:
-                raise ReplyError(errors.SYNTAX)
-        lines = [client_info_line(x) + b"\n" for x in server.clients.values()
-                 if ids is None or x.id in ids]
-        return encode(Verbatim(b"".join(lines)), c.proto)
-    if sub == b"kill":
-        return _client_kill(c, argv)
-    if sub == b"unblock":
-        _client_arity(argv, n in (3, 4))
-        cid = errors.parse_int_or_error(argv[2])
-        reply_error = False
-        if n == 4:
-            how = argv[3].lower()
-            if how not in (b"timeout", b"error"):
-                raise ReplyError(errors.UNBLOCK_REASON)
-            reply_error = how == b"error"
-        target = server.clients.get(cid)
-        if target is None or target.blocked is None:
-            return integer(0)
-        b = target.blocked
-        reply = (b"-%s\r\n" % errors.UNBLOCKED_BY_CLIENT) if reply_error else b.timeout_reply(target.proto)
-        server.blocking.unblock(target, reply)
-        return integer(1)
-    if sub == b"pause":
-        if n > 4:
-            raise ReplyError(errors.subcommand_syntax(argv[1], b"CLIENT"))
-        mode = ALL
-        if n == 4:
-            m = argv[3].lower()
-            if m not in (b"write", b"all"):
-                raise ReplyError(errors.CLIENT_PAUSE_MODE)
-            mode = WRITE if m == b"write" else ALL
-        server.pauses.pause_clients(errors.parse_timeout_ms_or_error(argv[2]), mode)
-        return OK
-    if sub == b"unpause":
-        _client_arity(argv, n == 2)
-        server.pauses.unpause_clients()
-        return OK
-    if sub == b"no-evict" or sub == b"no-touch":
-        _client_arity(argv, n == 3)
-        v = argv[2].lower()
-        if v not in (b"on", b"off"):
             raise ReplyError(errors.SYNTAX)
-        if sub == b"no-evict":
-            c.no_evict = v == b"on"
-        return OK
-    if sub == b"reply":
-        _client_arity(argv, n == 3)
-        if argv[2].lower() == b"on":
-            return OK
-        raise ReplyError(errors.SYNTAX)
-    if sub == b"help":
-        _client_arity(argv, n == 2)
-        return encode([Status(line) for line in CLIENT_HELP], c.proto)
-    raise ReplyError(errors.unknown_subcommand(argv[1], b"CLIENT"))
+    return ids
 
 
-def _client_kill(c: Client, argv: list[bytes]) -> bytes:
-    server = c.server
+@CLIENT(b"unblock")
+def client_unblock(c: Client, argv: list[bytes]) -> bytes:
+    """CLIENT UNBLOCK id [TIMEOUT|ERROR]: 1 if that client was blocked and is now released."""
     n = len(argv)
-    if n == 3:  # the old form: CLIENT KILL addr:port
+    _client_arity(argv, n in (3, 4))
+    cid = errors.parse_int_or_error(argv[2])
+    reply_error = False
+    if n == 4:
+        how = argv[3].lower()
+        if how not in (b"timeout", b"error"):
+            raise ReplyError(errors.UNBLOCK_REASON)
+        reply_error = how == b"error"
+    server = c.server
+    target = server.clients.get(cid)
+    if target is None or target.blocked is None:
+        return integer(0)
+    b = target.blocked
+    reply = (b"-%s\r\n" % errors.UNBLOCKED_BY_CLIENT) if reply_error else b.timeout_reply(target.proto)
+    server.blocking.unblock(target, reply)
+    return integer(1)
+
+
+@CLIENT(b"pause")
+def client_pause(c: Client, argv: list[bytes]) -> bytes:
+    """CLIENT PAUSE timeout [WRITE|ALL]."""
+    n = len(argv)
+    if n > 4:
+        raise ReplyError(errors.subcommand_syntax(argv[1], b"CLIENT"))
+    mode = ALL
+    if n == 4:
+        m = argv[3].lower()
+        if m not in (b"write", b"all"):
+            raise ReplyError(errors.CLIENT_PAUSE_MODE)
+        mode = WRITE if m == b"write" else ALL
+    c.server.pauses.pause_clients(errors.parse_timeout_ms_or_error(argv[2]), mode)
+    return OK
+
+
+@CLIENT(b"unpause")
+def client_unpause(c: Client, argv: list[bytes]) -> bytes:
+    _client_arity(argv, len(argv) == 2)
+    c.server.pauses.unpause_clients()
+    return OK
+
+
+@CLIENT(b"no-evict")
+def client_no_evict(c: Client, argv: list[bytes]) -> bytes:
+    """CLIENT NO-EVICT ON|OFF: nothing is evicted here, but CLIENT INFO shows the flag."""
+    _client_arity(argv, len(argv) == 3)
+    v = argv[2].lower()
+    if v not in (b"on", b"off"):
+        raise ReplyError(errors.SYNTAX)
+    c.no_evict = v == b"on"
+    return OK
+
+
+@CLIENT(b"reply")
+def client_reply(c: Client, argv: list[bytes]) -> bytes:
+    """CLIENT REPLY ON (OFF and SKIP are not served)."""
+    _client_arity(argv, len(argv) == 3)
+    if argv[2].lower() == b"on":
+        return OK
+    raise ReplyError(errors.SYNTAX)
+
+
+@CLIENT(b"help")
+def client_help(c: Client, argv: list[bytes]) -> bytes:
+    _client_arity(argv, len(argv) == 2)
+    return encode([Status(line) for line in CLIENT_HELP], c.proto)
+
+
+@CLIENT(b"kill")
+def client_kill(c: Client, argv: list[bytes]) -> bytes:
+    """CLIENT KILL addr:port (OK), or CLIENT KILL filter value [...] (how many were killed)."""
+    server = c.server
+    if len(argv) == 3:  # the old form: CLIENT KILL addr:port
         for x in list(server.clients.values()):
             if x.addr.encode() == argv[2]:
                 _kill(c, x)
                 return OK
         raise ReplyError(errors.NO_SUCH_CLIENT)
-    if n % 2 != 0:
-        raise ReplyError(errors.SYNTAX)
-    cid = addr = laddr = ctype = user = None
-    maxage = 0
-    skipme = True
-    for i in range(2, n, 2):
-        opt, val = argv[i].lower(), argv[i + 1]
+    f = KillFilter(c, argv)
+    if f.ctype in (b"replica", b"slave", b"master"):
+        return integer(_kill_links(server, f.ctype, f.match,
+                                   f.cid is None and f.addr is None and f.laddr is None))
+    killed = 0
+    if f.ctype is None or f.ctype == b"normal":
+        for x in list(server.clients.values()):
+            if f.match(x) and not (f.skipme and x is c):
+                _kill(c, x)
+                killed += 1
+    return integer(killed)
+
+
+class KillFilter:
+    """CLIENT KILL's filters (ID, ADDR, LADDR, TYPE, USER, SKIPME, MAXAGE), parsed or
+    refused with Redis's error; `match` tells whether a client passes all of them."""
+
+    __slots__ = ("cid", "addr", "laddr", "ctype", "user", "maxage", "skipme", "now")
+
+    def __init__(self, c: Client, argv: list[bytes]) -> None:
+        if len(argv) % 2 != 0:
+            raise ReplyError(errors.SYNTAX)
+        self.cid: int | None = None
+        self.addr: bytes | None = None
+        self.laddr: bytes | None = None
+        self.ctype: bytes | None = None
+        self.user: bytes | None = None
+        self.maxage = 0
+        self.skipme = True
+        for i in range(2, len(argv), 2):
+            self._option(c, argv[i].lower(), argv[i + 1])
+        self.now = time.time()
+
+    def _option(self, c: Client, opt: bytes, val: bytes) -> None:
         if opt == b"id":
-            cid = errors.string2ll(val)
-            if cid is None or cid <= 0:
+            self.cid = errors.string2ll(val)
+            if self.cid is None or self.cid <= 0:
                 raise ReplyError(errors.CLIENT_ID_NOT_POSITIVE)
         elif opt == b"addr":
-            addr = val
+            self.addr = val
         elif opt == b"laddr":
-            laddr = val
+            self.laddr = val
         elif opt == b"type":
-            ctype = val.lower()
-            if ctype not in (b"normal", b"master", b"replica", b"slave", b"pubsub"):
+            self.ctype = val.lower()
+            if self.ctype not in _CLIENT_TYPES:
                 raise ReplyError(errors.unknown_client_type(val))
         elif opt == b"user":
-            user = val
-            if user not in server.acl.users:
+            if val not in c.server.acl.users:
                 raise ReplyError(errors.no_such_user(val))
+            self.user = val
         elif opt == b"skipme":
             if val.lower() not in (b"yes", b"no"):
                 raise ReplyError(errors.SYNTAX)
-            skipme = val.lower() == b"yes"
+            self.skipme = val.lower() == b"yes"
         elif opt == b"maxage":
-            maxage = errors.parse_int_or_error(val)
+            self.maxage = errors.parse_int_or_error(val)
         else:
             raise ReplyError(errors.SYNTAX)
-    now = time.time()
 
-    def match(x: Client) -> bool:
-        return not ((cid is not None and x.id != cid)
-                    or (addr is not None and x.addr.encode() != addr)
-                    or (laddr is not None and x.laddr.encode() != laddr)
-                    or (user is not None and x.user != user)
-                    or (maxage and now - x.ctime < maxage))
-
-    if ctype in (b"replica", b"slave", b"master"):
-        return integer(_kill_links(server, ctype, match,
-                                   cid is None and addr is None and laddr is None))
-    killed = 0
-    for x in list(server.clients.values()):
-        if ctype is not None and ctype != b"normal":
-            continue
-        if not match(x) or (skipme and x is c):
-            continue
-        _kill(c, x)
-        killed += 1
-    return integer(killed)
+    def match(self, x: Client) -> bool:
+        return not ((self.cid is not None and x.id != self.cid)
+                    or (self.addr is not None and x.addr.encode() != self.addr)
+                    or (self.laddr is not None and x.laddr.encode() != self.laddr)
+                    or (self.user is not None and x.user != self.user)
+                    or (self.maxage and self.now - x.ctime < self.maxage))
 
 
 def _kill_links(server: Server, ctype: bytes, match: Callable[[Client], bool],

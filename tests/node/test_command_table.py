@@ -15,6 +15,7 @@ compared only where the patch does not reach (see tools/gen_command_table.py).
 
 from __future__ import annotations
 
+import asyncio
 import random
 from typing import Any
 
@@ -193,6 +194,46 @@ def test_is_write_and_lookup() -> None:
     xadd = table.lookup(b"xadd")
     assert (xadd.arity, xadd.first_key, xadd.last_key, xadd.step) == (-5, 1, 1, 1)
     assert "write" in xadd.flags and "@stream" in xadd.acl_categories
+
+
+def test_every_handler_has_a_table_entry() -> None:
+    """Each registered handler is served: load_all found an entry for every one."""
+    from node.commands import load_all
+
+    handlers = load_all()
+    assert handlers and all(table.lookup(name) is not None for name in handlers)
+
+
+def test_handler_without_table_entry_fails_at_start_up(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A handler whose command node/commands.json lacks would never be dispatched: loading
+    the handlers (what a node and a router do at start-up) refuses it, naming it."""
+    from node.commands import COMMANDS, MissingCommandEntry, load_all
+    from node.config import Config
+    from node.server import Server
+
+    monkeypatch.setitem(COMMANDS, b"nosuchcommand", lambda c, argv: b"+OK\r\n")
+    with pytest.raises(MissingCommandEntry, match="nosuchcommand"):
+        load_all()
+    loop = asyncio.new_event_loop()  # a Server takes the current loop
+    asyncio.set_event_loop(loop)
+    try:
+        with pytest.raises(MissingCommandEntry, match="nosuchcommand"):
+            Server(Config())
+    finally:
+        asyncio.set_event_loop(None)
+        loop.close()
+
+
+def test_subcommand_without_table_entry_fails_at_start_up(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The same for a container's subcommand handler (CLIENT, CONFIG, ACL tables)."""
+    from node.commands import MissingCommandEntry, load_all
+    from node.commands.connection import CLIENT
+
+    load_all()
+    monkeypatch.setitem(CLIENT.handlers, b"nosuchsub", lambda c, argv: b"+OK\r\n")
+    with pytest.raises(MissingCommandEntry, match=r"client\|nosuchsub"):
+        load_all()
 
 
 @pytest.mark.parametrize("pattern, name, match", [

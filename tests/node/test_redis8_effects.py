@@ -12,11 +12,11 @@ XREADGROUP ... CLAIM takes goes out as the XCLAIM of any delivery.
 
 from __future__ import annotations
 
-import random
 from collections.abc import Callable
 
 import pytest
 
+from tests.support.groupdiff import Maker, Workload
 from tests.support.inproc import InprocServer, group_state, run
 from tests.support.persist import diff_states, dump_state
 from tests.support.rawresp import RawClient
@@ -27,75 +27,76 @@ POLICIES = [b"KEEPREF", b"DELREF", b"ACKED"]
 
 def workload(seed: int, n: int = 500) -> list[list[bytes]]:
     """Random stream and group commands over one stream `s`, new ones included."""
-    rng = random.Random(seed)
-    cmds: list[list[bytes]] = []
-    ms = 1
-    cons = [b"alice", b"bob", b"carol"]
-    groups = [b"g1", b"g2", b"g3"]
+    w = Workload(seed, [b"g1", b"g2", b"g3"], [b"alice", b"bob", b"carol"], recent=30)
+    return w.commands(n, _MIX)
 
-    def some_id() -> bytes:
-        return b"%d-%d" % (rng.randint(max(1, ms - 30), ms), rng.randint(0, 2))
 
-    def some_ids() -> list[bytes]:
-        k = rng.randint(1, 4)
-        return [b"IDS", b"%d" % k] + [some_id() for _ in range(k)]
+def _some_ids(w: Workload) -> list[bytes]:
+    k = w.rng.randint(1, 4)
+    return [b"IDS", b"%d" % k] + [w.some_id() for _ in range(k)]
 
-    def policy() -> list[bytes]:
-        return [rng.choice(POLICIES)] if rng.random() < 0.8 else []
 
-    for _ in range(n):
-        x = rng.random()
-        g = rng.choice(groups)
-        c = rng.choice(cons)
-        if x < 0.22:
-            ms += rng.randint(0, 1)
-            argv = [b"XADD", b"s"]
-            if rng.random() < 0.4:
-                argv += policy() + [b"MAXLEN", rng.choice([b"~", b"="]), b"%d" % rng.randint(2, 25)]
-            argv += [b"%d-*" % ms, b"f", b"%d" % rng.randint(0, 99)]
-            cmds.append(argv)
-        elif x < 0.27:
-            strategy = rng.choice([[b"MAXLEN", b"%d" % rng.randint(0, 20)], [b"MINID", some_id()]])
-            argv = [b"XTRIM", b"s", strategy[0]] + ([rng.choice([b"~", b"="])]
-                                                    if rng.random() < 0.5 else []) + strategy[1:]
-            cmds.append(argv + policy())
-        elif x < 0.31:
-            cmds.append([b"XDELEX", b"s"] + policy() + some_ids())
-        elif x < 0.35:
-            cmds.append([b"XACKDEL", b"s", g] + policy() + some_ids())
-        elif x < 0.37:
-            cmds.append([b"XDEL", b"s", some_id()])
-        elif x < 0.41:
-            cmds.append([b"XGROUP", b"CREATE", b"s", g, rng.choice([b"0", b"$", some_id()]),
-                         b"MKSTREAM"])
-        elif x < 0.43:
-            cmds.append([b"XGROUP", b"SETID", b"s", g, rng.choice([b"0", b"$", some_id()])])
-        elif x < 0.44:
-            cmds.append([b"XGROUP", b"DELCONSUMER", b"s", g, c])
-        elif x < 0.64:
-            argv = [b"XREADGROUP", b"GROUP", g, c, b"COUNT", b"%d" % rng.randint(0, 4)]
-            if rng.random() < 0.15:
-                argv.append(b"NOACK")
-            if rng.random() < 0.4:
-                argv += [b"CLAIM", rng.choice([b"0", b"30", b"100000"])]
-            argv += [b"STREAMS", b"s", b">" if rng.random() < 0.85 else b"0"]
-            cmds.append(argv)
-        elif x < 0.70:
-            cmds.append([b"XACK", b"s", g] + [some_id() for _ in range(rng.randint(1, 3))])
-        elif x < 0.76:
-            argv = [b"XNACK", b"s", g, rng.choice([b"SILENT", b"FAIL", b"FATAL"])] + some_ids()
-            if rng.random() < 0.3:
-                argv += [b"RETRYCOUNT", b"%d" % rng.randint(0, 5)]
-            if rng.random() < 0.5:
-                argv.append(b"FORCE")
-            cmds.append(argv)
-        elif x < 0.82:
-            cmds.append([b"XCLAIM", b"s", g, c, rng.choice([b"0", b"20"]), some_id(),
-                         some_id()] + ([b"FORCE"] if rng.random() < 0.3 else []))
-        else:
-            cmds.append([b"XAUTOCLAIM", b"s", g, c, rng.choice([b"0", b"20"]), b"0",
-                         b"COUNT", b"%d" % rng.randint(1, 4)])
-    return cmds
+def _policy(w: Workload) -> list[bytes]:
+    return [w.rng.choice(POLICIES)] if w.rng.random() < 0.8 else []
+
+
+def _xadd(w: Workload, g: bytes, c: bytes) -> list[bytes]:
+    rng = w.rng
+    ms = w.next_ms()
+    argv = [b"XADD", b"s"]
+    if rng.random() < 0.4:
+        argv += _policy(w) + [b"MAXLEN", rng.choice([b"~", b"="]), b"%d" % rng.randint(2, 25)]
+    return argv + [b"%d-*" % ms, b"f", b"%d" % rng.randint(0, 99)]
+
+
+def _xtrim(w: Workload, g: bytes, c: bytes) -> list[bytes]:
+    rng = w.rng
+    strategy = rng.choice([[b"MAXLEN", b"%d" % rng.randint(0, 20)], [b"MINID", w.some_id()]])
+    argv = [b"XTRIM", b"s", strategy[0]] + ([rng.choice([b"~", b"="])]
+                                            if rng.random() < 0.5 else []) + strategy[1:]
+    return argv + _policy(w)
+
+
+def _xreadgroup(w: Workload, g: bytes, c: bytes) -> list[bytes]:
+    rng = w.rng
+    argv = [b"XREADGROUP", b"GROUP", g, c, b"COUNT", b"%d" % rng.randint(0, 4)]
+    if rng.random() < 0.15:
+        argv.append(b"NOACK")
+    if rng.random() < 0.4:
+        argv += [b"CLAIM", rng.choice([b"0", b"30", b"100000"])]
+    return argv + [b"STREAMS", b"s", b">" if rng.random() < 0.85 else b"0"]
+
+
+def _xnack(w: Workload, g: bytes, c: bytes) -> list[bytes]:
+    rng = w.rng
+    argv = [b"XNACK", b"s", g, rng.choice([b"SILENT", b"FAIL", b"FATAL"])] + _some_ids(w)
+    if rng.random() < 0.3:
+        argv += [b"RETRYCOUNT", b"%d" % rng.randint(0, 5)]
+    if rng.random() < 0.5:
+        argv.append(b"FORCE")
+    return argv
+
+
+_MIX: list[tuple[float, Maker]] = [
+    (0.22, _xadd),
+    (0.27, _xtrim),
+    (0.31, lambda w, g, c: [b"XDELEX", b"s"] + _policy(w) + _some_ids(w)),
+    (0.35, lambda w, g, c: [b"XACKDEL", b"s", g] + _policy(w) + _some_ids(w)),
+    (0.37, lambda w, g, c: [b"XDEL", b"s", w.some_id()]),
+    (0.41, lambda w, g, c: [b"XGROUP", b"CREATE", b"s", g,
+                            w.rng.choice([b"0", b"$", w.some_id()]), b"MKSTREAM"]),
+    (0.43, lambda w, g, c: [b"XGROUP", b"SETID", b"s", g,
+                            w.rng.choice([b"0", b"$", w.some_id()])]),
+    (0.44, lambda w, g, c: [b"XGROUP", b"DELCONSUMER", b"s", g, c]),
+    (0.64, _xreadgroup),
+    (0.70, lambda w, g, c: [b"XACK", b"s", g]
+     + [w.some_id() for _ in range(w.rng.randint(1, 3))]),
+    (0.76, _xnack),
+    (0.82, lambda w, g, c: [b"XCLAIM", b"s", g, c, w.rng.choice([b"0", b"20"]), w.some_id(),
+                            w.some_id()] + ([b"FORCE"] if w.rng.random() < 0.3 else [])),
+    (1.0, lambda w, g, c: [b"XAUTOCLAIM", b"s", g, c, w.rng.choice([b"0", b"20"]), b"0",
+                           b"COUNT", b"%d" % w.rng.randint(1, 4)]),
+]
 
 
 def replay(seed: int, cmds: list[list[bytes]]) -> tuple[InprocServer, InprocServer]:

@@ -137,6 +137,20 @@ def test_replica_restart_after_its_primary_took_a_new_id(xnode: Callable[..., No
 
 # -- a restarted old primary ---------------------------------------------------------------------
 
+def _fail_over_and_rejoin(old: Member, new: Member) -> None:
+    """The primary `old` goes down, its replica `new` is promoted and takes writes ("b"),
+    then `old` comes back and follows `new` until synced. `new` is promoted before `old` is
+    back: restarted at once, `old` could take the replica's reconnection first, and the
+    test would no longer be about the history `old` kept."""
+    old.node.kill()
+    old._client = None
+    new.c.execute_command("REPLICAOF", "NO", "ONE")
+    _writes(new, "b")
+    old.node.start()
+    _follow(old, new)
+    _synced(old, new)
+
+
 def test_old_primary_rejoins_partially_when_its_history_is_a_prefix(
         xnode: Callable[..., NodeHandle]) -> None:
     old = Member(xnode(*AOF_ALWAYS, "--repl-ping-replica-period", "3600", name="old-primary"))
@@ -144,15 +158,7 @@ def test_old_primary_rejoins_partially_when_its_history_is_a_prefix(
     _follow(new, old)
     _writes(old, "a")
     _synced(new, old)
-    old.node.kill()  # down; the replica is promoted and takes writes
-    old._client = None
-    # Promoted before the old primary is back: restarted at once, it could take the replica's
-    # reconnection first, and the test would no longer be about a history that is a prefix.
-    new.c.execute_command("REPLICAOF", "NO", "ONE")
-    _writes(new, "b")
-    old.node.start()
-    _follow(old, new)
-    _synced(old, new)
+    _fail_over_and_rejoin(old, new)
     assert sync_counts(new.c) == (0, 1)
     states_equal([new, old])
 
@@ -166,13 +172,7 @@ def test_old_primary_with_a_divergent_tail_resyncs_in_full(
     new.proxy.cut()
     wait_until(lambda: not new.link_up(), 10, what="link down")
     _writes(old, "lost")  # never reached the replica
-    old.node.kill()
-    old._client = None
-    new.c.execute_command("REPLICAOF", "NO", "ONE")
-    _writes(new, "b")
-    old.node.start()
-    _follow(old, new)
-    _synced(old, new)
+    _fail_over_and_rejoin(old, new)
     assert sync_counts(new.c) == (1, 0)
     assert not any(e[1][b"tag"] == b"lost" for e in old.c.xrange("s"))
     states_equal([new, old])

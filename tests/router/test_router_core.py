@@ -136,6 +136,24 @@ def test_transactions_in_one_slot(r: redis.Redis) -> None:
     assert r.xlen("{w}x") == 1
 
 
+def test_refused_exec_aborts_the_transaction_as_on_redis(cluster: Cluster, oracle) -> None:  # noqa: ANN001
+    """server.c rejectCommand, which the router shares with the nodes (node/preflight.py): a
+    refused EXEC (here for its arity) aborts the transaction and quotes why, so the next EXEC
+    has no MULTI; a refused command inside MULTI makes EXEC fail."""
+    from tests.support.rawresp import RawClient
+
+    script = [["MULTI"], ["XLEN", "{t}x"], ["EXEC", "extra"], ["EXEC"], ["XLEN", "{t}x"],
+              ["MULTI"], ["XLEN", "{t}x", "extra"], ["EXEC"], ["MULTI"], ["NOSUCH", "a"],
+              ["EXEC"]]
+    replies = []
+    for port in (cluster.router.port, oracle.port):
+        raw = RawClient("127.0.0.1", port, timeout=10)
+        replies.append([raw.call(*cmd) for cmd in script])
+        raw.close()
+    for cmd, ours, theirs in zip(script, *replies, strict=True):
+        assert ours == theirs, f"{cmd}: router {ours} redis {theirs}"
+
+
 def test_cross_slot_command_is_refused(r: redis.Redis) -> None:
     with pytest.raises(redis.ResponseError, match="same slot"):
         r.execute_command("RENAME", "a", "b")

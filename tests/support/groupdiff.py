@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import random
 import time
+from collections.abc import Callable
 
 from tests.support import diff
 from tests.support.diff import SideState, drop_map_keys, normalize
@@ -108,67 +109,111 @@ def wait_blocked(handle, n: int, timeout: float = 5.0) -> None:
         c.close()
 
 
+Maker = Callable[["Workload", bytes, bytes], list[bytes]]
+
+
+class Workload:
+    """Random commands over one stream `s` and its groups. Each step draws a number, a group
+    and a consumer; the first maker of the mix whose bound is above the number makes the
+    command from them."""
+
+    def __init__(self, seed: int, groups: list[bytes], consumers: list[bytes],
+                 recent: int = 0) -> None:
+        self.rng = random.Random(seed)
+        self.ms = 1  # the time of the newest XADD's ID
+        self.groups = groups
+        self.consumers = consumers
+        self.recent = recent  # some_id picks within this many ms of `ms` (0: from 1)
+
+    def some_id(self) -> bytes:
+        """An ID at or before the newest XADD's, often one that does not exist."""
+        low = max(1, self.ms - self.recent) if self.recent else 1
+        return b"%d-%d" % (self.rng.randint(low, self.ms), self.rng.randint(0, 2))
+
+    def next_ms(self) -> int:
+        """The time of the next XADD's ID: the same as the last one's, or one more."""
+        self.ms += self.rng.randint(0, 1)
+        return self.ms
+
+    def commands(self, n: int, mix: list[tuple[float, Maker]]) -> list[list[bytes]]:
+        rng = self.rng
+        out: list[list[bytes]] = []
+        for _ in range(n):
+            x = rng.random()
+            g = rng.choice(self.groups)
+            c = rng.choice(self.consumers)
+            out.append(next(make for bound, make in mix if x < bound)(self, g, c))
+        return out
+
+
 def group_workload(seed: int, n: int = 400) -> list[list[bytes]]:
-    rng = random.Random(seed)
-    cmds: list[list[bytes]] = []
-    ms = 1
-    cons = [b"alice", b"bob", b"carol"]
-    groups = [b"g1", b"g2"]
+    """Random group commands (and the writes they meet) over stream `s`."""
+    w = Workload(seed, [b"g1", b"g2"], [b"alice", b"bob", b"carol"])
+    return w.commands(n, _GROUP_MIX)
 
-    def some_id() -> bytes:
-        return b"%d-%d" % (rng.randint(1, ms), rng.randint(0, 2))
 
-    for _ in range(n):
-        x = rng.random()
-        g = rng.choice(groups)
-        c = rng.choice(cons)
-        if x < 0.25:
-            ms += rng.randint(0, 1)
-            cmds.append([b"XADD", b"s", b"%d-*" % ms, b"f", b"%d" % rng.randint(0, 99)])
-        elif x < 0.3:
-            cmds.append([b"XDEL", b"s", some_id()])
-        elif x < 0.32:
-            cmds.append([b"XTRIM", b"s", b"MAXLEN", b"%d" % rng.randint(3, 20)])
-        elif x < 0.36:
-            cmds.append([b"XGROUP", b"CREATE", b"s", g, rng.choice([b"0", b"$", some_id()]),
-                         b"MKSTREAM"])
-        elif x < 0.39:
-            argv = [b"XGROUP", b"SETID", b"s", g, rng.choice([b"0", b"$", some_id()])]
-            if rng.random() < 0.5:
-                argv += [b"ENTRIESREAD", b"%d" % rng.randint(-1, 10)]
-            cmds.append(argv)
-        elif x < 0.41:
-            cmds.append([b"XGROUP", rng.choice([b"CREATECONSUMER", b"DELCONSUMER"]), b"s", g, c])
-        elif x < 0.42:
-            cmds.append([b"XGROUP", b"DESTROY", b"s", g])
-        elif x < 0.62:
-            argv = [b"XREADGROUP", b"GROUP", g, c, b"COUNT", b"%d" % rng.randint(0, 4)]
-            if rng.random() < 0.2:
-                argv.append(b"NOACK")
-            argv += [b"STREAMS", b"s", b">" if rng.random() < 0.8 else b"0"]
-            cmds.append(argv)
-        elif x < 0.72:
-            cmds.append([b"XACK", b"s", g] + [some_id() for _ in range(rng.randint(1, 3))])
-        elif x < 0.85:
-            argv = [b"XCLAIM", b"s", g, c, rng.choice([b"0", b"5", b"100000"])]
-            argv += [some_id() for _ in range(rng.randint(1, 3))]
-            for opt in (b"IDLE", b"TIME", b"RETRYCOUNT", b"FORCE", b"JUSTID", b"LASTID"):
-                if rng.random() < 0.25:
-                    if opt == b"IDLE":
-                        argv += [opt, b"%d" % rng.randint(0, 50)]
-                    elif opt == b"TIME":
-                        argv += [opt, b"%d" % (1_700_000_000_000 + rng.randint(-100, 100))]
-                    elif opt == b"RETRYCOUNT":
-                        argv += [opt, b"%d" % rng.randint(0, 9)]
-                    elif opt == b"LASTID":
-                        argv += [opt, some_id()]
-                    else:
-                        argv.append(opt)
-            cmds.append(argv)
-        else:
-            argv = [b"XAUTOCLAIM", b"s", g, c, rng.choice([b"0", b"3"]),
-                    rng.choice([b"0", some_id()]), b"COUNT", b"%d" % rng.randint(1, 4)]
-            if rng.random() < 0.3:
-                argv.append(b"JUSTID")
-            cmds.append(argv)
-    return cmds
+def _xadd(w: Workload, g: bytes, c: bytes) -> list[bytes]:
+    ms = w.next_ms()
+    return [b"XADD", b"s", b"%d-*" % ms, b"f", b"%d" % w.rng.randint(0, 99)]
+
+
+def _xgroup_setid(w: Workload, g: bytes, c: bytes) -> list[bytes]:
+    argv = [b"XGROUP", b"SETID", b"s", g, w.rng.choice([b"0", b"$", w.some_id()])]
+    if w.rng.random() < 0.5:
+        argv += [b"ENTRIESREAD", b"%d" % w.rng.randint(-1, 10)]
+    return argv
+
+
+def _xreadgroup(w: Workload, g: bytes, c: bytes) -> list[bytes]:
+    rng = w.rng
+    argv = [b"XREADGROUP", b"GROUP", g, c, b"COUNT", b"%d" % rng.randint(0, 4)]
+    if rng.random() < 0.2:
+        argv.append(b"NOACK")
+    return argv + [b"STREAMS", b"s", b">" if rng.random() < 0.8 else b"0"]
+
+
+_XCLAIM_OPTIONS: dict[bytes, Callable[[Workload], list[bytes]]] = {
+    b"IDLE": lambda w: [b"%d" % w.rng.randint(0, 50)],
+    b"TIME": lambda w: [b"%d" % (1_700_000_000_000 + w.rng.randint(-100, 100))],
+    b"RETRYCOUNT": lambda w: [b"%d" % w.rng.randint(0, 9)],
+    b"FORCE": lambda w: [],
+    b"JUSTID": lambda w: [],
+    b"LASTID": lambda w: [w.some_id()],
+}
+
+
+def _xclaim(w: Workload, g: bytes, c: bytes) -> list[bytes]:
+    rng = w.rng
+    argv = [b"XCLAIM", b"s", g, c, rng.choice([b"0", b"5", b"100000"])]
+    argv += [w.some_id() for _ in range(rng.randint(1, 3))]
+    for opt, value in _XCLAIM_OPTIONS.items():
+        if rng.random() < 0.25:
+            argv += [opt, *value(w)]
+    return argv
+
+
+def _xautoclaim(w: Workload, g: bytes, c: bytes) -> list[bytes]:
+    rng = w.rng
+    argv = [b"XAUTOCLAIM", b"s", g, c, rng.choice([b"0", b"3"]),
+            rng.choice([b"0", w.some_id()]), b"COUNT", b"%d" % rng.randint(1, 4)]
+    if rng.random() < 0.3:
+        argv.append(b"JUSTID")
+    return argv
+
+
+_GROUP_MIX: list[tuple[float, Maker]] = [
+    (0.25, _xadd),
+    (0.3, lambda w, g, c: [b"XDEL", b"s", w.some_id()]),
+    (0.32, lambda w, g, c: [b"XTRIM", b"s", b"MAXLEN", b"%d" % w.rng.randint(3, 20)]),
+    (0.36, lambda w, g, c: [b"XGROUP", b"CREATE", b"s", g,
+                            w.rng.choice([b"0", b"$", w.some_id()]), b"MKSTREAM"]),
+    (0.39, _xgroup_setid),
+    (0.41, lambda w, g, c: [b"XGROUP", w.rng.choice([b"CREATECONSUMER", b"DELCONSUMER"]),
+                            b"s", g, c]),
+    (0.42, lambda w, g, c: [b"XGROUP", b"DESTROY", b"s", g]),
+    (0.62, _xreadgroup),
+    (0.72, lambda w, g, c: [b"XACK", b"s", g]
+     + [w.some_id() for _ in range(w.rng.randint(1, 3))]),
+    (0.85, _xclaim),
+    (1.0, _xautoclaim),
+]
