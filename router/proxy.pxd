@@ -6,7 +6,7 @@
 
 cimport cython
 
-from node.commands.reads cimport parse_xread_options
+from node.commands.reads cimport XReadOptions, parse_xread_options
 from node.preflight cimport preflight, rejected, unknown
 from node.slots cimport key_slot
 from router.client cimport ClientConn, RouterClient, RouterCore
@@ -39,6 +39,7 @@ cdef class Router(RouterCore):
 
     @cython.locals(first=Py_ssize_t, nkeys=Py_ssize_t, i=Py_ssize_t, slot=Py_ssize_t,
                    b=BlockedRead, f=Forward)
+    @cython.locals(options=XReadOptions)
     cdef _xread(self, RouterClient c, list argv, Route route, list cell, object raw)
 
     cpdef node_for(self, object slot, bint replica)

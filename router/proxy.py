@@ -322,20 +322,20 @@ class Router(RouterCore):
             options = parse_xread_options(argv, self.now_ms)  # (now: its overflow check)
         except ReplyError:
             options = None
-        if options is None or not options[4]:
+        if options is None or not options.nkeys:
             return self._by_keys(c, argv, route, cell, raw)
         if self.pstreams and pstreams.run_xread(self, c, argv, options, cell):
             return None
-        first, nkeys = options[3], options[4]
+        first, nkeys = options.first_key, options.nkeys
         slot = key_slot(argv[first])
         for i in range(first + 1, first + nkeys):
             if key_slot(argv[i]) != slot:
                 return xread_fanout(self, c, argv, cell)
-        if options[0] >= 0:
-            if options[5] is None:  # XREAD: its `$` IDs are pinned down (BlockedRead)
-                return BlockedRead(self, c, argv, options[7], options[0], slot, route.write,
+        if options.timeout >= 0:
+            if options.group is None:  # XREAD: its `$` IDs are pinned down (BlockedRead)
+                return BlockedRead(self, c, argv, options.block_at, options.timeout, slot, route.write,
                                    cell, dollars=dollar_ids(argv, options), raw=raw).start()
-            b = blocked_read(self, c, argv, options[7], options[0], slot, route.write, cell,
+            b = blocked_read(self, c, argv, options.block_at, options.timeout, slot, route.write, cell,
                              raw)
             return b.start()
         f = to_cell(self, c, raw or encode_command(argv), slot, route.write, cell)

@@ -48,6 +48,7 @@ from node.streamid import SEQ_MAX, format_id, parse_id
 from router.forward import Forward, Gather
 
 if TYPE_CHECKING:
+    from node.commands.reads import XReadOptions
     from router.client import Cell, ClientConn, RouterClient
     from router.proxy import Router
     from router.routes import Route
@@ -671,14 +672,18 @@ def xautoclaim(router: Router, c: RouterClient, argv: list[bytes], ps: PStream,
 
 
 # --- XREAD / XREADGROUP ---------------------------------------------------------------------------
-def run_xread(router: Router, c: RouterClient, argv: list[bytes], options: tuple,
+def run_xread(router: Router, c: RouterClient, argv: list[bytes], options: XReadOptions,
               cell: Cell) -> bool:
     """XREAD/XREADGROUP naming a logical stream (False when none is): see read_keys."""
-    first, nkeys = options[3], options[4]
+    first, nkeys = options.first_key, options.nkeys
     pstreams = router.pstreams
     keys = argv[first:first + nkeys]
-    if not any(k in pstreams for k in keys):
+    named = [pstreams[k] for k in keys if k in pstreams]
+    if not named:
         return False
+    if options.maxcount or options.maxsize:  # Redis 8.10's caps: not split over partitions yet
+        _refuse(c, cell, argv[0].upper() + b" with MAXCOUNT or MAXSIZE", named[0])
+        return True
     Read(router, c, argv, options, cell).start()
     return True
 
@@ -689,11 +694,13 @@ class Read:
     partitions (XREADGROUP `>`: see the module docstring). With BLOCK and nothing to answer
     at once, every partition blocks (`Blocked`)."""
 
-    def __init__(self, router: Router, c: RouterClient, argv: list[bytes], options: tuple,
+    def __init__(self, router: Router, c: RouterClient, argv: list[bytes], options: XReadOptions,
                  cell: Cell) -> None:
         self.router, self.c, self.argv, self.cell = router, c, argv, cell
-        (self.timeout, self.count, self.noack, first, nkeys, self.group, self.consumer,
-         self.block_at, claim) = options
+        o = options
+        self.timeout, self.count, self.noack, self.group, self.consumer, self.block_at = (
+            o.timeout, o.count, o.noack, o.group, o.consumer, o.block_at)
+        first, nkeys, claim = o.first_key, o.nkeys, o.claim
         self.keys = argv[first:first + nkeys]
         self.ids = argv[first + nkeys:]
         self.claim = claim

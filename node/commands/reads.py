@@ -78,21 +78,6 @@ class XReadOptions:
         self.maxcount = 0  # MAXCOUNT (8.10), the cap across streams; 0: none
         self.maxsize = 0  # MAXSIZE (8.10), the soft cap on the reply's bytes; 0: none
 
-    def __getitem__(self, i: int) -> object:
-        """The former 9-tuple's positions, for callers not yet reading by name (router/proxy.py
-        reads 0, 3, 4, 5 and 7 per routed read: those without building the tuple)."""
-        if i == 4:
-            return self.nkeys
-        if i == 3:
-            return self.first_key
-        if i == 0:
-            return self.timeout
-        if i == 5:
-            return self.group
-        if i == 7:
-            return self.block_at
-        return (self.timeout, self.count, self.noack, self.first_key, self.nkeys, self.group,
-                self.consumer, self.block_at, self.claim)[i]
 
 
 def _positive_or_error(b: bytes, error: bytes) -> int:

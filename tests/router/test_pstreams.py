@@ -253,6 +253,19 @@ def test_xread_merges_and_blocks_until_any_partition_has_an_entry(pc: Cluster,
     reader.close()
 
 
+def test_read_caps_are_refused_on_a_logical_stream(pc: Cluster, r: redis.Redis) -> None:
+    """Redis 8.10's MAXCOUNT/MAXSIZE are not split over partitions yet: refused with an error
+    that says so, never applied to part of the read (a plain key still takes them)."""
+    name, _keys = make(pc, r, 4)
+    fill_both(r, name, "plain", 6)
+    r.xgroup_create(name, "g", "0")
+    for argv in (["XREAD", "MAXCOUNT", "2", "STREAMS", name, "0"],
+                 ["XREADGROUP", "GROUP", "g", "c", "MAXSIZE", "100", "STREAMS", name, ">"]):
+        assert "not supported on partitioned stream" in err(r, *argv)
+    assert r.xpending(name, "g")["pending"] == 0  # nothing was delivered
+    assert len(r.execute_command("XREAD", "MAXCOUNT", "2", "STREAMS", "plain", "0")[0][1]) == 2
+
+
 # --- group b: XGROUP, XREADGROUP, commands by ID ---------------------------------------------------
 def test_xgroup_subcommands_reply_as_for_one_stream(pc: Cluster, r: redis.Redis) -> None:
     name, keys = make(pc, r, 4)
