@@ -7,7 +7,7 @@ import itertools
 from node import errors
 from node.client import Client
 from node.commands import command
-from node.resp import OK, ReplyError, Status, Verbatim, encode, integer
+from node.resp import OK, ReplyError, Status, Verbatim, encode, error, integer
 from node.slots import SLOTS, key_slot
 from node.tls import on_tls
 
@@ -136,7 +136,7 @@ def _claim(c: Client, argv: list[bytes], slot: int) -> None:
             c.server.cluster.set_owner(slot, c.server.cluster.myshard)
             reply = OK
         else:
-            reply = b"-%s\r\n" % errors.setslot_claim_failed(slot, err)
+            reply = error(errors.setslot_claim_failed(slot, err))
         if c.blocked is b:
             if reply[:1] == b"-":
                 c.server.stats.error(reply[1:-2])

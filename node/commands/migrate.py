@@ -24,7 +24,7 @@ from node import errors, rdb, slotmove
 from node.blocking import Blocked
 from node.client import Client
 from node.commands import command
-from node.resp import OK, ReplyError, bulk, encode_command, null
+from node.resp import OK, ReplyError, bulk, encode_command, error, null, status
 
 log = logging.getLogger("xshard.node")
 
@@ -175,7 +175,7 @@ def migrate(c: Client, argv: list[bytes]) -> bytes:
     db = c.db
     present = [k for k in o.keys if db.get(k) is not None]
     if not present:
-        return b"+NOKEY\r\n"
+        return status(b"NOKEY")
     if c.in_exec:
         raise ReplyError(errors.MIGRATE_IN_EXEC)
     now = c.server.now_ms()
@@ -273,14 +273,14 @@ async def _transfer(c: Client, b: Blocked, host: str, port: int, timeout: float,
                     server.propagate([b"DEL", k])
             c.woff = server.effects.offset
         if first_error is not None:
-            reply = b"-%s\r\n" % errors.target_error(str(first_error).encode())
+            reply = error(errors.target_error(str(first_error).encode()))
         elif err is not None:
-            reply = b"-%s\r\n" % err
+            reply = error(err)
         else:
             reply = OK
     except Exception as e:  # a bug must not leave the keys paused or the client parked
         log.exception("MIGRATE to %s:%d failed", host, port)
-        reply = b"-%s\r\n" % errors.internal_error(e)
+        reply = error(errors.internal_error(e))
     finally:
         server.pauses.resume_keys(keys)
     if c.blocked is b:
