@@ -323,6 +323,18 @@ def test_id_ints_come_from_the_path_the_running_python_allows() -> None:
         assert [hash(x) for x in got] == [hash(x) for x in want_ids]
         assert [str(x) for x in got] == [str(x) for x in want_ids]
     assert s.last_id == want_ids[-1]
+    # ... and an ID's halves are read back from any int of up to 128 bits (compiled: from its
+    # digits on that layout); past 128 bits or negative, none is an ID.
+    from node.commands import groups
+    from node.streamid import format_id
+
+    odd = [(1 << 64) - 1, 1 << 64, (1 << 90) - 1, 1 << 90, (1 << 120) - 1, 1 << 120]
+    for x in want_ids + odd + [(1 << 128) - 1]:
+        assert groups._id_text(x) == format_id(x)
+    if want != "interpreted":
+        for bad in (1 << 128, 1 << 200, -1, -(1 << 70)):
+            with pytest.raises(OverflowError):
+                groups._id_text(bad)
 
 
 def test_sealed_node_decoding_matches_what_was_appended() -> None:
