@@ -7,6 +7,7 @@ cdef class EffectLog:
     cdef public Py_ssize_t replaying
 
     cpdef emit(self, argv)
+    cpdef publish(self, data)
 
 import cython
 

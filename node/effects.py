@@ -38,10 +38,6 @@ class EffectLog:
         self.in_multi = False
         self.replaying = 0  # >0 while an EffectApplier runs commands: they emit nothing
 
-    def publish_raw(self, data: bytes) -> None:
-        """Publish effect bytes received from elsewhere (a primary) as they are."""
-        self._publish(data)
-
     def listen(self, fn: Callable[[bytes], None]) -> None:
         if fn not in self.listeners:
             self.listeners.append(fn)
@@ -67,7 +63,7 @@ class EffectLog:
         if self._batch is not None:
             self._batch.append(encode_command(argv))
         elif self.listeners:
-            self._publish(encode_command(argv))
+            self.publish(encode_command(argv))
         else:
             self.offset += _command_len(argv)
 
@@ -82,9 +78,11 @@ class EffectLog:
             if len(batch) > 1:
                 batch.insert(0, encode_command([b"MULTI"]))
                 batch.append(encode_command([b"EXEC"]))
-            self._publish(b"".join(batch))
+            self.publish(b"".join(batch))
 
-    def _publish(self, data: bytes) -> None:
+    def publish(self, data: bytes) -> None:
+        """Hand encoded effects to every listener: those made here, and those received from
+        elsewhere (a primary) as they are."""
         self.offset += len(data)
         for fn in self.listeners:
             fn(data)
@@ -249,7 +247,7 @@ class EffectApplier:
         self.raw = [rest] if rest else []
         self.raw_len -= n
         self.raw_done -= n
-        self.server.effects.publish_raw(whole if not rest else whole[:n])
+        self.server.effects.publish(whole if not rest else whole[:n])
 
     def _failed(self, argv: list[bytes], offset: int, reply: bytes) -> None:
         self.errors += 1

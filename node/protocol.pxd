@@ -34,10 +34,14 @@ cdef class RespConnection:
                    max_bulk=Py_ssize_t, n=Py_ssize_t, turn=Py_ssize_t, most=Py_ssize_t,
                    argv=list, end=Py_ssize_t)
     cdef Py_ssize_t _run_requests(self, Client c, list out) except -1
-    @cython.locals(c=Client)
+    @cython.locals(c=Client, out=list, n=Py_ssize_t)
     cdef Py_ssize_t _run(self) except -1
+    @cython.locals(ready=bint)
+    cdef Py_ssize_t _run_reader(self, Client c, list out, Py_ssize_t n) except -1
+    # uvloop calls it through Python (no override lookup: the wrapper skips it); the router's
+    # connection, which wraps it, calls it as C (`RespConnection.data_received(self, data)`).
     @cython.locals(requests=RequestBuffer)
-    cdef void _read(self, object data) except *
+    cpdef void data_received(self, object data) except *
     @cython.locals(requests=RequestBuffer, c=Client)
     cdef void _after_requests(self) except *
     @cython.locals(c=Client)

@@ -309,11 +309,8 @@ class RespConnection:
             self._process()
 
     def data_received(self, data: bytes) -> None:
-        self._read(data)
-
-    def _read(self, data: bytes) -> None:
-        """`data_received` itself, as C: the router's connection wraps a read in its own
-        `data_received` (router/client.py) and calls this without a Python-level call."""
+        """Requests arrive: run what is complete (cpdef compiled: the router's connection
+        wraps it, router/client.py, and calls it as C)."""
         if self._closing:
             return
         if self._stats is not None:
@@ -425,21 +422,29 @@ class RespConnection:
         c = self.client
         if c is None or self._closing:
             return 0
-        n = 0
         out: list[bytes] = []
-        execute = self.execute
-        reader = self.reader
         if self._slow:
             self._process_slow(out)
-        elif self._requests.buf is not None:
+            n = self._run_reader(c, out, 0)
+        elif self._requests.buf is None:
+            n = self._run_reader(c, out, 0)
+        else:
             n = self._run_requests(c, out)
-            if self._requests.buf is not None or self._boundary:
-                # Every request of the read ran, or the client cannot run more now.
-                if out:
-                    self._flush_replies(out[0] if len(out) == 1 else b"".join(out))
-                if c.close_after_reply:
-                    self.finish()
-                return n
+            # Unless every request of the read ran, or the client cannot run more now, the
+            # rest of the read went to hiredis.
+            if self._requests.buf is None and not self._boundary:
+                n = self._run_reader(c, out, n)
+        if out:
+            self._flush_replies(out[0] if len(out) == 1 else b"".join(out))
+        if c.close_after_reply:
+            self.finish()
+        return n
+
+    def _run_reader(self, c: Client, out: list[bytes], n: int) -> int:
+        """Run the commands hiredis has whole while the client can, after the `n` that ran
+        already in this turn; returns how many have run in all."""
+        execute = self.execute
+        reader = self.reader
         # True when the end of the previous turn already found data: nothing between there and
         # the top of the loop reads the reader, so one has_data() call per command suffices.
         ready = False
@@ -486,10 +491,6 @@ class RespConnection:
                 self._pause_reading()
                 self.server.loop.call_soon(self._continue)
                 break
-        if out:
-            self._flush_replies(out[0] if len(out) == 1 else b"".join(out))
-        if c.close_after_reply:
-            self.finish()
         return n
 
     def _run_requests(self, c: Client, out: list[bytes]) -> int:

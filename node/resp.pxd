@@ -3,6 +3,9 @@
 
 cimport cython
 
+# An array's header: a C call from _encode_into (a reply tree's lists).
+cpdef bytes array_header(Py_ssize_t n)
+
 @cython.locals(n=Py_ssize_t, k=Py_ssize_t, parts=list, heads=list)
 cpdef bytes encode_command(argv)
 

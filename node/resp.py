@@ -26,7 +26,9 @@ if cython.compiled:
 __all__ = [
     "Status", "Verbatim", "Raw", "Map", "RespSet", "ReplyError", "NULL_ARRAY",
     "OK", "PONG", "QUEUED", "NULL_BULK", "NULL3", "EMPTY_ARRAY", "ZERO", "ONE",
-    "encode", "bulk", "integer", "status", "error", "array_header", "null", "null_array",
+    "CRLF", "ARRAY_HEADS", "BULK_HEADS",
+    "encode", "bulk", "bulk_header", "integer", "status", "error", "array_header", "null",
+    "null_array",
     "encode_command", "reply_scan", "reply_end", "reply_elements", "bulk_value", "int_value", "error_code",
     "parse_redirect", "Redirect",
 ]
@@ -92,8 +94,20 @@ ZERO = b":0\r\n"
 ONE = b":1\r\n"
 
 
+CRLF = b"\r\n"
+# Headers by count and by length, made once: `%` formatting is most of the cost of a small
+# reply (encode_command, and the entry encoders of node/commands/entryreplies.py).
+ARRAY_HEADS = [b"*%d\r\n" % n for n in range(256)]
+BULK_HEADS = [b"$%d\r\n" % n for n in range(4096)]
+
+
 def bulk(b: bytes) -> bytes:
     return b"$%d\r\n%s\r\n" % (len(b), b)
+
+
+def bulk_header(n: int) -> bytes:
+    """`$<n>\r\n`: what comes before a bulk string of n bytes."""
+    return BULK_HEADS[n] if 0 <= n < 4096 else b"$%d\r\n" % n
 
 
 def integer(n: int) -> bytes:
@@ -117,7 +131,7 @@ def error(message: bytes) -> bytes:
 
 
 def array_header(n: int) -> bytes:
-    return b"*%d\r\n" % n
+    return ARRAY_HEADS[n] if 0 <= n < 256 else b"*%d\r\n" % n
 
 
 def null(proto: int) -> bytes:
@@ -146,11 +160,12 @@ def encode(value: Any, proto: int = 2) -> bytes:
 
 
 def _encode_into(v: Any, proto: int, out: list[bytes]) -> None:
+    """The common reply values; the others are `_encode_other`'s."""
     t = type(v)
     if t is bytes:
         out.append(b"$%d\r\n%s\r\n" % (len(v), v))
     elif t is list or t is tuple:
-        out.append(b"*%d\r\n" % len(v))
+        out.append(array_header(len(v)))
         for item in v:
             _encode_into(item, proto, out)
     elif t is int:
@@ -162,27 +177,32 @@ def _encode_into(v: Any, proto: int, out: list[bytes]) -> None:
     elif t is Status:
         out.append(b"+%s\r\n" % v)
     elif t is Map:
-        out.append((b"%%%d\r\n" if proto == 3 else b"*%d\r\n") % (len(v) if proto == 3 else 2 * len(v)))
+        out.append(b"%%%d\r\n" % len(v) if proto == 3 else array_header(2 * len(v)))
         for k, item in v:
             _encode_into(k, proto, out)
             _encode_into(item, proto, out)
-    elif t is str:
+    else:
+        _encode_other(v, t, proto, out)
+
+
+def _encode_other(v: Any, t: type, proto: int, out: list[bytes]) -> None:
+    if t is str:
         b = v.encode()
         out.append(b"$%d\r\n%s\r\n" % (len(b), b))
     elif t is bool:
-        out.append(b":1\r\n" if v else b":0\r\n")
+        out.append(ONE if v else ZERO)
     elif t is float:
         d = _format_double(v)
         out.append(b",%s\r\n" % d if proto == 3 else b"$%d\r\n%s\r\n" % (len(d), d))
     elif v is NULL_ARRAY:
-        out.append(NULL3 if proto == 3 else b"*-1\r\n")
+        out.append(null_array(proto))
     elif t is Verbatim:
         if proto == 3:
             out.append(b"=%d\r\ntxt:%s\r\n" % (len(v) + 4, v))
         else:
             out.append(b"$%d\r\n%s\r\n" % (len(v), v))
     elif t is RespSet:
-        out.append((b"~%d\r\n" if proto == 3 else b"*%d\r\n") % len(v))
+        out.append(b"~%d\r\n" % len(v) if proto == 3 else array_header(len(v)))
         for item in v:
             _encode_into(item, proto, out)
     elif isinstance(v, ReplyError):
@@ -195,20 +215,16 @@ def _encode_into(v: Any, proto: int, out: list[bytes]) -> None:
         raise TypeError(f"cannot encode {t.__name__} as RESP")
 
 
-_ARRAY_HEADS = [b"*%d\r\n" % n for n in range(64)]  # headers by count and by length: the
-_BULK_HEADS = [b"$%d\r\n" % n for n in range(1024)]  # `%` formatting is most of the cost
-
-
 def encode_command(argv: list[bytes] | tuple[bytes, ...]) -> bytes:
     """A request (array of bulk strings): the wire form of effects and of upstream commands."""
     n = len(argv)
-    parts = [_ARRAY_HEADS[n] if n < 64 else b"*%d\r\n" % n]
-    heads = _BULK_HEADS
+    parts = [ARRAY_HEADS[n] if n < 256 else b"*%d\r\n" % n]
+    heads = BULK_HEADS
     for a in argv:
         k = len(a)
-        parts.append(heads[k] if k < 1024 else b"$%d\r\n" % k)
+        parts.append(heads[k] if k < 4096 else b"$%d\r\n" % k)
         parts.append(a)
-        parts.append(b"\r\n")
+        parts.append(CRLF)
     return b"".join(parts)
 
 

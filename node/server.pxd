@@ -67,4 +67,6 @@ cdef class Connection(RespConnection):
 
     cdef _flush_replies(self, data)
     cdef bint _held(self, data) except -1
-    cdef _send(self, data)
+    # The reply gate and subclasses (the tests') call or override it by name; the read path
+    # calls it as C (`Connection.send(self, data)`: no override lookup).
+    cpdef send(self, data)

@@ -523,7 +523,7 @@ class Connection(RespConnection):
         if type(self) is not Connection:
             self._write(data)
         elif not self._held(data):
-            self._send(data)
+            Connection.send(self, data)
 
     def _held(self, data: bytes) -> bool:
         """Not to be sent now: the connection is closing, or the reply gate keeps `data`
@@ -535,9 +535,6 @@ class Connection(RespConnection):
 
     def send(self, data: bytes) -> None:
         """Write to the socket now (the reply gate calls this once an fsync covered `data`)."""
-        self._send(data)
-
-    def _send(self, data: bytes) -> None:
         t = self.transport
         if t is None or self._closing:
             return

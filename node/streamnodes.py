@@ -23,7 +23,8 @@ if cython.compiled:
 from node.listpack import _counters_size, _isz, _sum_esz
 from node.streamid import SEQ_MAX
 
-__all__ = ["Block", "Tail", "Node", "FLAG_DELETED", "FLAG_SAMEFIELDS", "live_ids", "live_rows"]
+__all__ = ["Block", "Tail", "Node", "FLAG_DELETED", "FLAG_SAMEFIELDS", "live_ids", "live_rows",
+           "id_int_path"]
 
 FLAG_DELETED = 1  # STREAM_ITEM_FLAG_DELETED
 FLAG_SAMEFIELDS = 2  # STREAM_ITEM_FLAG_SAMEFIELDS
@@ -651,22 +652,28 @@ def _flags_ptr(b: Block) -> bytes | None:
 
 
 def _sid_of(ms: int, seq: int) -> int:
-    """The ID `ms << 64 | seq`; compiled, of two C integers, its digits written straight into
-    a new int (xshard_make_id in the .pxd: a shift and an or on Python ints, or the int made
-    from its 16 bytes, cost several times as much)."""
+    """The ID `ms << 64 | seq`; compiled, of two C integers (xshard_make_id in the .pxd: on
+    CPython 3.11 its digits written straight into a new int, a shift and an or of Python
+    ints cost ~600 instructions more)."""
     if not cython.compiled:
         return ms << 64 | seq
     return xshard_make_id(ms, seq)  # noqa: F821 (declared in the .pxd)
 
 
 def _sid_ms(sid: int) -> int:
-    """`sid >> 64`; compiled, a C integer read from the int's 16 bytes (no Python int made:
-    with PyLong_AsUnsignedLongLongMask for the sequence, an ID's two halves cost no shift)."""
+    """`sid >> 64`; compiled, a C integer (with PyLong_AsUnsignedLongLongMask for the
+    sequence, an ID's two halves cost one shift)."""
     if not cython.compiled:
         return sid >> 64
-    buf = cython.declare(cython.ulonglong[2])
-    xshard_sid_bytes(sid, buf)  # noqa: F821 (declared in the .pxd)
-    return buf[1] if PY_LITTLE_ENDIAN else buf[0]  # noqa: F821
+    return xshard_sid_ms(sid)  # noqa: F821 (declared in the .pxd)
+
+
+def id_int_path() -> str:
+    """How compiled code makes an ID's int: "cpython-3.11-digits" (the private layout, see
+    xshard_make_id in the .pxd), "public" (the public C API), or "interpreted"."""
+    if not cython.compiled:
+        return "interpreted"
+    return "cpython-3.11-digits" if XSHARD_ID_DIGITS else "public"  # noqa: F821
 
 
 def _string_count(b: Block) -> int:

@@ -62,7 +62,7 @@ class TlsLayer(asyncio.Protocol):
         if self.app is None:
             self._handshake()
         else:
-            self._read()
+            self._decrypt()
 
     def eof_received(self) -> bool | None:
         self._incoming.write_eof()
@@ -94,23 +94,23 @@ class TlsLayer(asyncio.Protocol):
         try:
             self._ssl.do_handshake()
         except ssl.SSLWantReadError:
-            self._flush()
+            self._send_records()
             return
         except (ssl.SSLError, OSError) as e:  # a bad or missing certificate, not TLS at all
             log.debug("TLS handshake failed: %s", e)
-            self._flush()
+            self._send_records()
             self._close_raw()
             self._told(e)
             return
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
-        self._flush()
+        self._send_records()
         self.app = self._factory()
         self.app.connection_made(self._transport)
         self._told(None)
         if self._incoming.pending and self.app is not None:
-            self._read()  # the first request came with the handshake's last flight
+            self._decrypt()  # the first request came with the handshake's last flight
 
     def _told(self, exc: BaseException | None) -> None:
         w, self._waiter = self._waiter, None
@@ -125,7 +125,7 @@ class TlsLayer(asyncio.Protocol):
         if self.app is None and self._raw is not None:
             self._raw.abort()
 
-    def _read(self) -> None:
+    def _decrypt(self) -> None:
         """Decrypt all complete records received; one data_received for all of them."""
         incoming, sslobj = self._incoming, self._ssl
         out = []
@@ -148,7 +148,7 @@ class TlsLayer(asyncio.Protocol):
             self._abort(e)
             return
         if self._outgoing.pending:
-            self._flush()  # post-handshake messages (session tickets, key updates)
+            self._send_records()  # post-handshake messages (session tickets, key updates)
         if out and self.app is not None:
             self.app.data_received(out[0] if len(out) == 1 else b"".join(out))
         if eof and self.app is not None and not self._closing:
@@ -170,7 +170,8 @@ class TlsLayer(asyncio.Protocol):
             return
         self._raw.write(self._outgoing.read())
 
-    def _flush(self) -> None:
+    def _send_records(self) -> None:
+        """Write the TLS records the SSL object produced (handshake, alerts, close_notify)."""
         if self._outgoing.pending and self._raw is not None:
             self._raw.write(self._outgoing.read())
 
@@ -183,7 +184,7 @@ class TlsLayer(asyncio.Protocol):
             self._ssl.unwrap()
         except (ssl.SSLError, ValueError):
             pass  # the peer's close_notify is not awaited (as Redis does)
-        self._flush()
+        self._send_records()
         self._raw.close()
 
     def _abort(self, exc: Exception | None = None) -> None:

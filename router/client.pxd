@@ -21,6 +21,9 @@ cdef class RouterCore:
     cpdef dispatch(self, RouterClient c, list argv, list cell, object raw=*)
     cpdef Pool primary_pool(self, Py_ssize_t slot, int proto)
 
+# final: its cpdef methods are C calls from router/forward.py and the outbox, with no lookup of
+# an override by name (which a class with a `__dict__`, RespConnection's, would do per call).
+@cython.final
 cdef class ClientConn(RespConnection):
     cdef public RouterCore router
     cdef public list cells, _out
@@ -31,9 +34,9 @@ cdef class ClientConn(RespConnection):
     cdef public object _send
 
     @cython.locals(cells=list, head=Py_ssize_t, n=Py_ssize_t, out=list, first=list)
-    cdef _fill(self, list cell, object data)
-    cdef _flush(self)
-    cdef _after_run(self)
+    cpdef fill(self, list cell, object data)
+    cpdef flush(self)
+    # (_after_run overrides RespConnection's cdef method; a final class may not redeclare it)
 
 cdef class ReplyWriter(Writer):
     cdef public ClientConn conn

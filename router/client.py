@@ -108,7 +108,7 @@ class ClientConn(RespConnection):
         end-of-iteration callback."""
         held = self.outbox.hold()
         try:
-            self._read(data)
+            RespConnection.data_received(self, data)
         finally:
             self.outbox.unhold(held)
 
@@ -125,11 +125,6 @@ class ClientConn(RespConnection):
 
     def fill(self, cell: Cell, data: bytes) -> None:
         """A reply is ready: send it, and every reply after it that was waiting for it."""
-        self._fill(cell, data)
-
-    def _fill(self, cell: Cell, data: bytes) -> None:
-        """fill(), called as C by router/forward.py (a cpdef method of a class whose instances
-        have a __dict__ looks itself up by name on every call, to find overrides)."""
         cell[0] = data
         cells = self.cells
         head = self._head
@@ -160,9 +155,6 @@ class ClientConn(RespConnection):
     def flush(self) -> None:
         """Write the replies that became ready in this loop iteration at once
         (router/outbox.py)."""
-        self._flush()
-
-    def _flush(self) -> None:
         self._queued = False
         out = self._out
         if out:
@@ -209,4 +201,4 @@ class ReplyWriter(Writer):
         self.conn = conn
 
     def flush(self) -> None:
-        self.conn._flush()
+        self.conn.flush()

@@ -20,6 +20,7 @@ from node import command_table, errors
 from node.cluster import client_port, redis_id
 from node.resp import (
     Verbatim,
+    array_header,
     bulk_value,
     encode,
     encode_command,
@@ -165,7 +166,7 @@ def scan(router: Router, c: RouterClient, argv: list[bytes], cell: Cell) -> None
             return conn.fill(cell, r)
         cur, keys = reply_elements(r)[1]
         out = scan_cursor(shard, int(bulk_value(cur)), len(prim))
-        return conn.fill(cell, b"*2\r\n" + encode(b"%d" % out, c.proto) + keys)
+        return conn.fill(cell, array_header(2) + encode(b"%d" % out, c.proto) + keys)
 
     Forward(router, c, encode_command([argv[0], b"%d" % node_cursor] + argv[2:]), None, False,
             done=done).send(addr=prim[shard])

@@ -166,7 +166,7 @@ class Forward(Waiter):
             self.done(r)
         else:
             conn: ClientConn = self.c.conn  # type: ignore[assignment]
-            conn._fill(self.cell, r)  # type: ignore[arg-type]
+            conn.fill(self.cell, r)  # type: ignore[arg-type]
 
 
 def to_cell(router: Router, c: RouterClient, data: bytes, slot: int | None, write: bool,
@@ -324,7 +324,7 @@ class BlockedRead(Waiter):
         c.blocked = None
         conn: ClientConn | None = c.conn
         if reply is not None and conn is not None:
-            conn._fill(self.cell, reply)  # type: ignore[arg-type]
+            conn.fill(self.cell, reply)  # type: ignore[arg-type]
             conn.resume()
 
 

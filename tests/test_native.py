@@ -378,6 +378,47 @@ def test_group_id_codecs_match_the_general_parser() -> None:
         assert [groups._id_text(s) for s in sids] == [format_id(s) for s in sids]
 
 
+def test_id_ints_come_from_the_path_the_running_python_allows() -> None:
+    """Compiled, an ID's int is written digit by digit only on the layout that was measured
+    (CPython 3.11, 30-bit digits; xshard_make_id in node/streamnodes.pxd), chosen when the
+    module is compiled; any other Python gets the public C API. The path compiled in must
+    be the one the running Python allows, and the ints it makes (at the edges of both
+    halves, from the open node and from sealed ones) must be exactly `ms << 64 | seq`."""
+    from node import streamnodes
+    from node.stream import Stream
+
+    if not streamnodes.__file__.endswith(".py"):
+        layout = sys.version_info[:2] == (3, 11) and sys.int_info.bits_per_digit == 30
+        want = "cpython-3.11-digits" if layout else "public"
+    else:
+        want = "interpreted"
+    assert streamnodes.id_int_path() == want
+    edges = [0, 1, (1 << 30) - 1, 1 << 30, (1 << 60) - 1, 1 << 60, 1 << 63, (1 << 64) - 1]
+    pairs = sorted({(ms, seq) for ms in edges for seq in edges} - {(0, 0)})
+    s = Stream()
+    for ms, seq in pairs:
+        s.append_id(ms, seq, [b"f", b"v"], 4, 0)
+    want_ids = [ms << 64 | seq for ms, seq in pairs]
+    for got in ([x for x, _ in s.range(0, 1 << 128)], [x for x, _ in s.copy().range(0, 1 << 128)]):
+        assert got == want_ids
+        assert [(x >> 64, x & ((1 << 64) - 1)) for x in got] == pairs
+        assert [hash(x) for x in got] == [hash(x) for x in want_ids]
+        assert [str(x) for x in got] == [str(x) for x in want_ids]
+    assert s.last_id == want_ids[-1]
+    # ... and an ID's halves are read back from any int of up to 128 bits (compiled: from its
+    # digits on that layout); past 128 bits or negative, none is an ID.
+    from node.commands import groups
+    from node.streamid import format_id
+
+    odd = [(1 << 64) - 1, 1 << 64, (1 << 90) - 1, 1 << 90, (1 << 120) - 1, 1 << 120]
+    for x in want_ids + odd + [(1 << 128) - 1]:
+        assert groups._id_text(x) == format_id(x)
+    if want != "interpreted":
+        for bad in (1 << 128, 1 << 200, -1, -(1 << 70)):
+            with pytest.raises(OverflowError):
+                groups._id_text(bad)
+
+
 def test_sealed_node_decoding_matches_what_was_appended() -> None:
     """Compiled, a read decodes a sealed node's IDs, bounds and strings by C loops over its
     packed bytes (node/streamnodes.py). Every shape the packing chooses (uniform or varied

@@ -7,7 +7,7 @@ from collections import deque
 from node import errors
 from node.client import Client
 from node.commands import command
-from node.resp import OK, ReplyError, RespSet, bulk, encode, integer, null
+from node.resp import EMPTY_ARRAY, OK, ReplyError, RespSet, bulk, encode, integer, null
 
 
 @command(b"set")
@@ -91,7 +91,7 @@ def lrange(c: Client, argv: list[bytes]) -> bytes:
     end = errors.parse_int_or_error(argv[3])
     lst = c.db.get_typed(argv[1], deque)
     if lst is None:
-        return b"*0\r\n"
+        return EMPTY_ARRAY
     n = len(lst)
     if start < 0:
         start = max(n + start, 0)
@@ -99,7 +99,7 @@ def lrange(c: Client, argv: list[bytes]) -> bytes:
         end = n + end
     end = min(end, n - 1)
     if start > end:
-        return b"*0\r\n"
+        return EMPTY_ARRAY
     return encode(list(lst)[start:end + 1], c.proto)
 
 

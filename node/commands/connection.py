@@ -9,7 +9,20 @@ from typing import TYPE_CHECKING
 from node import REDIS_VERSION, errors
 from node.client import Client
 from node.commands import Subcommands, command
-from node.resp import OK, PONG, Map, ReplyError, Status, Verbatim, bulk, encode, integer, null
+from node.resp import (
+    OK,
+    PONG,
+    Map,
+    ReplyError,
+    Status,
+    Verbatim,
+    bulk,
+    encode,
+    error,
+    integer,
+    null,
+    status,
+)
 from node.writepause import ALL, WRITE
 
 if TYPE_CHECKING:
@@ -104,7 +117,7 @@ def quit_(c: Client, argv: list[bytes]) -> bytes:
 @command(b"reset")
 def reset(c: Client, argv: list[bytes]) -> bytes:
     c.reset()
-    return b"+RESET\r\n"
+    return status(b"RESET")
 
 
 @command(b"readonly", b"readwrite")
@@ -287,7 +300,7 @@ def client_unblock(c: Client, argv: list[bytes]) -> bytes:
     if target is None or target.blocked is None:
         return integer(0)
     b = target.blocked
-    reply = (b"-%s\r\n" % errors.UNBLOCKED_BY_CLIENT) if reply_error else b.timeout_reply(target.proto)
+    reply = error(errors.UNBLOCKED_BY_CLIENT) if reply_error else b.timeout_reply(target.proto)
     server.blocking.unblock(target, reply)
     return integer(1)
 

@@ -17,6 +17,7 @@ from typing import Any
 
 import cython
 
+from node.resp import BULK_HEADS, CRLF, array_header, bulk, bulk_header
 from node.stream import Stream
 from node.streamid import SEQ_MAX
 from node.streamnodes import FLAG_DELETED, FLAG_SAMEFIELDS, Block, Node, Tail, live_rows
@@ -44,15 +45,16 @@ _SAME = FLAG_SAMEFIELDS
 # larger part of XRANGE's cost, so it is done in bulk: C-level maps over all the strings of a
 # chunk and precomputed headers, assembled with slice assignments and one join (about 2x
 # faster than formatting every bulk string with %).
-_CRLF = b"\r\n"
-_BULK_HDR = [b"$%d\r\n" % n for n in range(4096)]
-_ENTRY_HDR = [b"*2\r\n$%d\r\n" % n for n in range(48)]  # an ID has at most 41 characters
-_FIELDS_HDR = [b"\r\n*%d\r\n" % n for n in range(256)]
+_CRLF = CRLF
+_BULK_HDR = BULK_HEADS
+# An entry's start up to its ID, by the ID's length (at most 41 characters).
+_ENTRY_HDR = [array_header(2) + bulk_header(n) for n in range(48)]
+_FIELDS_HDR = [CRLF + array_header(n) for n in range(256)]
 
 
 def fields_hdr(n: int) -> bytes:
     """`\r\n*<n>\r\n`: the end of the bulk string before an array of n elements."""
-    return _FIELDS_HDR[n] if n < 256 else b"\r\n*%d\r\n" % n
+    return _FIELDS_HDR[n] if n < 256 else CRLF + array_header(n)
 
 
 def encode_entries(sids: list[int], ents: list[list[bytes]]) -> bytes:
@@ -70,7 +72,7 @@ def _encode_entries_py(sids: list[int], ents: list[list[bytes]]) -> bytes:
     try:
         pre = list(map(_BULK_HDR.__getitem__, lens))
     except IndexError:
-        pre = [b"$%d\r\n" % n for n in lens]
+        pre = [bulk_header(n) for n in lens]
     ids = [b"%d-%d" % (x >> 64, x & SEQ_MAX) for x in sids]
     widths = list(map(len, ents))
     w = widths[0]
@@ -430,8 +432,7 @@ def id_bulk(ms: int, seq: int) -> bytes:
 def entry_reply(sid: int, fields: list[bytes]) -> bytes:
     """One entry: [id, [field, value, ...]]."""
     ids = b"%d-%d" % (sid >> 64, sid & SEQ_MAX)
-    return b"*2\r\n$%d\r\n%s\r\n*%d\r\n%s" % (
-        len(ids), ids, len(fields), b"".join([b"$%d\r\n%s\r\n" % (len(x), x) for x in fields]))
+    return b"".join([_ENTRY_HDR[len(ids)], ids, fields_hdr(len(fields)), *map(bulk, fields)])
 
 
 def entries_reply(entries: Iterable[tuple[int, list[bytes]]]) -> tuple[int, bytes]:

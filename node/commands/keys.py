@@ -15,7 +15,7 @@ from node.commands import command
 from node.commands.diagnostics import memory_stats
 from node.keyspace import type_name
 from node.patterns import stringmatch
-from node.resp import OK, ONE, ZERO, ReplyError, Status, encode, integer
+from node.resp import OK, ONE, ZERO, ReplyError, Status, encode, integer, status
 from node.stream import Stream
 
 _LL_MAX = (1 << 63) - 1
@@ -44,7 +44,7 @@ def touch(c: Client, argv: list[bytes]) -> bytes:
 
 @command(b"type")
 def type_(c: Client, argv: list[bytes]) -> bytes:
-    return b"+%s\r\n" % type_name(c.db.get(argv[1]))
+    return status(type_name(c.db.get(argv[1])))
 
 
 @command(b"dbsize")

@@ -23,7 +23,7 @@ from node.client import Client
 from node.commands import command
 from node.errors import ResponseError
 from node.link import Link
-from node.resp import OK, ReplyError, bulk, encode_command, error, null
+from node.resp import OK, ReplyError, bulk, encode_command, error, null, status
 
 log = logging.getLogger("xshard.node")
 
@@ -174,7 +174,7 @@ def migrate(c: Client, argv: list[bytes]) -> bytes:
     db = c.db
     present = [k for k in o.keys if db.get(k) is not None]
     if not present:
-        return b"+NOKEY\r\n"
+        return status(b"NOKEY")
     if c.in_exec:
         raise ReplyError(errors.MIGRATE_IN_EXEC)
     now = c.server.now_ms()

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 from node import errors
 from node.client import Client
 from node.commands import command
-from node.resp import OK, ReplyError
+from node.resp import OK, ReplyError, status
 
 if TYPE_CHECKING:
     from node.replication import Replication
@@ -41,7 +41,7 @@ def replicaof(c: Client, argv: list[bytes]) -> bytes:
     if r.is_replica and r.master_host.lower() == host.lower() and r.master_port == port:
         log.info("REPLICAOF would result into synchronization with the master we are already "
                  "connected with. No operation performed.")
-        return b"+OK Already connected to specified master\r\n"
+        return status(b"OK Already connected to specified master")
     r.set_master(host, port)
     return OK
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from node import errors
 from node.client import Client
 from node.commands import command
-from node.resp import OK, ReplyError, array_header, null_array
+from node.resp import OK, ReplyError, array_header, error, null_array
 
 
 @command(b"multi")
@@ -53,7 +53,7 @@ def exec_(c: Client, argv: list[bytes]) -> bytes:
             err = server.acl.check(c, cmd, name) if c.acl is not None else None
             if err is not None:
                 server.stats.error(err)
-                replies.append(b"-%s\r\n" % err)
+                replies.append(error(err))
                 continue
             handler = server.handler(name)
             replies.append(server.call(c, cmd, name, handler) or null_array(c.proto))

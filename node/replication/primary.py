@@ -462,7 +462,7 @@ class PrimarySide:
         self._getack_pending = False
         if not self.repl.is_replica:
             # In the stream, so that backlog offsets stay equal to effect offsets.
-            self.server.effects.publish_raw(_GETACK)
+            self.server.effects.publish(_GETACK)
 
     def good_replicas(self) -> int:
         lag = self.server.config.min_replicas_max_lag
@@ -476,7 +476,7 @@ class PrimarySide:
         if self.replicas:
             if not self.repl.is_replica and now - self.last_ping >= cfg.repl_ping_replica_period:
                 self.last_ping = now
-                self.server.effects.publish_raw(_PING)
+                self.server.effects.publish(_PING)
             if now - self.last_keepalive >= 1.0:
                 self.last_keepalive = now
                 for lk in self.replicas:
