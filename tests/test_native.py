@@ -249,7 +249,8 @@ def _pxd_classes(pxd: Path) -> dict[str, set[str]]:
             if m.group(2):
                 cur |= _declared_anywhere(m.group(2))
             continue
-        m = re.match(r"\s+cdef (?:public |readonly )?[\w.]+ ([\w, ]+)$", line)
+        m = re.match(r"\s+cdef (?:public |readonly )?(?:(?:unsigned|signed|long|short) )*[\w.]+ "
+                     r"([\w, ]+)$", line)  # C types of several words: long long, ...
         if m and cur is not None:
             cur.update(n.strip() for n in m.group(1).split(","))
     return out
