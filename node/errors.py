@@ -189,7 +189,12 @@ INVALID_END_ID = b"ERR invalid end ID for the interval"
 IDMP_TWICE = b"ERR IDMP or IDMPAUTO can be given only once"
 IDMP_EMPTY = b"ERR IDMP producer ID and idempotent ID must not be empty"
 IDMP_DURATION_RANGE = b"ERR IDMP-DURATION must be between 1 and 86400 seconds"
-IDMP_MAXSIZE_RANGE = b"ERR IDMP-MAXSIZE must be between 1 and 10000"
+IDMP_MAXSIZE_RANGE = b"ERR IDMP-MAXSIZE must be between 1 and 10000 entries"
+XCFGSET_NO_PARAMETER = b"ERR At least one parameter must be specified"
+# Redis 8.10's XREAD/XREADGROUP caps
+MAXCOUNT_POSITIVE = b"ERR MAXCOUNT must be a positive integer"
+MAXSIZE_POSITIVE = b"ERR MAXSIZE must be a positive integer"
+MAXCOUNT_BELOW_COUNT = b"ERR MAXCOUNT must be greater than or equal to COUNT"
 XSETID_ENTRIES_ADDED_NEGATIVE = b"ERR entries_added must be positive"
 XSETID_SMALLER_THAN_MAXDEL = (
     b"ERR The ID specified in XSETID is smaller than the provided max_deleted_entry_id")

@@ -313,9 +313,17 @@ class ConsumerGroup:
         return True
 
     def lag(self, s: Stream) -> int | None:
-        """streamReplyWithCGLag: entries not yet delivered, None when it cannot be known."""
-        if not s.entries_added:
-            return 0  # a never-used stream
+        """streamReplyWithCGLag: entries not yet delivered, None when it cannot be known.
+
+        As the newest Redis has it (8.10): an emptied stream has nothing left to deliver (0),
+        and a group whose last-delivered ID is before the first entry has every entry ahead
+        of it (the stream's length), whatever its counter says. Valkey 8.1 computes both from
+        the counter (docs/compatibility.md).
+        """
+        if not s.entries_added or not s.length:
+            return 0  # a never-used or emptied stream
+        if self.last_id < s.first_id:
+            return s.length
         if self.entries_read is not None and not range_has_tombstones(s, self.last_id, None):
             return s.entries_added - self.entries_read
         er = estimate_distance(s, self.last_id)
@@ -463,6 +471,15 @@ def estimate_distance(s: Stream, sid: int) -> int | None:
         if sid == first:
             return added - s.length + 1
     return None
+
+
+def clamp_entries_read(s: Stream, entries_read: int | None) -> int | None:
+    """XGROUP CREATE/SETID's ENTRIESREAD as the newest Redis stores it (8.10): a counter past
+    the stream's entries-added is cut to entries-added, so the lag never goes below zero.
+    The invalid counter (None) stays invalid. Valkey 8.1 stores the value as given."""
+    if entries_read is None or entries_read <= s.entries_added:
+        return entries_read
+    return s.entries_added
 
 
 # -- a stream's groups (streamCreateCG / streamLookupCG) -------------------------------------

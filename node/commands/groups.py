@@ -29,7 +29,7 @@ from node.commands import command
 from node.commands.entryreplies import entry_reply
 from node.commands.streams import ids_reply, parse_policy_and_ids
 from node.errors import string2ll
-from node.groups import Consumer, ConsumerGroup, Nack, create_group
+from node.groups import Consumer, ConsumerGroup, Nack, clamp_entries_read, create_group
 from node.references import delete_entry
 from node.resp import NULL_ARRAY, OK, ONE, ZERO, ReplyError, encode, integer
 from node.stream import Stream
@@ -229,6 +229,25 @@ def _xgroup_options(argv: list[bytes], sub: bytes) -> tuple[bool, int | None]:
     return mkstream, entries_read
 
 
+def _stored_entries_read(c: Client, argv: list[bytes], s: Stream, entries_read: int | None
+                         ) -> tuple[int | None, list[bytes]]:
+    """ENTRIESREAD as stored (clamped to entries-added, node/groups.py), and the command to
+    propagate: with the stored value, so that a replica stores exactly the same. Applying
+    effects stores the value as given: a primary's counter can exceed entries-added after an
+    XSETID ENTRIESADDED, and its XGROUP SETID effect must not be cut on the replica."""
+    if c.server.effects.replaying:
+        return entries_read, argv
+    stored = clamp_entries_read(s, entries_read)
+    if stored == entries_read:
+        return entries_read, argv
+    argv = list(argv)
+    j = len(argv) - 2  # the last ENTRIESREAD holds the value (a value is never a token)
+    while _option(argv[j]) != b"entriesread":
+        j -= 1
+    argv[j + 1] = b"%d" % stored
+    return stored, argv
+
+
 @command(b"xgroup")
 def xgroup(c: Client, argv: list[bytes]) -> bytes:
     """XGROUP CREATE key group id|$ [MKSTREAM] [ENTRIESREAD n]
@@ -296,8 +315,10 @@ def _xgroup_create(c: Client, argv: list[bytes], s: Stream | None, entries_read:
     if s is None:
         s = Stream()
         c.db.set(key, s)  # a new key: signals it ready and breaks WATCH, as dbAdd does
-    if create_group(s, groupname, sid, entries_read) is None:
+    if groupname in s.groups:
         raise ReplyError(errors.BUSYGROUP)
+    entries_read, argv = _stored_entries_read(c, argv, s, entries_read)
+    create_group(s, groupname, sid, entries_read)
     _group_written(c, key, argv)
     return OK
 
@@ -310,6 +331,7 @@ def _xgroup_setid(c: Client, argv: list[bytes], s: Stream | None, g: ConsumerGro
         _plain_id_c(argv[4]) if cython.compiled else None)
     if sid is None:
         sid = parse_id_or_error(argv[4], 0)
+    entries_read, argv = _stored_entries_read(c, argv, s, entries_read)
     g.last_id = sid
     g.entries_read = entries_read
     # Redis does not signal the key ready here: a blocked XREADGROUP is served at the

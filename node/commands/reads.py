@@ -52,12 +52,6 @@ _ARRAY2 = [b"*%d\r\n" % n for n in range(16)]
 _MAP3 = [b"%%%d\r\n" % n for n in range(16)]
 
 
-# Errors of Redis 8.10's caps (MAXCOUNT, MAXSIZE); node/errors.py is the place for them.
-MAXCOUNT_POSITIVE = b"ERR MAXCOUNT must be a positive integer"
-MAXSIZE_POSITIVE = b"ERR MAXSIZE must be a positive integer"
-MAXCOUNT_BELOW_COUNT = b"ERR MAXCOUNT must be greater than or equal to COUNT"
-
-
 class XReadOptions:
     """What xreadCommand's option loop read (`parse_xread_options`), by name. Compiled, a C
     struct (reads.pxd): the node and the router read its fields as C members."""
@@ -158,10 +152,10 @@ def parse_xread_options(argv: list[bytes], now_ms: int) -> XReadOptions:
                 raise ReplyError(errors.CLAIM_MIN_IDLE)
         elif opt == b"maxcount" and moreargs:
             i += 1
-            o.maxcount = _positive_or_error(argv[i], MAXCOUNT_POSITIVE)
+            o.maxcount = _positive_or_error(argv[i], errors.MAXCOUNT_POSITIVE)
         elif opt == b"maxsize" and moreargs:
             i += 1
-            o.maxsize = _positive_or_error(argv[i], MAXSIZE_POSITIVE)
+            o.maxsize = _positive_or_error(argv[i], errors.MAXSIZE_POSITIVE)
         else:
             raise ReplyError(errors.SYNTAX)
         i += 1
@@ -170,7 +164,7 @@ def parse_xread_options(argv: list[bytes], now_ms: int) -> XReadOptions:
     if xreadgroup and o.group is None:
         raise ReplyError(errors.MISSING_GROUP)
     if o.maxcount and o.maxcount < o.count:
-        raise ReplyError(MAXCOUNT_BELOW_COUNT)
+        raise ReplyError(errors.MAXCOUNT_BELOW_COUNT)
     return o
 
 

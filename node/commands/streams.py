@@ -364,8 +364,8 @@ def _xadd_general(c: Client, argv: list[bytes]) -> bytes:
         raise ReplyError(errors.XADD_TOO_LARGE) from None
     ids = b"%d-%d" % (sid >> 64, sid & SEQ_MAX)
     if pid is not None:
-        if s.idmp is None:
-            s.idmp = IdmpMap()
+        if s.idmp is None:  # the stream's first IDMP entry: the configs' limits
+            s.idmp = IdmpMap(config.stream_idmp_duration, config.stream_idmp_maxsize)
         s.idmp.record(pid, iid, sid, sid >> 64)
 
     if created:
@@ -623,13 +623,14 @@ def xcfgset(c: Client, argv: list[bytes]) -> bytes:
             raise ReplyError(errors.SYNTAX)
         i += 2
     if duration is None and maxsize is None:
-        raise ReplyError(errors.SYNTAX)
+        raise ReplyError(errors.XCFGSET_NO_PARAMETER)
     key = argv[1]
     s = c.db.get_stream(key)
     if s is None:
         raise ReplyError(errors.NO_SUCH_KEY)
     if s.idmp is None:
-        s.idmp = IdmpMap()
+        config = c.server.config
+        s.idmp = IdmpMap(config.stream_idmp_duration, config.stream_idmp_maxsize)
         s.idmp.configure(duration, maxsize)
     elif not s.idmp.configure(duration, maxsize):
         return OK

@@ -93,6 +93,29 @@ def test_configs_give_the_limits_of_a_stream_without_its_own(r: redis.Redis) -> 
         r.config_set("stream-idmp-maxsize", 100)
 
 
+def test_a_streams_first_idmp_entry_takes_the_configs_limits(r: redis.Redis) -> None:
+    """R3, R4: the limits of a stream's IDMP map come from the configs when it starts: by its
+    first IDMP XADD, or by an XCFGSET that sets one limit only (the other from its config).
+    They stay the stream's own after that (a later CONFIG SET does not move them)."""
+    try:
+        r.config_set("stream-idmp-duration", 7)
+        r.config_set("stream-idmp-maxsize", 2)
+        xadd(r, "s", "IDMP", "p", "a", "*", "f", "v")
+        assert idmp_fields(r, "s") == (7, 2, 1, 1, 1, 0)
+        xadd(r, "s", "IDMP", "p", "b", "*", "f", "v")
+        xadd(r, "s", "IDMP", "p", "c", "*", "f", "v")
+        assert idmp_fields(r, "s") == (7, 2, 1, 2, 3, 0)  # maxsize 2 evicted the oldest
+        xadd(r, "t", "*", "f", "v")
+        assert r.execute_command("XCFGSET", "t", "IDMP-DURATION", "60") == b"OK"
+        r.config_set("stream-idmp-duration", 100)
+        r.config_set("stream-idmp-maxsize", 100)
+        assert idmp_fields(r, "s")[:2] == (7, 2)
+        assert idmp_fields(r, "t")[:2] == (60, 2)
+    finally:
+        r.config_set("stream-idmp-duration", 100)
+        r.config_set("stream-idmp-maxsize", 100)
+
+
 def test_xcfgset_clears_the_histories_only_on_a_change(r: redis.Redis) -> None:
     """R6."""
     for n in range(3):
@@ -152,9 +175,10 @@ def test_xcfgset(r: redis.Redis) -> None:
     with pytest.raises(redis.ResponseError, match="no such key"):
         r.execute_command("XCFGSET", "s", "IDMP-MAXSIZE", "5")
     xadd(r, "s", "*", "f", "v")
-    for args, err in [(("IDMP-MAXSIZE",), "syntax"), (("BOGUS", "1"), "syntax"),
-                      (("IDMP-MAXSIZE", "0"), "between 1 and 10000"),
-                      (("IDMP-MAXSIZE", "10001"), "between 1 and 10000"),
+    for args, err in [((), "^At least one parameter must be specified$"),
+                      (("IDMP-MAXSIZE",), "syntax"), (("BOGUS", "1"), "syntax"),
+                      (("IDMP-MAXSIZE", "0"), "^IDMP-MAXSIZE must be between 1 and 10000 entries$"),
+                      (("IDMP-MAXSIZE", "10001"), "between 1 and 10000 entries"),
                       (("IDMP-DURATION", "0"), "between 1 and 86400"),
                       (("IDMP-DURATION", "86401"), "between 1 and 86400"),
                       (("IDMP-DURATION", "x"), "not an integer")]:

@@ -108,9 +108,11 @@ def replay(seed: int, cmds: list[list[bytes]]) -> tuple[InprocServer, InprocServ
     replica = InprocServer()
     replica.config.stream_node_max_entries = 4
     replica.clock = primary.clock + 1_000_000
+    replica.effects.replaying += 1  # as node/effects.py's EffectApplier runs them
     for e in primary.recorded:
         reply = run(replica, e)
         assert not reply.startswith(b"-"), (e, reply)
+    replica.effects.replaying -= 1
     return primary, replica
 
 
@@ -171,3 +173,46 @@ def _state_of(m: Member) -> dict:
         return dump_state(rc, [b"s"])
     finally:
         rc.close()
+
+
+def entriesread_workload(seed: int, n: int = 300) -> list[list[bytes]]:
+    """XGROUP CREATE/SETID with ENTRIESREAD below, at and far above entries-added, XSETID
+    ENTRIESADDED lowering the counter under a group's, reads, deletions and trims."""
+    rng = random.Random(seed)
+    cmds: list[list[bytes]] = []
+    ms = 1
+    for _ in range(n):
+        x = rng.random()
+        g = rng.choice([b"g1", b"g2"])
+        er = b"%d" % rng.choice([-1, 0, 1, rng.randint(0, 40), 1_000_000])
+        cur = rng.choice([b"0", b"$", b"%d-0" % rng.randint(1, ms)])
+        if x < 0.3:
+            ms += 1
+            cmds.append([b"XADD", b"s", b"%d-0" % ms, b"f", b"v"])
+        elif x < 0.4:
+            cmds.append([b"XGROUP", b"CREATE", b"s", g, cur, b"MKSTREAM", b"ENTRIESREAD", er])
+        elif x < 0.55:
+            cmds.append([b"XGROUP", b"SETID", b"s", g, cur, b"ENTRIESREAD", er])
+        elif x < 0.6:
+            ms += 1
+            cmds.append([b"XSETID", b"s", b"%d-0" % ms, b"ENTRIESADDED", b"%d" % rng.randint(0, 30)])
+        elif x < 0.65:
+            cmds.append([b"XDEL", b"s", b"%d-0" % rng.randint(1, ms)])
+        elif x < 0.7:
+            cmds.append([b"XTRIM", b"s", b"MAXLEN", b"%d" % rng.randint(0, 6)])
+        else:
+            cmds.append([b"XREADGROUP", b"GROUP", g, b"c", b"COUNT", b"%d" % rng.randint(1, 3),
+                         b"STREAMS", b"s", b">"])
+    return cmds
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_clamped_entriesread_replays_to_the_same_state(seed: int) -> None:
+    """Redis 8.10 clamps ENTRIESREAD to entries-added on write (redis/redis#14257; apache/
+    kvrocks#3581 quotes t_stream.c). The primary propagates the value it stored, so a replica
+    stores the same; and an XGROUP SETID effect whose counter exceeds entries-added (after
+    XSETID ENTRIESADDED lowered it) is applied as given, not cut."""
+    primary, replica = replay(seed, entriesread_workload(seed))
+    assert group_state(replica) == group_state(primary)
+    sent = [e for e in primary.recorded if e[0] == b"XGROUP" and b"ENTRIESREAD" in e]
+    assert sent and all(e[-1] != b"1000000" for e in sent)  # clamped before it goes out

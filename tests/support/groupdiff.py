@@ -11,6 +11,7 @@ from collections.abc import Callable
 from tests.support import diff
 from tests.support.diff import SideState, drop_map_keys, normalize
 from tests.support.rawresp import RawClient, encode_command
+from tests.support.redis810 import Redis810View
 
 
 def norm(argv: tuple, reply: tuple) -> tuple:
@@ -49,6 +50,11 @@ class Pair(diff.Pair):
     def __init__(self, ours: RawClient, ref: RawClient, ref_version: tuple[int, ...]) -> None:
         super().__init__(ours, ref)
         self.ref72 = ref_version >= (7, 2)
+        self.view = Redis810View(ref.call)  # 7.0 does not clamp either
+
+    def ref_call(self, *cmd: bytes | str | int) -> tuple:
+        argv = [x if isinstance(x, bytes) else str(x).encode() for x in cmd]
+        return self.view.reply(argv, self.ref.call(*self.view.argv(argv)))
 
     def adjust(self, cmd: tuple, a: tuple, b: tuple) -> tuple[tuple, tuple]:
         a, b = norm(cmd, a), norm(cmd, b)
