@@ -12,6 +12,7 @@ XREADGROUP ... CLAIM takes goes out as the XCLAIM of any delivery.
 
 from __future__ import annotations
 
+import random
 from collections.abc import Callable
 
 import pytest
