@@ -29,6 +29,7 @@ import importlib.machinery
 import importlib.util
 import logging
 import os
+import re
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -84,12 +85,52 @@ def _extension(py: Path) -> Path | None:
     return None
 
 
+_CIMPORT = re.compile(rb"^\s*(?:from\s+(?:cython\.cimports\.)?([\w.]+)\s+c?import|cimport\s+([\w.]+))",
+                      re.M)
+
+
+def _package_root(py: Path) -> Path:
+    """The folder that holds the module's top-level package (the first parent without an
+    __init__.py)."""
+    root = py.parent
+    while (root / "__init__.py").exists():
+        root = root.parent
+    return root
+
+
+def _declarations(py: Path) -> list[Path]:
+    """The `.pxd` files the module's C layout depends on: its own and, transitively, those of
+    every module it or they cimport (`from node.stream cimport Stream`, pure-Python mode's
+    `from cython.cimports.node.stream import ...`)."""
+    root = _package_root(py)
+    seen: set[Path] = set()
+    todo = [py, py.with_suffix(".pxd")]
+    while todo:
+        src = todo.pop()
+        if not src.exists():
+            continue
+        for m in _CIMPORT.finditer(src.read_bytes()):
+            name = (m.group(1) or m.group(2)).decode()
+            pxd = root.joinpath(*name.split(".")).with_suffix(".pxd")
+            if pxd.exists() and pxd not in seen:
+                seen.add(pxd)
+                todo.append(pxd)
+    seen.discard(py.with_suffix(".pxd"))
+    return sorted(seen)
+
+
 def source_digest(py: Path) -> str:
-    """A digest of what an extension is compiled from: the `.py` and the `.pxd` if any."""
+    """A digest of what an extension is compiled from: the `.py`, the `.pxd` beside it, and
+    the `.pxd` of every module they cimport: an extension built against another module's old
+    declarations (a Stream with fewer fields) reads that module's objects with the wrong
+    layout, so it must be rebuilt when any of them changes, not only its own."""
     h = hashlib.sha256(py.read_bytes())
-    pxd = py.with_suffix(".pxd")
-    if pxd.exists():
-        h.update(b"\0pxd\0" + pxd.read_bytes())
+    own = py.with_suffix(".pxd")
+    if own.exists():
+        h.update(b"\0pxd\0" + own.read_bytes())
+    root = _package_root(py)
+    for pxd in _declarations(py):
+        h.update(b"\0" + str(pxd.relative_to(root)).encode() + b"\0" + pxd.read_bytes())
     return h.hexdigest()
 
 
@@ -110,7 +151,8 @@ def is_stale(ext: Path, py: Path) -> bool:
         return record.read_text().strip() != source_digest(py)
     built = ext.stat().st_mtime
     pxd = py.with_suffix(".pxd")
-    return py.stat().st_mtime > built or (pxd.exists() and pxd.stat().st_mtime > built)
+    return (py.stat().st_mtime > built or (pxd.exists() and pxd.stat().st_mtime > built)
+            or any(d.stat().st_mtime > built for d in _declarations(py)))
 
 
 def _paths(name: str) -> tuple[Path, Path | None]:

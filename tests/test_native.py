@@ -120,6 +120,40 @@ def test_recorded_sources_decide_over_times(tmp_path: Path) -> None:
     py.write_text("x = 3\n")
     assert not native.is_stale(ext, py)
 
+def test_another_modules_declarations_are_part_of_the_sources(tmp_path: Path) -> None:
+    """A module compiled against another hot module's old `.pxd` (say a Stream with fewer
+    fields) reads that module's objects with the wrong layout: an edit of a `.pxd` it
+    cimports, directly or through another, makes its extension stale (and setup.py compiles
+    it again instead of reusing it); an unrelated `.pxd` does not."""
+    pkg = tmp_path / "pkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    files = {"keyspace.pxd": "from pkg.groups cimport G\n", "groups.pxd": "from pkg.stream cimport S\n",
+             "stream.pxd": "cdef class S:\n    cdef int a\n", "other.pxd": "cdef int z\n"}
+    for name, text in files.items():
+        (pkg / name).write_text(text)
+        (pkg / name).with_suffix(".py").write_text("x = 1\n")
+    py, ext = pkg / "keyspace.py", pkg / "keyspace.so"
+    ext.write_text("")
+    os.utime(ext, (200, 200))  # the record, written now, is newer: it decides
+    native.record_sources(ext, py)
+    assert native._declarations(py) == [pkg / "groups.pxd", pkg / "stream.pxd"]
+    assert not native.is_stale(ext, py)
+    (pkg / "other.pxd").write_text("cdef long z\n")
+    assert not native.is_stale(ext, py)
+    (pkg / "stream.pxd").write_text("cdef class S:\n    cdef int a, b\n")  # a field more
+    assert native.is_stale(ext, py)
+    (pkg / "stream.pxd").write_text(files["stream.pxd"])
+    assert not native.is_stale(ext, py)
+
+
+def test_the_hot_modules_cimports_are_found() -> None:
+    """The real tree: the router's proxy depends on the node's declarations it cimports."""
+    deps = {p.relative_to(REPO).as_posix() for p in
+            native._declarations(REPO / "router" / "proxy.py")}
+    assert {"node/commands/reads.pxd", "node/stream.pxd", "router/client.pxd"} <= deps
+
+
 def test_a_partial_build_runs_every_hot_module_interpreted(tmp_path: Path, monkeypatch,  # noqa: ANN001
                                                           capsys) -> None:  # noqa: ANN001
     """All or nothing: one hot module left uncompiled (its compile failed) while the others
