@@ -203,7 +203,7 @@ class ReadCaps:
             head = key_el
         entries = reply_elements(ents)[1]
         self.used += len(head)
-        out = []
+        out: list[bytes] = []
         for e in entries:
             if out and self.maxsize and self.used >= self.maxsize:
                 break

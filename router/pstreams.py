@@ -336,9 +336,8 @@ def xrange(router: Router, c: RouterClient, argv: list[bytes], ps: PStream, cell
     rev = len(argv[0]) == 9
     count = -1
     if len(argv) == 6:
-        count = errors.string2ll(argv[5]) if argv[4].lower() == b"count" else None
-        if count is None:
-            count = -1  # the nodes phrase the error
+        n = errors.string2ll(argv[5]) if argv[4].lower() == b"count" else None
+        count = -1 if n is None else n  # None: the nodes phrase the error
 
     def merged(replies: list[bytes]) -> bytes:
         err = _first_error(ps, replies)
@@ -575,8 +574,8 @@ def xclaim(router: Router, c: RouterClient, argv: list[bytes], ps: PStream, cell
                 got.setdefault(sid or 0, e)
         out = []
         for b in dict.fromkeys(ids):
-            e = got.pop(parse_id(b, strict=True) or 0, None)
-            if e is not None:
+            e = got.pop(parse_id(b, strict=True) or 0, b"")
+            if e:  # an entry's reply is never empty
                 out.append(e)
         return _array(out)
     _by_ids(router, c, ps, cell, argv[:5], ids, argv[j:], True, fold)
@@ -962,7 +961,7 @@ class Blocked:
 
     def start(self) -> None:
         r = self.read
-        r.c.blocked = self  # type: ignore[assignment]
+        r.c.blocked = self
         pstreams = r.router.pstreams
         timeout = r.argv[r.block_at]
         for i, k in enumerate(r.keys):

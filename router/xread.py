@@ -133,7 +133,8 @@ class InKeyOrder:
 
     def _argv(self, idx: list[int]) -> list[bytes]:
         o, caps = self.o, self.caps
-        argv = [b"XREADGROUP", b"GROUP", o.group, o.consumer]
+        assert o.group is not None  # an XREADGROUP's options
+        argv: list[bytes] = [b"XREADGROUP", b"GROUP", o.group, o.consumer]
         left = caps.left
         count = o.count if not left or (o.count and o.count < left) else left
         if count:
