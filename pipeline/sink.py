@@ -87,12 +87,10 @@ def write_rows(opts: Options, producer: str, batch: str, rows: Iterator[Any]) ->
             key = cmd[1]
             shard = topo.shard_of(key)
             q = pending.setdefault(shard, [])
-            q.append(cmd)
             if key not in configured:
-                # After the stream's first XADD (which may create it), before the rest.
                 configured.add(key)
-                q.append([b"XCFGSET", key, b"IDMP-DURATION", b"%d" % opts.idmp_duration,
-                          b"IDMP-MAXSIZE", b"%d" % opts.idmp_maxsize])
+                q += _configure(key, producer, opts)
+            q.append(cmd)
             if len(q) >= _PIPELINE:
                 _flush(topo, q)
                 pending[shard] = []
@@ -130,13 +128,31 @@ def _command(row: Any, i: int, producer: str, batch: str, per_stream: dict[bytes
     return cmd
 
 
+def _configure(key: bytes, producer: str, opts: Options) -> list[list[bytes]]:
+    """The stream's IDMP limits, set before its first XADD: an XCFGSET that changes a limit
+    clears every producer's history (Redis 8.6), so set after a first XADD it would forget that
+    row, and a retried task would write it again. XCFGSET needs the key, so an empty stream is
+    made first (XGROUP CREATE ... MKSTREAM with a group of this task's, dropped at once; on a
+    stream that exists it changes nothing)."""
+    tmp = b"xshard-sink:" + producer.encode()
+    return [[b"XGROUP", b"CREATE", key, tmp, b"$", b"MKSTREAM"],
+            [b"XGROUP", b"DESTROY", key, tmp],
+            [b"XCFGSET", key, b"IDMP-DURATION", b"%d" % opts.idmp_duration,
+             b"IDMP-MAXSIZE", b"%d" % opts.idmp_maxsize]]
+
+
+def _key_of(cmd: list[bytes]) -> bytes:
+    """The stream a queued command writes (XGROUP names its subcommand first)."""
+    return cmd[2] if cmd[0] == b"XGROUP" else cmd[1]
+
+
 def _flush(topo: Topology, cmds: list[list[bytes]]) -> None:
     """Send one shard's commands in one pipeline; on a failover-like error, resend them all to
     the (re-read) owner of their key: XADD IDMP answers a repeat with the first ID."""
     def send() -> None:
         by_shard: dict[int, list[list[bytes]]] = {}
         for cmd in cmds:  # the owners again: a retry may follow a slot move
-            by_shard.setdefault(topo.shard_of(cmd[1]), []).append(cmd)
+            by_shard.setdefault(topo.shard_of(_key_of(cmd)), []).append(cmd)
         for shard, group in by_shard.items():
             _send(topo, shard, group)
 
@@ -150,11 +166,11 @@ def _send(topo: Topology, shard: int, cmds: list[list[bytes]]) -> None:
     replies = p.execute(raise_on_error=False)
     for cmd, r in zip(cmds, replies, strict=True):
         if isinstance(r, Exception):
-            if cmd[0] == b"XCFGSET" and "no such key" in str(r):
-                continue  # its XADD failed; that error is the one to report
+            if cmd[0] == b"XGROUP" and "BUSYGROUP" in str(r):
+                continue  # a resend after a failover: the DESTROY that follows drops it
             if not retryable(r):
                 raise XShardError(f"xshard sink: {cmd[0].decode()} to stream "
-                                  f"{cmd[1]!r} failed: {r}")
+                                  f"{_key_of(cmd)!r} failed: {r}")
             raise r
 
 
