@@ -10,7 +10,7 @@ The parts, each in its own module:
 - routes.py: the routing table; forward.py: requests, redirects, retries, blocked reads;
 - fanout.py + merge.py: commands sent to several shards and their merged replies;
 - xread.py: XREAD/XREADGROUP over several slots;
-- pstreams.py: partitioned streams' logical names (one dict lookup per keyed request);
+- pstreams.py, pstreamreads.py: partitioned streams' logical names (one dict lookup per keyed request) and their reads;
 - commands.py, transactions.py, introspection.py: what the router answers by a rule of its own;
 - upstream.py: connections to the nodes; topology.py: etcd.
 
@@ -42,7 +42,7 @@ from node.preflight import preflight, rejected, unknown
 from node.protocol import RespConnection
 from node.resp import ReplyError, encode_command, error
 from node.slots import SLOTS, key_slot
-from router import aclsync, fanout, introspection, pstreams, transactions  # noqa: F401 - registers router commands
+from router import aclsync, fanout, introspection, pstreamreads, pstreams, transactions  # noqa: F401 - registers router commands
 from router.client import Cell, ClientConn, RouterClient, RouterCore
 from router.commands import ROUTER_COMMANDS
 from router.forward import BlockedRead, Forward, blocked_read, to_cell
@@ -324,7 +324,7 @@ class Router(RouterCore):
             options = None
         if options is None or not options.nkeys:
             return self._by_keys(c, argv, route, cell, raw)
-        if self.pstreams and pstreams.run_xread(self, c, argv, options, cell):
+        if self.pstreams and pstreamreads.run_xread(self, c, argv, options, cell):
             return None
         first, nkeys = options.first_key, options.nkeys
         slot = key_slot(argv[first])
