@@ -770,9 +770,38 @@ def _replace_field(reply: bytes, other: bytes, name: bytes) -> bytes:
     return b"%s%d\r\n" % (kind, len(els) // 2 if kind == b"%" else len(els)) + b"".join(els)
 
 
-def _xinfo_list(rules: dict[bytes, str]) -> Callable[..., None]:
+def _unread_as_zero(ms: list[tuple[bytes, list[bytes]]]) -> list[tuple[bytes, list[bytes]]]:
+    """A group's rows over the partitions, where a partition that has delivered nothing yet
+    (last-delivered-id 0-0, entries-read nil) counts as 0 entries read once another partition
+    has a count. One stream's entries-read is nil only until its first delivery; the logical
+    stream's would otherwise stay nil for as long as one partition (one with no entries, say)
+    has delivered nothing."""
+    def field(els: list[bytes], name: bytes) -> int | None:
+        return next((j + 1 for j in range(0, len(els), 2) if bulk_value(els[j]) == name), None)
+
+    counted = False
+    for _kind, els in ms:
+        j = field(els, b"entries-read")
+        counted = counted or (j is not None and els[j][:1] == b":")
+    if not counted:
+        return ms
+    out = []
+    for kind, els in ms:
+        j, last = field(els, b"entries-read"), field(els, b"last-delivered-id")
+        if j is not None and last is not None and els[j][:1] != b":" and \
+                bulk_value(els[last]) == b"0-0":
+            els = [*els[:j], integer(0), *els[j + 1:]]
+        out.append((kind, els))
+    return out
+
+
+def _xinfo_list(rules: dict[bytes, str],
+                prepare: Callable[[list[tuple[bytes, list[bytes]]]],
+                                  list[tuple[bytes, list[bytes]]]] | None = None
+                ) -> Callable[..., None]:
     """XINFO GROUPS / CONSUMERS: one row per name over the partitions, folded field by field,
-    in the order the first partition lists them (then any others)."""
+    in the order the first partition lists them (then any others); `prepare` sees one name's
+    rows first."""
     def handler(router: Router, c: RouterClient, argv: list[bytes], ps: PStream,
                 cell: Cell) -> None:
         def merged(replies: list[bytes]) -> bytes:
@@ -786,7 +815,8 @@ def _xinfo_list(rules: dict[bytes, str]) -> Callable[..., None]:
                     name = next(bulk_value(els[j + 1]) for j in range(0, len(els), 2)
                                 if bulk_value(els[j]) == b"name")
                     rows.setdefault(name, []).append((kind, els))
-            return _array([_fold_maps(ms, rules) for ms in rows.values()])
+            return _array([_fold_maps(prepare(ms) if prepare else ms, rules)
+                           for ms in rows.values()])
         _all(router, c, argv, ps, cell, merged, key_at=2)
     return handler
 
@@ -808,7 +838,7 @@ HANDLERS: dict[bytes, Callable[..., None]] = {
     b"xpending": xpending,
     b"xautoclaim": xautoclaim,
     b"xinfo|stream": xinfo_stream,
-    b"xinfo|groups": _xinfo_list(_GROUP_FIELDS),
+    b"xinfo|groups": _xinfo_list(_GROUP_FIELDS, _unread_as_zero),
     b"xinfo|consumers": _xinfo_list(_CONSUMER_FIELDS),
     b"xgroup|create": xgroup_create,
     b"xgroup|destroy": _xgroup(_fold_max),
