@@ -172,8 +172,7 @@ def render(rows: list[harness.ResultRow], ctx: Ctx, argv: list[str], load_before
         "",
         *harness.ratio_table(rows, REDIS, NODE, small=".4g"),
     ]
-    if ctx.notes:
-        lines += ["", "## Details", "", *[f"- {x}" for x in ctx.notes]]
+    lines += harness.list_section("Details", ctx.notes)
     return "\n".join(lines) + "\n"
 
 

@@ -413,6 +413,12 @@ def ratio_table(rows: list[ResultRow], a: str, b: str, small: str = ".3f") -> li
 # A results page written by a one-off benchmark (fuzzing, limits)
 
 
+def list_section(title: str, items: list[str]) -> list[str]:
+    """A results page's `## title` section listing `items` (notes, failures); none without
+    items."""
+    return ["", f"## {title}", "", *[f"- {x}" for x in items]] if items else []
+
+
 def run_stamp(command: str, load_at_start: float) -> str:
     """The line under a results page's title: the command, the UTC date, cores and load."""
     return (f"`{command}`, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, "

@@ -569,10 +569,8 @@ def render(metrics: list[harness.ResultRow], ctx: Ctx, labels: list[str], failur
     lines += ["", "## What was measured", ""]
     for name in only:
         lines.append(f"- **{name}**: {describe(name, ctx.sizes, ctx.procs)}")
-    if ctx.notes:
-        lines += ["", "## Details", ""] + [f"- {n}" for n in ctx.notes]
-    if failures:
-        lines += ["", "## Failures", ""] + [f"- {f}" for f in failures]
+    lines += harness.list_section("Details", ctx.notes)
+    lines += harness.list_section("Failures", failures)
     return "\n".join(lines) + "\n"
 
 

@@ -423,10 +423,8 @@ def render(rows: list[harness.ResultRow], ctx: Ctx, labels: list[str], argv: lis
                            f"{r.values[b]:.1f} ms, target <= 50 ms {'met' if ok else 'NOT met'}")
     if targets:
         lines += ["", f"## Issue targets ({b})", "", *targets]
-    if ctx.notes:
-        lines += ["", "## Details", "", *[f"- {n}" for n in ctx.notes]]
-    if ctx.failures:
-        lines += ["", "## Failures", "", *[f"- {f}" for f in ctx.failures]]
+    lines += harness.list_section("Details", ctx.notes)
+    lines += harness.list_section("Failures", ctx.failures)
     return "\n".join(lines) + "\n"
 
 

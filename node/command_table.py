@@ -29,7 +29,20 @@ from typing import Any
 
 from node import errors
 from node.patterns import stringmatch
-from node.resp import Map, ReplyError, RespSet, Status, encode
+from node.resp import (
+    EMPTY_ARRAY,
+    Map,
+    ReplyError,
+    RespSet,
+    Status,
+    array_header,
+    bulk,
+    encode,
+    integer,
+    map_header,
+    null,
+    status,
+)
 
 __all__ = [
     "CommandSpec", "KeySpec", "lookup", "lookup_argv", "check_arity", "is_write",
@@ -544,7 +557,7 @@ def command_reply(proto: int) -> bytes:
     p = _proto_slot(proto)
     b = _ALL_INFO.get(p)
     if b is None:
-        b = _ALL_INFO[p] = b"*%d\r\n" % len(TABLE) + b"".join(
+        b = _ALL_INFO[p] = array_header(len(TABLE)) + b"".join(
             _info_bytes(c, p) for c in TABLE.values())
     return b
 
@@ -553,11 +566,11 @@ def info_reply(names: list[bytes], proto: int) -> bytes:
     """COMMAND INFO [name ...]: one entry per name, a null for unknown names."""
     if not names:
         return command_reply(proto)
-    null = b"_\r\n" if proto == 3 else b"$-1\r\n"
-    parts = [b"*%d\r\n" % len(names)]
+    nil = null(proto)
+    parts = [array_header(len(names))]
     for n in names:
         cmd = lookup_by_fullname(n)
-        parts.append(null if cmd is None else _info_bytes(cmd, proto))
+        parts.append(nil if cmd is None else _info_bytes(cmd, proto))
     return b"".join(parts)
 
 
@@ -565,14 +578,13 @@ def docs_reply(names: list[bytes], proto: int) -> bytes:
     """COMMAND DOCS [name ...]: a map name -> docs (RESP2: flat array); unknown names skipped."""
     cmds = list(TABLE.values()) if not names else [
         c for c in (lookup_by_fullname(n) for n in names) if c is not None]
-    head = (b"%%%d\r\n" % len(cmds)) if proto == 3 else (b"*%d\r\n" % (2 * len(cmds)))
-    return head + b"".join(b"$%d\r\n%s\r\n" % (len(c.name), c.name) + _docs_bytes(c, proto)
-                           for c in cmds)
+    return map_header(len(cmds), proto) + b"".join(bulk(c.name) + _docs_bytes(c, proto)
+                                                   for c in cmds)
 
 
 def count_reply() -> bytes:
     """COMMAND COUNT: top-level commands only, as Redis counts server.commands."""
-    return b":%d\r\n" % len(TABLE)
+    return integer(len(TABLE))
 
 
 def list_reply(args: list[bytes], proto: int) -> bytes:
@@ -599,7 +611,7 @@ def list_reply(args: list[bytes], proto: int) -> bytes:
         for x in (c, *c.subcommands.values()):
             if filt is None or filt(x):
                 names.append(x.name)
-    return b"*%d\r\n" % len(names) + b"".join(b"$%d\r\n%s\r\n" % (len(n), n) for n in names)
+    return array_header(len(names)) + b"".join(bulk(n) for n in names)
 
 
 def _no_command(_c: CommandSpec) -> bool:
@@ -620,7 +632,7 @@ def getkeys_reply(target: list[bytes], with_flags: bool, proto: int) -> bytes:
     if not refs:  # no key found, or a spec that does not fit: the same to Redis
         if "no_mandatory_keys" not in cmd.flags:
             raise ReplyError(errors.GETKEYS_INVALID_ARGS)
-        return b"*0\r\n"
+        return EMPTY_ARRAY
     if not with_flags:
         return encode([target[p] for p, _ in refs], proto)
     return encode([[target[p], _status_set(f)] for p, f in refs], proto)
@@ -650,9 +662,9 @@ HELP_LINES: tuple[bytes, ...] = (
 
 def help_reply(name: bytes = b"COMMAND", lines: tuple[bytes, ...] = HELP_LINES) -> bytes:
     """networking.c addReplyHelp: a header naming the command, the lines, then HELP."""
-    out = [b"+%s <subcommand> [<arg> [value] [opt] ...]. Subcommands are:\r\n" % name.upper()]
-    out.extend(b"+%s\r\n" % line for line in lines)
-    out.append(b"+HELP\r\n+    Print this help.\r\n")
-    return b"*%d\r\n" % (len(lines) + 3) + b"".join(out)
+    out = [status(b"%s <subcommand> [<arg> [value] [opt] ...]. Subcommands are:" % name.upper())]
+    out.extend(status(line) for line in lines)
+    out += [status(b"HELP"), status(b"    Print this help.")]
+    return array_header(len(lines) + 3) + b"".join(out)
 
 

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from time import perf_counter_ns, time_ns
 from typing import TYPE_CHECKING
 
-from node.resp import encode_command
+from node.resp import encode_command, error_code
 from node.stream import Stream
 from node.streamid import SEQ_MAX
 
@@ -225,7 +225,7 @@ class EffectApplier:
                 # inside MULTI resumes from before it, and nothing half-applied leaks.
                 if not client.in_multi:
                     publish = done
-                if reply is not None and reply[:1] == b"-":
+                if reply is not None and error_code(reply) is not None:
                     self._failed(argv, self.consumed - size, reply)
         finally:
             try:
@@ -320,7 +320,7 @@ class EffectApplier:
             if done < total:  # the stream refused this one (or is gone): the dispatch says why
                 argv = argvs[done]
                 reply = server.execute(self.client, argv)
-                if reply is not None and reply[:1] == b"-":
+                if reply is not None and error_code(reply) is not None:
                     self._failed(argv, self.consumed, reply)
                 done += 1
         server.stats.timed_many(b"xadd", added, (perf_counter_ns() - t0) // 1000)

@@ -11,7 +11,7 @@ never compare reply bytes.
 
 from __future__ import annotations
 
-from node.resp import ReplyError, error_code, parse_redirect
+from node.resp import ReplyError, error, error_code, parse_redirect
 
 # --- generic ---------------------------------------------------------------------------------
 SYNTAX = b"ERR syntax error"
@@ -585,7 +585,7 @@ class ResponseError(Exception):
             message = message.encode(errors="replace")
         super().__init__(message.decode(errors="replace"))
         self.message = message
-        self.code = error_code(b"-%s\r\n" % message) or b""
+        self.code = error_code(error(message)) or b""
 
 
 class RedirectError(ResponseError):
@@ -593,7 +593,7 @@ class RedirectError(ResponseError):
 
     def __init__(self, message: bytes | str) -> None:
         super().__init__(message)
-        r = parse_redirect(b"-%s\r\n" % self.message)
+        r = parse_redirect(error(self.message))
         self.slot, self.host, self.port = (r[1], r[2], r[3]) if r is not None else (-1, "", 0)
 
 
@@ -719,4 +719,4 @@ def reply_error(message: str) -> ResponseError:
     """hiredis.Reader's `replyError`: the text of an error reply (no '-', no CRLF) to its
     exception, through the same table."""
     raw = message.encode(errors="replace")
-    return EXCEPTION_CLASSES.get(error_code(b"-%s\r\n" % raw) or b"", ResponseError)(raw)
+    return EXCEPTION_CLASSES.get(error_code(error(raw)) or b"", ResponseError)(raw)

@@ -18,6 +18,7 @@ import time
 from typing import TYPE_CHECKING
 
 from node import command_table
+from node.resp import status
 from node.slowlog import redacted
 
 if TYPE_CHECKING:
@@ -39,7 +40,7 @@ def quote(arg: bytes) -> bytes:
 def line(addr: str, argv: list[bytes]) -> bytes:
     """One MONITOR line for a command of the client at `addr`."""
     args = b" ".join(quote(a) for a in redacted(argv))
-    return b"+%.6f [0 %s] %s\r\n" % (time.time(), addr.encode(), args)
+    return status(b"%.6f [0 %s] %s" % (time.time(), addr.encode(), args))
 
 
 def shown(argv: list[bytes]) -> bool:

@@ -44,6 +44,7 @@ from node.resp import (
     ProtocolError,
     check_request_header,
     collect_bulks,
+    error,
     multibulk_header,
     parse_request,
 )
@@ -275,7 +276,7 @@ class RespConnection:
         owner = self.server
         if len(owner.clients) >= owner.config.maxclients:
             owner.stats.rejected_connections += 1
-            transport.write(b"-%s\r\n" % errors.MAX_CLIENTS)  # type: ignore[attr-defined]
+            transport.write(error(errors.MAX_CLIENTS))  # type: ignore[attr-defined]
             transport.close()
             self._closing = self._halt = True
             return
@@ -659,7 +660,7 @@ class RespConnection:
         self.server.stats.error(msg)
         if self.client is not None:
             self.client.close_after_reply = True
-        return b"-%s\r\n" % msg
+        return error(msg)
 
     # --- waiting: the client's later requests wait while one is in progress (router) ---------
     def stall(self) -> None:

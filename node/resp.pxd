@@ -6,6 +6,10 @@ cimport cython
 # An array's header: a C call from _encode_into (a reply tree's lists).
 cpdef bytes array_header(Py_ssize_t n)
 
+# XREAD/XREADGROUP's reply headers: C calls from node/commands/reads.py.
+cpdef bytes keyed_header(Py_ssize_t n, int proto)
+cpdef bytes keyed_key_header(Py_ssize_t klen, int proto)
+
 @cython.locals(n=Py_ssize_t, k=Py_ssize_t, parts=list, heads=list)
 cpdef bytes encode_command(argv)
 

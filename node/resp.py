@@ -28,7 +28,8 @@ __all__ = [
     "OK", "PONG", "QUEUED", "NULL_BULK", "NULL3", "EMPTY_ARRAY", "ZERO", "ONE",
     "CRLF", "ARRAY_HEADS", "BULK_HEADS",
     "encode", "bulk", "bulk_header", "integer", "status", "error", "array_header", "null",
-    "null_array",
+    "null_array", "map_header", "aggregate_header", "keyed_header", "keyed_pair",
+    "keyed_key_header",
     "encode_command", "reply_scan", "reply_end", "reply_elements", "bulk_value", "int_value", "error_code",
     "parse_redirect", "Redirect",
 ]
@@ -140,6 +141,46 @@ def null(proto: int) -> bytes:
 
 def null_array(proto: int) -> bytes:
     return NULL3 if proto == 3 else b"*-1\r\n"
+
+
+def map_header(n: int, proto: int) -> bytes:
+    """A map of n pairs: `%<n>` in RESP3; RESP2 gives it as a flat array of 2n elements."""
+    return b"%%%d\r\n" % n if proto == 3 else array_header(2 * n)
+
+
+def aggregate_header(kind: bytes, n: int) -> bytes:
+    """`<kind><n>`: an aggregate of the type (`*`, `%`, `~`, `>`) another reply has, for
+    replies merged from several of those; n counts its elements (its pairs for a map)."""
+    return b"%s%d\r\n" % (kind, n)
+
+
+# XREAD's reply is keyed, stream by stream: a RESP3 map key -> entries, or in RESP2 an array of
+# [key, entries] pairs. Its headers are formatted once for keys under 256 bytes and for up to
+# 15 streams (the XREAD and XREADGROUP reply path).
+_KEYED2 = [b"*%d\r\n" % n for n in range(16)]
+_KEYED3 = [b"%%%d\r\n" % n for n in range(16)]
+_KEY2 = [b"*2\r\n$%d\r\n" % n for n in range(256)]
+
+
+def keyed_header(n: int, proto: int) -> bytes:
+    """The header of a keyed reply of n keys (XREAD's): a RESP3 map of n pairs, or a RESP2
+    array of n [key, value] pairs."""
+    if n < 16:
+        return (_KEYED2 if proto == 2 else _KEYED3)[n]
+    return b"*%d\r\n" % n if proto == 2 else b"%%%d\r\n" % n
+
+
+def keyed_pair(proto: int) -> bytes:
+    """What comes before a key in a keyed reply: RESP2's `*2` pair (empty in a RESP3 map)."""
+    return ARRAY_HEADS[2] if proto == 2 else b""
+
+
+def keyed_key_header(klen: int, proto: int) -> bytes:
+    """What comes before a key of klen bytes in a keyed reply: RESP2's `*2` pair and the
+    key's bulk header, or (RESP3, a map) the bulk header alone."""
+    if klen < 256:
+        return _KEY2[klen] if proto == 2 else BULK_HEADS[klen]
+    return b"*2\r\n$%d\r\n" % klen if proto == 2 else b"$%d\r\n" % klen
 
 
 def _format_double(x: float) -> bytes:

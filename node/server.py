@@ -33,7 +33,7 @@ from node.memlimit import MemoryLimit
 from node.monitor import feed as feed_monitors
 from node.preflight import preflight, rejected, unknown
 from node.protocol import RespConnection
-from node.resp import QUEUED, ReplyError
+from node.resp import QUEUED, ReplyError, error, error_code
 from node.slotmove import MoveStats
 from node.slowlog import SlowLog
 from node.writepause import WritePauses
@@ -288,7 +288,7 @@ class Server:
             st = self.stats.entry_argv(name, argv or [name])
             if st is not None:
                 st.rejected += 1
-        return b"-%s\r\n" % message
+        return error(message)
 
     # --- write checks (processCommand, in Redis's order) ----------------------------------------
     def refusal(self, c: Client, argv: list[bytes], name: bytes, write: bool) -> bytes | None:
@@ -348,7 +348,7 @@ class Server:
         except ReplyError as e:
             failed = 1
             self.stats.error(e.message)
-            reply = b"-%s\r\n" % e.message
+            reply = error(e.message)
         except Blocked as b:
             if c.blocked is not None:  # a re-run that is still unserved: keep waiting
                 reply = None
@@ -363,7 +363,7 @@ class Server:
             failed = 1
             msg = errors.internal_error(e)
             self.stats.error(msg)
-            reply = b"-%s\r\n" % msg
+            reply = error(msg)
         ns = _clock_ns(False) - t0
         b = c.blocked
         if b is not None:
@@ -402,8 +402,9 @@ class Server:
             self.slow_command(c, b.original, b.argv[0].lower(), b.usec)
         if self.monitors:
             feed_monitors(self.monitors, c, b.original)
-        if reply[:1] == b"-":
-            self.stats.error(reply[1:].rstrip(b"\r\n"))
+        code = error_code(reply)
+        if code is not None:
+            self.stats.error(code)
             if st is not None:
                 st.rejected += 1
 

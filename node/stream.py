@@ -433,47 +433,29 @@ class Stream:
                 ids: bool) -> Iterator[tuple[Any, Any]]:
         if start > end or not self._nodes or (count is not None and count <= 0):
             return iter(())
-        return (self._range_rev(start, end, count, encode, ids) if rev
-                else self._range_fwd(start, end, count, encode, ids))
+        return self._range(start, end, count, encode, ids, rev)
 
-    def _range_fwd(self, start: int, end: int, left: int | None, encode: Any, ids: bool
-                   ) -> Iterator[tuple[Any, Any]]:
+    def _range(self, start: int, end: int, left: int | None, encode: Any, ids: bool, rev: bool
+               ) -> Iterator[tuple[Any, Any]]:
+        """The nodes' live parts between start and end, first to last (last to first with
+        `rev`), until `left` entries are given."""
         nodes = self._nodes
-        bi = bisect_right(self._firsts, start) - 1
-        if bi < 0:
-            bi = 0
-        while bi < len(nodes):
+        if rev:
+            bi = bisect_right(self._firsts, end) - 1
+        else:
+            bi = bisect_right(self._firsts, start) - 1
+            if bi < 0:
+                bi = 0
+        while 0 <= bi < len(nodes):
             blk = nodes[bi]
-            if blk.first > end:
+            if not rev and blk.first > end:
                 return
-            bi += 1
-            if blk.live == 0:
-                continue
-            i0 = blk.lower(start) if start > blk.first else 0
-            # Every entry of a node is below the next node's first ID.
-            i1 = blk.n if bi < len(nodes) and nodes[bi].first <= end else blk.upper(end)
-            if i0 >= i1:
-                continue
-            got, ents = _live_slice(blk, i0, i1, False, left, encode, ids)
-            m = len(got) if ids else got
-            if m:
-                yield got, ents
-                if left is not None:
-                    left -= m
-                    if left <= 0:
-                        return
-
-    def _range_rev(self, start: int, end: int, left: int | None, encode: Any, ids: bool
-                   ) -> Iterator[tuple[Any, Any]]:
-        nodes = self._nodes
-        bi = bisect_right(self._firsts, end) - 1
-        while bi >= 0:
-            blk = nodes[bi]
             if blk.live:
                 i0 = blk.lower(start) if start > blk.first else 0
+                # Every entry of a node is below the next node's first ID.
                 i1 = blk.n if bi + 1 < len(nodes) and nodes[bi + 1].first <= end else blk.upper(end)
                 if i0 < i1:
-                    got, ents = _live_slice(blk, i0, i1, True, left, encode, ids)
+                    got, ents = _live_slice(blk, i0, i1, rev, left, encode, ids)
                     m = len(got) if ids else got
                     if m:
                         yield got, ents
@@ -481,9 +463,12 @@ class Stream:
                             left -= m
                             if left <= 0:
                                 return
-            if blk.first <= start:
-                return
-            bi -= 1
+            if rev:
+                if blk.first <= start:
+                    return
+                bi -= 1
+            else:
+                bi += 1
 
     def first_entry(self) -> tuple[int, list[bytes]] | None:
         for e in self.range(0, MAX_ID, 1):

@@ -120,7 +120,9 @@ class Forward(Waiter):
         self.router.upstream.replied(self.slot, self.addr, r, _clock() - self.sent)
         if r is None:
             return self._retry(error(errors.CLUSTERDOWN))
-        if len(r) > 0 and r[0] == 45:  # b"-"
+        # The relay's hot path (every reply): one C byte test (b"-") before reading the
+        # error through parse_redirect, rather than a Python call for every good reply.
+        if len(r) > 0 and r[0] == 45:
             redirect = parse_redirect(r)
             if redirect is not None:
                 kind, _slot, host, port = redirect

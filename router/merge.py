@@ -20,11 +20,17 @@ from collections.abc import Callable, Sequence
 
 from node import errors
 from node.resp import (
+    EMPTY_ARRAY,
     OK,
+    aggregate_header,
+    array_header,
     bulk_value,
     encode,
     error_code,
     int_value,
+    integer,
+    keyed_header,
+    keyed_pair,
     null_array,
     reply_elements,
     reply_end,
@@ -52,7 +58,7 @@ def _numbers(replies: Replies, proto: int, fn: Callable[[list[int]], int]) -> by
     if not replies:
         return encode(fn([0]), proto)
     if replies[0][:1] == b":":
-        return b":%d\r\n" % fn([int_value(r) for r in replies])
+        return integer(fn([int_value(r) for r in replies]))
     rows = [[int_value(e) for e in reply_elements(r)[1]] for r in replies]
     return encode([fn(list(col)) for col in zip(*rows, strict=True)], proto)
 
@@ -97,11 +103,11 @@ def concat(replies: Replies, proto: int) -> bytes:
     if err is not None:
         return err
     if not replies:
-        return b"*0\r\n"
+        return EMPTY_ARRAY
     kind = replies[0][:1]
     els = [e for r in replies for e in reply_elements(r)[1]]
     count = len(els) // 2 if kind == b"%" else len(els)
-    return b"%s%d\r\n" % (kind, count) + b"".join(els)
+    return aggregate_header(kind, count) + b"".join(els)
 
 
 MERGES: dict[str | None, Callable[[Replies, int], bytes]] = {
@@ -131,7 +137,7 @@ def in_key_order(groups: Sequence[Sequence[int]], replies: Replies, nkeys: int) 
     for idx, r in zip(groups, replies, strict=True):
         for i, e in zip(idx, reply_elements(r)[1], strict=True):
             out[i] = e
-    return b"*%d\r\n" % nkeys + b"".join(out)
+    return array_header(nkeys) + b"".join(out)
 
 
 # --- XREAD / XREADGROUP across shards ------------------------------------------------------------
@@ -164,8 +170,7 @@ def merge_stream_replies(keys: Sequence[bytes], groups: Sequence[Sequence[int]],
     if not items:
         return null_array(proto)
     items.sort(key=lambda t: t[0])
-    return (b"%%%d\r\n" if proto == 3 else b"*%d\r\n") % len(items) + b"".join(
-        raw for _, raw in items)
+    return keyed_header(len(items), proto) + b"".join(raw for _, raw in items)
 
 
 class ReadCaps:
@@ -196,7 +201,7 @@ class ReadCaps:
             return None
         if proto == 2:
             key_el, ents = reply_elements(raw)[1]
-            head = b"*2\r\n" + key_el
+            head = keyed_pair(proto) + key_el
         else:
             key_el = raw[:reply_end(raw, 0)]
             ents = raw[len(key_el):]
@@ -216,7 +221,7 @@ class ReadCaps:
             self.left -= len(out)
             if not self.left:
                 self.left = -1  # spent
-        return head + b"*%d\r\n" % len(out) + b"".join(out)
+        return head + array_header(len(out)) + b"".join(out)
 
 
 def cap_stream_reply(reply: bytes, caps: ReadCaps, proto: int) -> bytes:
@@ -227,7 +232,7 @@ def cap_stream_reply(reply: bytes, caps: ReadCaps, proto: int) -> bytes:
             if t is not None]
     if not kept:
         return null_array(proto)
-    return (b"%%%d\r\n" if proto == 3 else b"*%d\r\n") % len(kept) + b"".join(kept)
+    return keyed_header(len(kept), proto) + b"".join(kept)
 
 
 def earliest_error(keys: Sequence[bytes], groups: Sequence[Sequence[int]],

@@ -74,7 +74,8 @@ class UpstreamStats:
             h = self.times[shard] = RoundTrips()
         h.counts[_bucket(h.bounds, dt)] += 1  # Histogram.observe
         h.sum += dt
-        if r is None or (len(r) > 0 and r[0] == 45 and error_code(r) in RETRYABLE):  # b"-"
+        # Per relayed reply: a C byte test (b"-") spares the good replies the error_code call.
+        if r is None or (len(r) > 0 and r[0] == 45 and error_code(r) in RETRYABLE):
             self.errors[shard] = self.errors.get(shard, 0) + 1
 
     def shard_of(self, slot: int | None, addr: tuple[str, int] | None) -> str:

@@ -32,7 +32,11 @@ from typing import TYPE_CHECKING
 from base.records import PStreamRecord
 from node import errors
 from node.resp import (
+    OK,
+    ZERO,
     ReplyError,
+    array_header,
+    bulk,
     bulk_value,
     encode,
     encode_command,
@@ -40,8 +44,12 @@ from node.resp import (
     error_code,
     int_value,
     integer,
+    keyed_header,
+    keyed_pair,
+    map_header,
     null_array,
     reply_elements,
+    status,
 )
 from node.slots import key_slot
 from node.streamid import SEQ_MAX, format_id, parse_id
@@ -54,7 +62,6 @@ if TYPE_CHECKING:
 
 __all__ = ["PStream", "load", "run", "run_keys", "KEYS_COMMANDS"]
 
-OK = b"+OK\r\n"
 NOT_SUPPORTED = b"ERR %s is not supported on partitioned stream '%s'%s"
 NO_PARTITION = (b"ERR The ID specified in XADD names partition %d of partitioned stream '%s', "
                 b"which has %d partitions")
@@ -62,6 +69,7 @@ MIXED_BLOCK = (b"ERR XREADGROUP with BLOCK on a partitioned stream must name onl
 IN_MULTI = (b"ERR a partitioned stream cannot be used inside MULTI (its partitions are on several "
             b"shards)")
 MULTI_KEY = b"ERR %s with a partitioned stream among its keys is not supported"
+_NONE = status(b"none")  # TYPE of a name that holds nothing
 KEYS_COMMANDS = frozenset((b"del", b"unlink", b"exists", b"touch"))
 """The multi-key commands (FANOUT at dispatch) that look at a logical name."""
 _DATA_TYPES = frozenset(("@string", "@hash", "@list", "@set", "@sortedset", "@bitmap",
@@ -185,11 +193,7 @@ def _merged(lists: list[list[bytes]], reverse: bool = False) -> list[bytes]:
 
 
 def _array(items: list[bytes]) -> bytes:
-    return b"*%d\r\n" % len(items) + b"".join(items)
-
-
-def _bulk(b: bytes) -> bytes:
-    return b"$%d\r\n%s\r\n" % (len(b), b)
+    return array_header(len(items)) + b"".join(items)
 
 
 def _read_reply(items: list[tuple[bytes, list[bytes]]], proto: int,
@@ -199,10 +203,9 @@ def _read_reply(items: list[tuple[bytes, list[bytes]]], proto: int,
     items = [(k, e) for i, (k, e) in enumerate(items) if e or i in shown]
     if not items:
         return null_array(proto)
-    if proto == 3:
-        return b"%%%d\r\n" % len(items) + b"".join(_bulk(k) + _array(e) for k, e in items)
-    return b"*%d\r\n" % len(items) + b"".join(b"*2\r\n" + _bulk(k) + _array(e)
-                                              for k, e in items)
+    pair = keyed_pair(proto)
+    return keyed_header(len(items), proto) + b"".join(pair + bulk(k) + _array(e)
+                                                      for k, e in items)
 
 
 def _refuse(c: RouterClient, cell: Cell, what: bytes, ps: PStream, why: bytes = b"") -> None:
@@ -322,9 +325,9 @@ def type_(router: Router, c: RouterClient, argv: list[bytes], ps: PStream, cell:
         if err is not None:
             return err
         for r in replies:
-            if r != b"+none\r\n":
+            if r != _NONE:
                 return r
-        return b"+none\r\n"
+        return _NONE
     _all(router, c, argv, ps, cell, merged)
 
 
@@ -509,7 +512,7 @@ def _count_fold(parts: list[tuple[list[int], bytes]], n: int) -> bytes:
 
 def _codes_fold(missing: int, parts: list[tuple[list[int], bytes]], n: int) -> bytes:
     """XACKDEL/XDELEX: one code per ID, in the client's order (an ID of no partition: -1)."""
-    out = [b":%d\r\n" % missing] * n
+    out = [integer(missing)] * n
     for idx, r in parts:
         for i, e in zip(idx, reply_elements(r)[1], strict=True):
             out[i] = e
@@ -662,7 +665,7 @@ def xautoclaim(router: Router, c: RouterClient, argv: list[bytes], ps: PStream,
             return conn.fill(cell, _renamed(ps, r))
         els = reply_elements(r)[1]
         if bulk_value(els[0]) == b"0-0" and p + 1 < ps.n:
-            els[0] = _bulk(b"0-%d" % (p + 1))
+            els[0] = bulk(b"0-%d" % (p + 1))
         return conn.fill(cell, _array(els))
     Forward(router, c, encode_command(out), ps.slots[p], True, done=done).send()
     return None
@@ -726,7 +729,7 @@ def _fold_maps(maps: list[tuple[bytes, list[bytes]]], rules: dict[bytes, str]) -
     for j, n in enumerate(names):
         vals = [m[n] for m in by_name if n in m]
         out.append(first[2 * j] + _fold_field(rules.get(n, ""), vals))
-    return b"%s%d\r\n" % (kind, len(out) if kind == b"%" else 2 * len(out)) + b"".join(out)
+    return map_header(len(out), 3 if kind == b"%" else 2) + b"".join(out)
 
 
 def _existing(ps: PStream, replies: list[bytes]) -> list[bytes] | bytes:
@@ -749,7 +752,7 @@ def xinfo_stream(router: Router, c: RouterClient, argv: list[bytes], ps: PStream
             return ok
         maps = [reply_elements(r) for r in ok]
         nonempty = [m for m in maps if any(
-            bulk_value(m[1][j]) == b"length" and m[1][j + 1] != b":0\r\n"
+            bulk_value(m[1][j]) == b"length" and m[1][j + 1] != ZERO
             for j in range(0, len(m[1]), 2))]
         out = _fold_maps(maps, _STREAM_FIELDS)
         if nonempty and len(nonempty) < len(maps):  # the first ID of an empty one is 0-0
@@ -767,7 +770,7 @@ def _replace_field(reply: bytes, other: bytes, name: bytes) -> bytes:
         if bulk_value(els[j]) == name:
             els[j + 1] = next(oels[k + 1] for k in range(0, len(oels), 2)
                               if bulk_value(oels[k]) == name)
-    return b"%s%d\r\n" % (kind, len(els) // 2 if kind == b"%" else len(els)) + b"".join(els)
+    return map_header(len(els) // 2, 3 if kind == b"%" else 2) + b"".join(els)
 
 
 def _unread_as_zero(ms: list[tuple[bytes, list[bytes]]]) -> list[tuple[bytes, list[bytes]]]:

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 
 from node import errors
 from node.commands.reads import XReadOptions, parse_xread_options
-from node.resp import ReplyError, encode_command, error, error_code, null_array
+from node.resp import ReplyError, encode_command, error, error_code, keyed_header, null_array
 from node.slots import key_slot
 from node.streamid import parse_id
 from router import merge
@@ -180,8 +180,7 @@ class InKeyOrder:
             # without BLOCK finds entries.
             reply = null_array(proto) if self.o.timeout < 0 else error(errors.CROSSSLOT)
         else:
-            reply = ((b"%%%d\r\n" if proto == 3 else b"*%d\r\n") % len(self.parts)
-                     + b"".join(self.parts))
+            reply = keyed_header(len(self.parts), proto) + b"".join(self.parts)
         conn.fill(self.cell, reply)
         conn.resume()
 

@@ -461,6 +461,15 @@ def r(request: pytest.FixtureRequest, node: NodeHandle) -> Iterator[redis.Redis]
         c.close()
 
 
+def flushed(c: redis.Redis) -> Iterator[redis.Redis]:
+    """A test's client to a server the module or package shares: flushed before the test and
+    after it, then closed (`yield from flushed(handle.client())` in a fixture)."""
+    c.flushall()
+    yield c
+    c.flushall()
+    c.close()
+
+
 # -- clusters ---------------------------------------------------------------------------------
 
 @pytest.fixture(scope="session")

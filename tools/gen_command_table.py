@@ -86,6 +86,21 @@ SERVED: dict[str, list[str] | None] = {
     "smembers": None,
 }
 
+
+def _key_command(name: str, arity: int, flags: list[str], acl: list[str], key_flags: list[str],
+                 docs: dict[str, Any], origin: str) -> dict[str, Any]:
+    """A hand-written entry of a command whose one key is argv[1]."""
+    return {
+        "name": name, "arity": arity, "flags": flags, "first_key": 1, "last_key": 1, "step": 1,
+        "acl_categories": acl, "tips": [],
+        "key_specs": [{"flags": key_flags,
+                       "begin_search": {"type": "index", "spec": {"index": 1}},
+                       "find_keys": {"type": "range",
+                                     "spec": {"lastkey": 0, "keystep": 1, "limit": 0}}}],
+        "docs": docs, "origin": origin,
+    }
+
+
 # Commands that redis-server 7.0 lacks, written by hand in the same format from Redis 7.4's
 # src/commands/*.json.
 HAND_WRITTEN: dict[str, dict[str, Any]] = {
@@ -107,16 +122,9 @@ HAND_WRITTEN: dict[str, dict[str, Any]] = {
         "origin": "hand-written (Redis 7.2+; redis-server 7.0 has no WAITAOF)",
     },
     # xshard's own: a slot move's copy of one key (node/slotmove.py), shaped like RESTORE-ASKING.
-    "xshard.restore": {
-        "name": "xshard.restore", "arity": 4, "flags": ["write", "denyoom", "asking"],
-        "first_key": 1, "last_key": 1, "step": 1,
-        "acl_categories": ["@keyspace", "@write", "@slow", "@dangerous"],
-        "tips": [],
-        "key_specs": [{"flags": ["OW", "update"],
-                       "begin_search": {"type": "index", "spec": {"index": 1}},
-                       "find_keys": {"type": "range",
-                                     "spec": {"lastkey": 0, "keystep": 1, "limit": 0}}}],
-        "docs": {
+    "xshard.restore": _key_command(
+        "xshard.restore", 4, ["write", "denyoom", "asking"],
+        ["@keyspace", "@write", "@slow", "@dangerous"], ["OW", "update"], {
             "summary": "An internal command for moving slots between xshard nodes: one part "
                        "of a key's copy, in xshard's own format",
             "since": "xshard", "group": "server",
@@ -128,10 +136,8 @@ HAND_WRITTEN: dict[str, dict[str, Any]] = {
                               {"name": "head", "type": "pure-token", "token": "HEAD"},
                               {"name": "blocks", "type": "pure-token", "token": "BLOCKS"},
                               {"name": "pel", "type": "pure-token", "token": "PEL"}]},
-                          {"name": "payload", "type": "string"}],
-        },
-        "origin": "hand-written (xshard's own; no Redis has it)",
-    },
+                          {"name": "payload", "type": "string"}]},
+        "hand-written (xshard's own; no Redis has it)"),
     # CLIENT SETINFO is new in 7.2 (client-setinfo.json); redis-py and redis-cli send it on
     # connect, so answering it with the real arity/flags keeps them quiet.
     "client|setinfo": {
@@ -151,40 +157,17 @@ HAND_WRITTEN: dict[str, dict[str, Any]] = {
 }
 
 # XCFGSET is Redis 8.6's (idempotent XADD, node/idmp.py); no server here has it.
-HAND_WRITTEN["xcfgset"] = {
-    "name": "xcfgset", "arity": -2, "flags": ["write", "denyoom", "fast"],
-    "first_key": 1, "last_key": 1, "step": 1,
-    "acl_categories": ["@write", "@stream", "@fast"],
-    "tips": [],
-    "key_specs": [{"flags": ["RW", "update"],
-                   "begin_search": {"type": "index", "spec": {"index": 1}},
-                   "find_keys": {"type": "range",
-                                 "spec": {"lastkey": 0, "keystep": 1, "limit": 0}}}],
-    "docs": {
+HAND_WRITTEN["xcfgset"] = _key_command(
+    "xcfgset", -2, ["write", "denyoom", "fast"], ["@write", "@stream", "@fast"],
+    ["RW", "update"], {
         "summary": "Sets the idempotent-XADD (IDMP) configuration of a stream",
         "since": "8.6.0", "group": "stream", "complexity": "O(1)",
         "arguments": [{"name": "key", "type": "key", "key_spec_index": 0},
                       {"name": "duration", "type": "integer", "token": "IDMP-DURATION",
                        "flags": ["optional"]},
                       {"name": "maxsize", "type": "integer", "token": "IDMP-MAXSIZE",
-                       "flags": ["optional"]}],
-    },
-    "origin": "hand-written (Redis 8.6; no server here has XCFGSET)",
-}
-
-def _key_command(name: str, arity: int, flags: list[str], acl: list[str], key_flags: list[str],
-                 docs: dict[str, Any], origin: str) -> dict[str, Any]:
-    """A hand-written entry of a command whose one key is argv[1]."""
-    return {
-        "name": name, "arity": arity, "flags": flags, "first_key": 1, "last_key": 1, "step": 1,
-        "acl_categories": acl, "tips": [],
-        "key_specs": [{"flags": key_flags,
-                       "begin_search": {"type": "index", "spec": {"index": 1}},
-                       "find_keys": {"type": "range",
-                                     "spec": {"lastkey": 0, "keystep": 1, "limit": 0}}}],
-        "docs": docs, "origin": origin,
-    }
-
+                       "flags": ["optional"]}]},
+    "hand-written (Redis 8.6; no server here has XCFGSET)")
 
 # Redis 8.2's reference policy of XADD, XTRIM, XDELEX and XACKDEL (node/references.py).
 _POLICY_ARG = {"name": "condition", "type": "oneof", "since": "8.2.0", "flags": ["optional"],

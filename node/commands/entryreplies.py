@@ -17,7 +17,7 @@ from typing import Any
 
 import cython
 
-from node.resp import BULK_HEADS, CRLF, array_header, bulk, bulk_header
+from node.resp import BULK_HEADS, CRLF, array_header, bulk, bulk_header, integer
 from node.stream import Stream
 from node.streamid import SEQ_MAX
 from node.streamnodes import FLAG_DELETED, FLAG_SAMEFIELDS, Block, Node, Tail, live_rows
@@ -433,6 +433,12 @@ def entry_reply(sid: int, fields: list[bytes]) -> bytes:
     """One entry: [id, [field, value, ...]]."""
     ids = b"%d-%d" % (sid >> 64, sid & SEQ_MAX)
     return b"".join([_ENTRY_HDR[len(ids)], ids, fields_hdr(len(fields)), *map(bulk, fields)])
+
+
+def claimed_entry_reply(sid: int, fields: list[bytes], idle: int, deliveries: int) -> bytes:
+    """One entry XREADGROUP CLAIM delivers: [id, [field, value, ...], ms idle, deliveries]."""
+    return b"".join([array_header(4), entry_reply(sid, fields)[4:], integer(idle),
+                     integer(deliveries)])
 
 
 def entries_reply(entries: Iterable[tuple[int, list[bytes]]]) -> tuple[int, bytes]:

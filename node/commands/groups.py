@@ -31,7 +31,18 @@ from node.commands.streams import ids_reply, parse_policy_and_ids
 from node.errors import string2ll
 from node.groups import Consumer, ConsumerGroup, Nack, clamp_entries_read, create_group
 from node.references import delete_entry
-from node.resp import NULL_ARRAY, OK, ONE, ZERO, ReplyError, encode, integer
+from node.resp import (
+    EMPTY_ARRAY,
+    NULL_ARRAY,
+    OK,
+    ONE,
+    ZERO,
+    ReplyError,
+    array_header,
+    bulk,
+    encode,
+    integer,
+)
 from node.stream import Stream
 from node.streamid import (
     MAX_ID,
@@ -642,7 +653,7 @@ def xpending(c: Client, argv: list[bytes]) -> bytes:
     if consumername is not None:
         cons = g.consumers.get(consumername)
         if cons is None:
-            return b"*0\r\n"
+            return EMPTY_ARRAY
         ids = cons.pel.irange(start, end)
     else:
         ids = g.pel.irange(start, end)
@@ -664,9 +675,9 @@ def xpending(c: Client, argv: list[bytes]) -> bytes:
             elapsed = 0
         if owner is None:  # released by XNACK: nobody's
             owner = b""
-        out.append(b"*4\r\n$%d\r\n%s\r\n$%d\r\n%s\r\n:%d\r\n:%d\r\n"
-                   % (len(sids), sids, len(owner), owner, elapsed, dc))
-    return b"*%d\r\n%s" % (n, b"".join(out))
+        out.append(b"".join([array_header(4), bulk(sids), bulk(owner), integer(elapsed),
+                             integer(dc)]))
+    return array_header(n) + b"".join(out)
 
 
 # --- XCLAIM --------------------------------------------------------------------------------
@@ -780,15 +791,14 @@ def xclaim(c: Client, argv: list[bytes]) -> bytes:
         c.server.dirty += 1
         propagate_group_id(c, key, groupname, g)
     _group_changed(c, key)
-    return b"*%d\r\n%s" % (len(out), b"".join(out))
+    return array_header(len(out)) + b"".join(out)
 
 
 command(b"xclaim")(xclaim)  # not a decorator: compiled, xclaim is cpdef
 
 
 def bulk_id(sid: int) -> bytes:
-    b = _id_text(sid)
-    return b"$%d\r\n%s\r\n" % (len(b), b)
+    return bulk(_id_text(sid))
 
 
 # --- XAUTOCLAIM ----------------------------------------------------------------------------
@@ -865,7 +875,6 @@ def xautoclaim(c: Client, argv: list[bytes]) -> bytes:
         propagate_xclaim(c, key, groupname, g, sid, nack)
     cursor = keys[i] if i < len(keys) else 0
     _group_changed(c, key)
-    return b"*3\r\n%s*%d\r\n%s*%d\r\n%s" % (
-        bulk_id(cursor), len(out), b"".join(out), len(deleted),
-        b"".join(bulk_id(sid) for sid in deleted))
+    return b"".join([array_header(3), bulk_id(cursor), array_header(len(out)), *out,
+                     array_header(len(deleted)), *[bulk_id(sid) for sid in deleted]])
 

@@ -23,7 +23,7 @@ from node import errors
 from node.blocking import Blocked
 from node.client import Client
 from node.commands import command
-from node.commands.entryreplies import encode_span, entry_reply, fields_hdr
+from node.commands.entryreplies import claimed_entry_reply, encode_span, entry_reply, fields_hdr
 from node.commands.groups import (
     lookup_or_create_consumer,
     plain_uint,
@@ -32,24 +32,19 @@ from node.commands.groups import (
     xclaim_run_len,
 )
 from node.groups import LLONG_MAX, Consumer, ConsumerGroup
-from node.resp import ReplyError, null_array
+from node.resp import ReplyError, array_header, bulk, null_array
 from node.stream import Stream
 from node.streamid import MAX_ID, format_id, parse_id_or_error
 
 if cython.compiled:  # called as C
     from cython.cimports.node.commands.entryreplies import encode_entries, stream_range_reply
+    from cython.cimports.node.resp import keyed_header, keyed_key_header
 else:
     from node.commands.entryreplies import encode_entries, stream_range_reply
+    from node.resp import keyed_header, keyed_key_header
 
 # ">" is stored as the maximal ID, as Redis does (an explicit max ID therefore acts as ">").
 _NEW = MAX_ID
-
-# A read's reply headers, formatted once: [key, entries] (RESP2) or a map entry (RESP3) for
-# keys under 256 bytes, and the outer array or map for up to 15 streams.
-_KEY2 = [b"*2\r\n$%d\r\n" % n for n in range(256)]
-_KEY3 = [b"$%d\r\n" % n for n in range(256)]
-_ARRAY2 = [b"*%d\r\n" % n for n in range(16)]
-_MAP3 = [b"%%%d\r\n" % n for n in range(16)]
 
 
 class XReadOptions:
@@ -222,14 +217,6 @@ def _resolve_ids(c: Client, argv: list[bytes], o: XReadOptions, keys: list[bytes
             ids.append(parse_id_or_error(arg, 0, strict=True))
 
 
-def _key_header(key: bytes, proto: int) -> bytes:
-    """A served stream's [key, entries] header (RESP2) or map key (RESP3), up to the entries."""
-    klen = len(key)
-    if klen < 256:
-        return (_KEY2 if proto == 2 else _KEY3)[klen]
-    return (b"*2\r\n$%d\r\n" if proto == 2 else b"$%d\r\n") % klen
-
-
 def xread(c: Client, argv: list[bytes]) -> bytes:
     """XREAD [COUNT count] [MAXCOUNT n] [MAXSIZE bytes] [BLOCK ms] STREAMS key [key ...] id [id ...]
     XREADGROUP GROUP group consumer [COUNT count] [MAXCOUNT n] [MAXSIZE bytes] [BLOCK ms]
@@ -263,7 +250,7 @@ def xread(c: Client, argv: list[bytes]) -> bytes:
         if budget is not None and budget.spent():
             break  # MAXSIZE: checked before each stream
         key = keys[idx]
-        head = _key_header(key, proto)
+        head = keyed_key_header(len(key), proto)
         if budget is not None:
             budget.used += len(head) + len(key) + 2  # the header, the key and its CRLF
         if o.group is not None:
@@ -282,8 +269,7 @@ def xread(c: Client, argv: list[bytes]) -> bytes:
             if not left:
                 break  # MAXCOUNT spent: the remaining streams are left out
     if served:
-        parts[0] = ((_ARRAY2 if proto == 2 else _MAP3)[served] if served < 16 else
-                    (b"*%d\r\n" if proto == 2 else b"%%%d\r\n") % served)
+        parts[0] = keyed_header(served, proto)
         return b"".join(parts)
     return _block_or_nil(c, argv, o, keys, ids, dollars)
 
@@ -417,9 +403,7 @@ def _take_within(budget: _Budget, sids: list[int], ents: list, claim: bool, part
     for k, (sid, f) in enumerate(zip(sids, ents, strict=True)):
         if not (forced and k == 0) and budget.spent():
             return sids[:k], True
-        e = entry_reply(sid, f)
-        if claim:
-            e = b"*4" + e[2:] + b":0\r\n:0\r\n"
+        e = claimed_entry_reply(sid, f, 0, 0) if claim else entry_reply(sid, f)
         budget.add(len(e))
         parts.append(e)
     return sids, False
@@ -452,8 +436,7 @@ def serve_new(c: Client, s: Stream, g: ConsumerGroup, cons: Consumer, key: bytes
         if budget is not None:
             sids, cut = _take_within(budget, sids, ents, claim, parts, forced and not n)
         elif claim:
-            parts += [b"*4" + entry_reply(sid, f)[2:] + b":0\r\n:0\r\n"
-                      for sid, f in zip(sids, ents, strict=True)]
+            parts += [claimed_entry_reply(sid, f, 0, 0) for sid, f in zip(sids, ents, strict=True)]
         else:
             parts.append(ents if type(ents) is bytes else encode_entries(sids, ents))
         n += len(sids)
@@ -495,14 +478,13 @@ def _serve_history(c: Client, s: Stream, g: ConsumerGroup, cons: Consumer, key: 
     now = c.server.now_ms()
     sids = list(islice(cons.pel.irange(start, None), count or None))
     out: list[bytes] = []
-    nil = b"*-1\r\n" if c.proto == 2 else b"_\r\n"
+    nil = null_array(c.proto)
     for sid in sids:
         if budget is not None and out and budget.spent():
             break  # MAXSIZE: what is not returned keeps its delivery count and time
         fields = s.get(sid)
         if fields is None:
-            ids = format_id(sid)
-            out.append(b"*2\r\n$%d\r\n%s\r\n%s" % (len(ids), ids, nil))
+            out.append(array_header(2) + bulk(format_id(sid)) + nil)
         else:
             out.append(entry_reply(sid, fields))
             nack = g.redeliver(sid, now)
@@ -545,8 +527,7 @@ def _serve_claim(c: Client, s: Stream, g: ConsumerGroup, cons: Consumer, key: by
                 continue
             nack = g.set_nack(sid, cons, now, min(dc + 1, LLONG_MAX))
             propagate_xclaim(c, key, groupname, g, sid, nack)
-            out.append(b"*4" + entry_reply(sid, fields)[2:]
-                       + b":%d\r\n:%d\r\n" % (max(now - t, 0), dc))
+            out.append(claimed_entry_reply(sid, fields, max(now - t, 0), dc))
             if budget is not None:
                 budget.add(len(out[-1]))
             n += 1

@@ -31,7 +31,17 @@ from node.errors import string2ll, string2ull
 from node.idmp import MAX_DURATION, MAX_MAXSIZE, IdmpMap, auto_iid
 from node.references import ACKED, DELREF, KEEPREF, POLICIES, delete_entry
 from node.references import trim as trim_by_policy
-from node.resp import OK, ZERO, ReplyError, integer, null, null_array
+from node.resp import (
+    EMPTY_ARRAY,
+    OK,
+    ZERO,
+    ReplyError,
+    array_header,
+    bulk,
+    integer,
+    null,
+    null_array,
+)
 from node.stream import ElementsTooLarge, IDTooSmall, Stream
 from node.streamid import (
     MAX_ID,
@@ -385,7 +395,7 @@ def _xadd_general(c: Client, argv: list[bytes]) -> bytes:
     eff += fields
     c.server.dirty += 1
     c.server.propagate(eff)
-    return b"$%d\r\n%s\r\n" % (len(ids), ids)
+    return bulk(ids)
 
 
 def _general_id(c: Client, s: Stream, a: TrimArgs) -> int:
@@ -413,8 +423,7 @@ def _idmp_duplicate(s: Stream, pid: bytes, iid: bytes, sid: int) -> bytes | None
     if orig is None:
         return None
     m.duplicates += 1
-    ids = format_id(orig)
-    return b"$%d\r\n%s\r\n" % (len(ids), ids)
+    return bulk(format_id(orig))
 
 
 @command(b"xtrim")
@@ -476,7 +485,7 @@ def parse_policy_and_ids(argv: list[bytes], i: int, exact: bool = True
 
 
 def ids_reply(codes: list[int]) -> bytes:
-    return b"*%d\r\n%s" % (len(codes), b"".join([b":%d\r\n" % x for x in codes]))
+    return array_header(len(codes)) + b"".join([integer(x) for x in codes])
 
 
 @command(b"xdelex")
@@ -538,11 +547,11 @@ def _xrange_generic(c: Client, argv: list[bytes], rev: bool) -> bytes:
             raise ReplyError(errors.SYNTAX)
     s = c.db.get_stream(argv[1])
     if s is None:
-        return b"*0\r\n"
+        return EMPTY_ARRAY
     if count == 0:
         return null_array(c.proto)
     n, body = stream_range_reply(s, start, end, None if count < 0 else count, rev)
-    return b"*%d\r\n%s" % (n, body)
+    return array_header(n) + body
 
 
 @command(b"xrange")

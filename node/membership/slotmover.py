@@ -46,6 +46,7 @@ from typing import TYPE_CHECKING
 from base.records import View, move_slots, owners
 from node.errors import ResponseError
 from node.link import Link
+from node.resp import error
 from node.slotmove import SlotCopy, drop_slot, unblock_slot
 
 if TYPE_CHECKING:
@@ -127,7 +128,7 @@ class SlotMover:
             if cl.owner_of(slot) == shard or slot in self.importing or slot in cl.importing \
                     or slot in self.claimed:
                 continue
-            total += drop_slot(server, slot, b"-%s\r\n" % cl.redirect(slot))
+            total += drop_slot(server, slot, error(cl.redirect(slot)))
             slots.append(slot)
         if slots:
             log.warning("slots %s belong to other shards: dropped the %d keys left here",
@@ -317,7 +318,7 @@ class SlotMover:
         with contextlib.suppress(ResponseError, OSError, TimeoutError):
             await link.drain(1.0)
         for slot in done:
-            unblock_slot(server, slot, b"-%s\r\n" % cl.redirect(slot))
+            unblock_slot(server, slot, error(cl.redirect(slot)))
         ms = max(server.pauses.resume_slot(slot) for slot in paused)
         paused.clear()
         return ms, sum(drop_slot(server, slot) for slot in done)

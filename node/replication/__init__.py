@@ -46,6 +46,7 @@ from node import errors
 from node.replication.backlog import Backlog
 from node.replication.primary import ZERO_ID, PrimarySide
 from node.replication.replica import ReplicaSide
+from node.resp import error
 
 if TYPE_CHECKING:
     from node.client import Client
@@ -252,7 +253,7 @@ class Replication:
 
     def _unblock_writers(self) -> None:
         """Clients blocked in XREADGROUP would write on a replica: release them (Redis)."""
-        err = b"-%s\r\n" % errors.UNBLOCKED_ROLE_CHANGE
+        err = error(errors.UNBLOCKED_ROLE_CHANGE)
         for c in list(self.server.clients.values()):
             b = c.blocked
             # A postponed write (node/writepause.py) runs again when its pause ends and is

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 import hiredis
 
 from node import errors, snapshot
-from node.resp import ReplyError, encode_command
+from node.resp import OK, ReplyError, bulk_header, encode_command, status
 
 if TYPE_CHECKING:
     from node.client import Client
@@ -191,7 +191,7 @@ class ReplicaLink(asyncio.Protocol):
         self.state = ReplicaState.SEND_BULK
         self.left = job.size
         self.transport.set_write_buffer_limits(high=WRITE_HIGH, low=WRITE_LOW)
-        self.write(b"$%d\r\n" % job.size)
+        self.write(bulk_header(job.size))
         self._send_bulk()
 
     def _send_bulk(self) -> None:
@@ -301,7 +301,7 @@ class PrimarySide:
                 pass
             else:
                 raise ReplyError(errors.replconf_unrecognized(argv[i]))
-        return b"+OK\r\n"
+        return OK
 
     def psync(self, c: Client, argv: list[bytes], sync: bool = False) -> bytes:
         """PSYNC replid offset / SYNC: attach `c` as a replica (partial or full resync)."""
@@ -334,7 +334,7 @@ class PrimarySide:
                 transport.set_protocol(link)
                 self.replicas.append(link)
                 link.state = ONLINE
-                link.write(b"+CONTINUE %s\r\n" % repl.replid.encode())
+                link.write(status(b"CONTINUE %s" % repl.replid.encode()))
                 for chunk in backlog.since(want):
                     link.write(chunk)
                 self.sync_partial_ok += 1
@@ -398,7 +398,7 @@ class PrimarySide:
         job.offset = self.server.effects.offset
         for link in job.links:
             if b"-fullresync" not in link.capa:
-                link.write(b"+FULLRESYNC %s %d\r\n" % (repl.replid.encode(), job.offset))
+                link.write(status(b"FULLRESYNC %s %d" % (repl.replid.encode(), job.offset)))
             link.buffer = []
             link.buffer_len = 0
         return {"ctime": int(time.time()), "offset": job.offset, **repl.snapshot_aux()}

@@ -96,6 +96,14 @@ def render(values: dict[str, Any] | None = None, **kw: Any) -> dict[str, str]:
                             namespace=kw.get("namespace", NAMESPACE), is_install=True)
 
 
+def assert_rejected(values: dict[str, Any], where: str, words: str) -> None:
+    """The schema refuses `values` with an error that names the path `where` and says
+    `words` (the user sees which value is wrong and why)."""
+    with pytest.raises(helm.HelmValuesError) as e:
+        render(values)
+    assert f"at '{where}'" in str(e.value) and words in str(e.value), str(e.value)
+
+
 def manifests(values: dict[str, Any] | None = None, **kw: Any) -> list[dict[str, Any]]:
     """Every Kubernetes object the chart renders, in template order."""
     out = []

@@ -18,6 +18,7 @@ from tests.helm.chart import (
     CHART,
     NAMESPACE,
     VARIANTS,
+    assert_rejected,
     by_kind,
     container_env,
     containers,
@@ -107,9 +108,7 @@ def test_validation_refuses_unknown_fields() -> None:
     ({"sharsd": 3}, "", "'sharsd' not allowed"),
 ])
 def test_schema_rejects_bad_values_clearly(values: dict, where: str, words: str) -> None:
-    with pytest.raises(helm.HelmValuesError) as e:
-        render(values)
-    assert f"at '{where}'" in str(e.value) and words in str(e.value), str(e.value)
+    assert_rejected(values, where, words)
 
 
 def test_required_secrets_are_asked_for() -> None:

@@ -9,7 +9,16 @@ from typing import Any
 
 import pytest
 
-from tests.helm.chart import VARIANTS, by_kind, containers, helm, is_xshard, manifests, render
+from tests.helm.chart import (
+    VARIANTS,
+    assert_rejected,
+    by_kind,
+    containers,
+    helm,
+    is_xshard,
+    manifests,
+    render,
+)
 from tests.helm.test_chart import _command_lines, _parse
 
 MOUNT = "/etc/xshard/tls"
@@ -146,9 +155,7 @@ def test_auth_clients_accepts_a_yaml_boolean() -> None:
     ({"tls": {"enable": True}}, "/tls", "'enable' not allowed"),
 ])
 def test_schema_rejects_bad_tls_values_clearly(values: dict, where: str, words: str) -> None:
-    with pytest.raises(helm.HelmValuesError) as e:
-        render(values)
-    assert f"at '{where}'" in str(e.value) and words in str(e.value), str(e.value)
+    assert_rejected(values, where, words)
 
 
 def test_tls_needs_a_certificate_source() -> None:

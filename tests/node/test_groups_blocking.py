@@ -31,13 +31,21 @@ def _both(node, oracle):
     return (("xshard", node), ("redis", oracle))
 
 
+def _controls(servers, protocol: int):
+    """(name, handle, control connection) for each server: the connection speaks `protocol`,
+    its server is flushed first, and it is closed once the loop moves on."""
+    for name, h in servers:
+        ctl = connect(h, protocol)
+        ctl.call("FLUSHALL")
+        yield name, h, ctl
+        ctl.close()
+
+
 def test_block_fifo_and_dollar(node, oracle, protocol: int) -> None:
     """Clients blocked on a key are served in the order they blocked; `$` is resolved when
     the client blocks, not when it is served."""
     results = {}
-    for name, h in _both(node, oracle):
-        ctl = connect(h, protocol)
-        ctl.call("FLUSHALL")
+    for name, h, ctl in _controls(_both(node, oracle), protocol):
         ctl.call("XADD", "s", "1-1", "f", "v")
         ctl.call("XGROUP", "CREATE", "s", "g", "$")
         clients = [Deferred(h, protocol) for _ in range(3)]
@@ -58,15 +66,12 @@ def test_block_fifo_and_dollar(node, oracle, protocol: int) -> None:
                          if i == len(got) - 1 else x for i, x in enumerate(got)]
         for d in clients + [reader]:
             d.close()
-        ctl.close()
     assert results["xshard"] == results["redis"]
 
 
 def test_block_timeout_and_block_0(node, oracle, protocol: int) -> None:
     results = {}
-    for name, h in _both(node, oracle):
-        ctl = connect(h, protocol)
-        ctl.call("FLUSHALL")
+    for name, h, ctl in _controls(_both(node, oracle), protocol):
         ctl.call("XGROUP", "CREATE", "s", "g", "$", "MKSTREAM")
         t0 = time.monotonic()
         r1 = ctl.call("XREAD", "BLOCK", "150", "STREAMS", "s", "$")
@@ -80,7 +85,6 @@ def test_block_timeout_and_block_0(node, oracle, protocol: int) -> None:
         r3 = d.read()
         results[name] = (r1, r2, elapsed >= 0.29, still, r3)
         d.close()
-        ctl.close()
     assert results["xshard"] == results["redis"]
     assert results["xshard"][2]
 
@@ -88,9 +92,7 @@ def test_block_timeout_and_block_0(node, oracle, protocol: int) -> None:
 def test_disconnect_while_blocked(node, oracle) -> None:
     """A client that goes away while blocked is forgotten: it consumes nothing."""
     results = {}
-    for name, h in _both(node, oracle):
-        ctl = connect(h, 2)
-        ctl.call("FLUSHALL")
+    for name, h, ctl in _controls(_both(node, oracle), 2):
         ctl.call("XGROUP", "CREATE", "s", "g", "$", "MKSTREAM")
         gone = Deferred(h)
         gone.send("XREADGROUP", "GROUP", "g", "gone", "BLOCK", "0", "STREAMS", "s", ">")
@@ -105,15 +107,12 @@ def test_disconnect_while_blocked(node, oracle) -> None:
         results[name] = (r, norm(("XPENDING", "s", "g"), ctl.call("XPENDING", "s", "g")),
                          ctl.call("PING"))
         stays.close()
-        ctl.close()
     assert results["xshard"] == results["redis"]
 
 
 def test_client_unblock(node, oracle, protocol: int) -> None:
     results = {}
-    for name, h in _both(node, oracle):
-        ctl = connect(h, protocol)
-        ctl.call("FLUSHALL")
+    for name, h, ctl in _controls(_both(node, oracle), protocol):
         out = []
         for how in ("TIMEOUT", "ERROR"):
             d = Deferred(h, protocol)
@@ -125,7 +124,6 @@ def test_client_unblock(node, oracle, protocol: int) -> None:
             out.append(ctl.call("CLIENT", "UNBLOCK", str(cid), how))  # not blocked any more
             d.close()
         results[name] = out
-        ctl.close()
     assert results["xshard"] == results["redis"]
 
 
@@ -146,9 +144,7 @@ def test_block_inside_multi_does_not_block(node, oracle, protocol: int) -> None:
 def test_blocked_xread_ignores_a_key_of_another_type(node, oracle) -> None:
     """Redis re-runs a blocked XREAD only for a key holding a stream."""
     results = {}
-    for name, h in _both(node, oracle):
-        ctl = connect(h, 2)
-        ctl.call("FLUSHALL")
+    for name, h, ctl in _controls(_both(node, oracle), 2):
         d = Deferred(h)
         d.send("XREAD", "BLOCK", "400", "STREAMS", "s", "$")
         wait_blocked(h, 1)
@@ -156,7 +152,6 @@ def test_blocked_xread_ignores_a_key_of_another_type(node, oracle) -> None:
         still = d.pending(0.1)
         results[name] = (still, d.read())
         d.close()
-        ctl.close()
     assert results["xshard"] == results["redis"]
 
 
@@ -167,9 +162,7 @@ def test_72_blocked_xreadgroup_woken_by_key_or_group_removal(node, oracle72, how
     "-UNBLOCKED the stream key no longer exists" / "-NOGROUP the consumer group this client
     was blocked on no longer exists".)"""
     results = {}
-    for name, h in (("xshard", node), ("reference", oracle72)):
-        ctl = connect(h, 2)
-        ctl.call("FLUSHALL")
+    for name, h, ctl in _controls((("xshard", node), ("reference", oracle72)), 2):
         ctl.call("XADD", "s", "666", "f", "v")
         ctl.call("XGROUP", "CREATE", "s", "g", "$")
         d = Deferred(h)
@@ -183,7 +176,6 @@ def test_72_blocked_xreadgroup_woken_by_key_or_group_removal(node, oracle72, how
             ctl.call(how, *(["s"] if how == "DEL" else []))
         results[name] = d.read()
         d.close()
-        ctl.close()
     assert results["xshard"] == results["reference"]
     assert results["xshard"][0] == "-"
 
@@ -191,9 +183,7 @@ def test_72_blocked_xreadgroup_woken_by_key_or_group_removal(node, oracle72, how
 def test_blocked_xreadgroup_served_like_a_direct_one(node, oracle, protocol: int) -> None:
     """The state after a served blocked XREADGROUP equals that of a direct one."""
     results = {}
-    for name, h in _both(node, oracle):
-        ctl = connect(h, protocol)
-        ctl.call("FLUSHALL")
+    for name, h, ctl in _controls(_both(node, oracle), protocol):
         ctl.call("XGROUP", "CREATE", "s", "g", "$", "MKSTREAM")
         ctl.call("XGROUP", "CREATECONSUMER", "s", "g", "c")
         d = Deferred(h, protocol)
@@ -210,7 +200,6 @@ def test_blocked_xreadgroup_served_like_a_direct_one(node, oracle, protocol: int
             out.append(drop_72_fields(cmd, r) if oracle.version < (7, 2) else r)
         results[name] = out
         d.close()
-        ctl.close()
     assert results["xshard"] == results["redis"]
 
 
@@ -221,9 +210,7 @@ def test_72_entry_for_one_of_many_blocked_consumers(node, oracle72) -> None:
     (the attempt creates it). The node decides most of these without running the read again
     (node/commands/reads.py still_unserved)."""
     results = {}
-    for name, h in (("xshard", node), ("reference", oracle72)):
-        ctl = connect(h, 2)
-        ctl.call("FLUSHALL")
+    for name, h, ctl in _controls((("xshard", node), ("reference", oracle72)), 2):
         ctl.call("XGROUP", "CREATE", "s", "g", "$", "MKSTREAM")
         waiters = []
         for i, who in enumerate(("a", "b", "c")):
@@ -250,7 +237,6 @@ def test_72_entry_for_one_of_many_blocked_consumers(node, oracle72) -> None:
         results[name] += (_plain(waiters[2].read()),)
         for d in waiters:
             d.close()
-        ctl.close()
     x, ref = results["xshard"], results["reference"]
     assert x[1:4] == ref[1:4] == ([True, True], [b"a", b"b", b"c"], [True, True, True])
     assert x[5] == ref[5] is True
@@ -284,9 +270,7 @@ def test_timeouts_in_deadline_order_and_none_after_release(node, oracle) -> None
     timed out by the deadline it had (about a second, waited for by another read's own
     timeout, not by a sleep)."""
     results = {}
-    for name, h in _both(node, oracle):
-        ctl = connect(h, 2)
-        ctl.call("FLUSHALL")
+    for name, h, ctl in _controls(_both(node, oracle), 2):
         ctl.call("XADD", "s", "1-1", "f", "v")
         a, b, probe = Deferred(h), Deferred(h), Deferred(h)
         a.send("XREAD", "BLOCK", "800", "STREAMS", "s", "$")
@@ -305,6 +289,5 @@ def test_timeouts_in_deadline_order_and_none_after_release(node, oracle) -> None
         results[name] = got
         for d in (a, b, probe):
             d.close()
-        ctl.close()
     assert results["xshard"] == results["reference" if "reference" in results else "redis"]
     assert results["xshard"][3] is True

@@ -5,6 +5,8 @@ commandstats, clients, stats, memory ...), SLOWLOG, LATENCY and MEMORY STATS."""
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import pytest
 
@@ -65,10 +67,23 @@ SCRIPT = [
 ]
 
 
-def _run_script(handle) -> tuple[dict[str, str], dict[str, str]]:
-    """INFO commandstats and latencystats after SCRIPT on a reset, flushed server."""
+@contextmanager
+def _client(handle, *resets: tuple[str, ...]) -> Iterator[RawClient]:
+    """A RESP client to `handle`'s server; once done (after a failure too) the `resets` run
+    (settings a test changed), the server is flushed and the client closed."""
     c = RawClient(handle.host, handle.port)
     try:
+        yield c
+    finally:
+        for cmd in resets:
+            c.call(*cmd)
+        c.call("FLUSHALL")
+        c.close()
+
+
+def _run_script(handle) -> tuple[dict[str, str], dict[str, str]]:
+    """INFO commandstats and latencystats after SCRIPT on a reset, flushed server."""
+    with _client(handle) as c:
         c.call("FLUSHALL")
         c.call("CONFIG", "RESETSTAT")
         for cmd in SCRIPT:
@@ -77,9 +92,6 @@ def _run_script(handle) -> tuple[dict[str, str], dict[str, str]]:
         latency = _info(c, "latencystats")
         text = c.call("INFO", "latencystats")[1].decode()
         assert text.startswith("# Latencystats\r\n")
-    finally:
-        c.call("FLUSHALL")
-        c.close()
     return cmdstats, latency
 
 
@@ -128,9 +140,11 @@ def _strip_entry(e: tuple) -> tuple:
 
 
 def _slowlog_session(handle) -> list:
-    c = RawClient(handle.host, handle.port)
     out: list = []
-    try:
+    with _client(handle,
+                 ("CONFIG", "SET", "slowlog-log-slower-than", "10000"),
+                 ("CONFIG", "SET", "slowlog-max-len", "128"),
+                 ("SLOWLOG", "RESET")) as c:
         c.call("CONFIG", "SET", "slowlog-log-slower-than", "0")
         c.call("CONFIG", "SET", "slowlog-max-len", "6")
         out.append(c.call("SLOWLOG", "RESET"))
@@ -153,12 +167,6 @@ def _slowlog_session(handle) -> list:
         got = c.call("CONFIG", "GET", "slowlog-*")[1]  # Redis's order is its dict's
         out.append(sorted(zip(got[::2], got[1::2], strict=True)))
         out.append(c.call("CONFIG", "SET", "slowlog-max-len", "-1"))
-    finally:
-        c.call("CONFIG", "SET", "slowlog-log-slower-than", "10000")
-        c.call("CONFIG", "SET", "slowlog-max-len", "128")
-        c.call("SLOWLOG", "RESET")
-        c.call("FLUSHALL")
-        c.close()
     return out
 
 
@@ -191,9 +199,8 @@ def test_slowlog_threshold_keeps_fast_commands_out(node) -> None:
 # -- LATENCY ----------------------------------------------------------------------------------
 
 def _latency_session(handle) -> list:
-    c = RawClient(handle.host, handle.port)
     out: list = []
-    try:
+    with _client(handle) as c:
         c.call("CONFIG", "RESETSTAT")
         out.append(c.call("LATENCY", "RESET"))
         out.append(c.call("LATENCY", "LATEST"))
@@ -227,9 +234,6 @@ def _latency_session(handle) -> list:
                 shape.append((h[0], body[0], buckets[0], name, d[("$", b"calls")]))
             out.append(sorted(shape))
         c.hello(2)
-    finally:
-        c.call("FLUSHALL")
-        c.close()
     return out
 
 
@@ -269,9 +273,8 @@ def test_latency_monitor_samples_slow_commands(xnode) -> None:
 # -- MEMORY STATS -----------------------------------------------------------------------------
 
 def _memory_stats_shape(handle) -> list:
-    c = RawClient(handle.host, handle.port)
     out = []
-    try:
+    with _client(handle) as c:
         c.call("FLUSHALL")
         c.call("XADD", "s", "*", "f", "v")
         for proto in (2, 3):
@@ -284,9 +287,6 @@ def _memory_stats_shape(handle) -> list:
                                for k, v in pairs]))
         c.hello(2)
         out.append(c.call("MEMORY", "STATS", "x"))
-    finally:
-        c.call("FLUSHALL")
-        c.close()
     return out
 
 
@@ -297,15 +297,11 @@ def test_memory_stats_has_redis_fields_and_types(node, oracle) -> None:
 # -- INFO sections: Redis's field names -------------------------------------------------------
 
 def _fields(handle, section: str) -> list[str]:
-    c = RawClient(handle.host, handle.port)
-    try:
+    with _client(handle) as c:
         c.call("CONFIG", "RESETSTAT")  # errorstats: only this test's error
         c.call("SET", "k", "v")
         c.call("NOSUCH")
         return list(_info(c, section))
-    finally:
-        c.call("FLUSHALL")
-        c.close()
 
 
 @pytest.mark.parametrize("section", ["clients", "stats", "memory", "keyspace", "errorstats",

@@ -23,7 +23,7 @@ import redis
 from node import native
 from node.stream import MAX_STRIDE, Stream, partition_of_key, seq_above
 from node.streamid import SEQ_MAX
-from tests.conftest import NodeHandle, spawn_node
+from tests.conftest import NodeHandle, flushed, spawn_node
 from tests.support.diff import Pair
 from tests.support.rawresp import RawClient
 from tests.test_native import _env  # the node's environment on one path or the other
@@ -52,11 +52,7 @@ def pnode(tmp_path_factory: pytest.TempPathFactory, pure: bool) -> Iterator[Node
 
 @pytest.fixture
 def pr(pnode: NodeHandle) -> Iterator[redis.Redis]:
-    c = pnode.client()
-    c.flushall()
-    yield c
-    c.flushall()
-    c.close()
+    yield from flushed(pnode.client())
 
 
 def _xsetid(c: redis.Redis, key: str, sid: str) -> None:

@@ -8,6 +8,7 @@ from collections.abc import Iterator
 import pytest
 import redis
 
+from tests.conftest import flushed
 from tests.support.cluster import Cluster, start_cluster
 
 ROUTER_ARGS = ("--cluster-down-timeout-ms", "300")
@@ -24,8 +25,4 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
 @pytest.fixture
 def r(cluster: Cluster) -> Iterator[redis.Redis]:
     """A RESP2 client to the router; every shard is flushed after the test."""
-    client = cluster.client()
-    client.flushall()
-    yield client
-    client.flushall()
-    client.close()
+    yield from flushed(cluster.client())
