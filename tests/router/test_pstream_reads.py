@@ -100,6 +100,12 @@ def test_xread_caps_cut_as_one_stream_would(pc: Cluster, r: redis.Redis) -> None
             want = r.execute_command("XREAD", *opts(o), "STREAMS",
                                      *[plain if k == name else k for k in keys], *ids)
             assert renamed(got, names) == want, (o, keys)
+    r3 = pc.client(protocol=3)  # RESP3 frames the headers differently: MAXSIZE cuts elsewhere
+    for o in [(None, None, 60), (None, None, 130), (3, 4, 150)]:
+        got3 = r3.execute_command("XREAD", *opts(o), "STREAMS", other, name, "0", "0")
+        want3 = r3.execute_command("XREAD", *opts(o), "STREAMS", other, plain, "0", "0")
+        assert {names.get(k, k): v for k, v in got3.items()} == want3, o
+    r3.close()
     for o in [(None, 0, None), (5, 2, None), (None, None, 0)]:
         msg = r.execute_command  # the node's own errors, before any partition is asked
         with pytest.raises(redis.ResponseError) as a:
@@ -196,6 +202,9 @@ def test_xreadgroup_caps_over_several_keys(pc: Cluster, r: redis.Redis) -> None:
         small = r.execute_command("XREADGROUP", "GROUP", "g", "c", "MAXSIZE", 1,
                                   "STREAMS", k, p2, "0", "0")
         assert [(key, len(es)) for key, es in small] == [(k.encode(), 1)]
+        # Without caps, a history read shows every key, the plain one too, without entries.
+        assert r.xreadgroup("g", "nobody", {k: "0", p2: "0"}) == [[k.encode(), []],
+                                                                  [p2.encode(), []]]
 
 
 def test_blocked_reads_are_served_under_the_caps(pc: Cluster, r: redis.Redis) -> None:
