@@ -202,6 +202,10 @@ def test_xreadgroup_caps_over_several_keys(pc: Cluster, r: redis.Redis) -> None:
         small = r.execute_command("XREADGROUP", "GROUP", "g", "c", "MAXSIZE", 1,
                                   "STREAMS", k, p2, "0", "0")
         assert [(key, len(es)) for key, es in small] == [(k.encode(), 1)]
+        with pytest.raises(redis.ResponseError) as e:
+            r.execute_command("XREADGROUP", "GROUP", "nog", "c", "MAXCOUNT", 2, "STREAMS", k, ">")
+        assert str(e.value) == (f"NOGROUP No such key '{k}' or consumer group 'nog' in "
+                                "XREADGROUP with GROUP option")
         # Without caps, a history read shows every key, the plain one too, without entries.
         assert r.xreadgroup("g", "nobody", {k: "0", p2: "0"}) == [[k.encode(), []],
                                                                   [p2.encode(), []]]
