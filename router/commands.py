@@ -32,7 +32,7 @@ from node.resp import (
 from node.slots import SLOTS, key_slot
 from node.tls import on_tls
 from router import merge
-from router.fanout import to_nodes
+from router.fanout import BlockedParts, to_nodes
 from router.forward import Forward
 
 if TYPE_CHECKING:
@@ -78,7 +78,7 @@ def wait(router: Router, c: RouterClient, argv: list[bytes], cell: Cell) -> None
     return None
 
 
-class Wait:
+class Wait(BlockedParts):
     """A WAIT/WAITAOF in flight: it is the client's `blocked` (CLIENT UNBLOCK, a disconnect)
     and holds the connections it waits on; ending it early closes them, which is how a node
     forgets a blocked client."""
@@ -123,20 +123,11 @@ class Wait:
         they had are unknown here, and fewer is the safe side)."""
         return self._merged()
 
-    def finish(self, reply: bytes | None) -> None:
-        """The WAIT is over: `reply` goes to the client (None: it went away)."""
-        if self.over:
-            return
-        self.over = True
+    def cancel_parts(self) -> None:
+        """The WAIT is over (`finish`): close the connections still waiting."""
         for i, (_pool, up) in enumerate(self.ups):
             if self.replies[i] is None:  # still waiting there: the node forgets it on close
                 up.after_sent(up.close, keep=1)
-        c = self.c
-        c.blocked = None
-        conn = c.conn
-        if reply is not None and conn is not None:
-            conn.fill(self.cell, reply)
-            conn.resume()
 
 
 def scan_cursor(shard: int, node_next: int, shards: int) -> int:

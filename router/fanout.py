@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from router.client import Cell, ClientConn, RouterClient
     from router.proxy import Router
 
-__all__ = ["fan_out", "to_nodes"]
+__all__ = ["fan_out", "to_nodes", "BlockedParts"]
 
 
 def fan_out(router: Router, c: RouterClient, argv: list[bytes], route: Route,
@@ -72,3 +72,30 @@ def _multi_shard(router: Router, c: RouterClient, argv: list[bytes], route: Rout
         merged = partial(merge.in_key_order, order, nkeys=len(positions))
     Gather.send(router, c, reqs, route.write, merged, partial(conn.fill, cell))
     return None
+
+
+class BlockedParts:
+    """A client's blocking command served by parts on several upstream connections (a
+    multi-shard or partitioned read, a WAIT), and what `client.blocked` holds meanwhile:
+    `finish` ends the parts still waiting and gives the client the reply (None: it went
+    away). Subclasses have `c`, `cell` and `over`, and say how their parts end."""
+
+    __slots__ = ()
+    c: RouterClient
+    cell: Cell
+    over: bool
+
+    def cancel_parts(self) -> None:
+        raise NotImplementedError
+
+    def finish(self, reply: bytes | None) -> None:
+        if self.over:
+            return
+        self.over = True  # type: ignore[misc]  # a slot of the subclass
+        self.cancel_parts()
+        c = self.c
+        c.blocked = None
+        conn = c.conn
+        if reply is not None and conn is not None:
+            conn.fill(self.cell, reply)
+            conn.resume()

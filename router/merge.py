@@ -206,8 +206,13 @@ class ReadCaps:
             key_el = raw[:reply_end(raw, 0)]
             ents = raw[len(key_el):]
             head = key_el
-        entries = reply_elements(ents)[1]
-        self.used += len(head)
+        out = self.take_entries(len(head), reply_elements(ents)[1])
+        return head + array_header(len(out)) + b"".join(out)
+
+    def take_entries(self, head: int, entries: list[bytes]) -> list[bytes]:
+        """The first of one stream's `entries` that the caps leave, its header (`head` bytes)
+        counted first, and counted as taken."""
+        self.used += head
         out: list[bytes] = []
         for e in entries:
             if out and self.maxsize and self.used >= self.maxsize:
@@ -221,7 +226,7 @@ class ReadCaps:
             self.left -= len(out)
             if not self.left:
                 self.left = -1  # spent
-        return head + array_header(len(out)) + b"".join(out)
+        return out
 
 
 def cap_stream_reply(reply: bytes, caps: ReadCaps, proto: int) -> bytes:

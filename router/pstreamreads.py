@@ -7,11 +7,17 @@ than COUNT leaves, and with BLOCK every partition blocks, the first answer wins 
 are ended with CLIENT UNBLOCK. Entries a partition delivered after the read was answered stay
 pending for the consumer, and the router remembers where (`Handover`): the consumer's next read
 through this router reads them back from its history first. With NOACK nothing is pending, so
-the router keeps their bytes instead.
+the router keeps their bytes instead (in memory only: at most once, as NOACK is).
+
+MAXCOUNT / MAXSIZE (Redis 8.10): XREAD asks for no more than the caps could keep and cuts the
+merged reply in key order; XREADGROUP reads its keys, and a logical key its partitions, one
+after another, each asked for what the caps have left, so a node delivers only what is
+returned. A blocked partition read that meets -MOVED/-ASK blocks again at the new owner.
 """
 
 from __future__ import annotations
 
+import time
 from functools import partial
 from typing import TYPE_CHECKING
 
@@ -20,11 +26,14 @@ from node.resp import (
     error,
     error_code,
     null_array,
+    parse_redirect,
     reply_elements,
 )
 from node.slots import key_slot
 from node.streamid import format_id
-from router.forward import Forward
+from router.fanout import BlockedParts
+from router.forward import MAX_REDIRECTS, Forward
+from router.merge import ReadCaps, cap_stream_reply
 
 if TYPE_CHECKING:
     from node.commands.reads import XReadOptions
@@ -41,13 +50,15 @@ from router.pstreams import (  # the record and the helpers every command uses
     _merged,
     _read_entries,
     _read_reply,
-    _refuse,
     _renamed,
     _send,
     _share,
 )
 
 __all__ = ["run_xread", "keep", "hand_over"]
+
+_CLIENT_ID = encode_command([b"CLIENT", b"ID"])
+_ASKING = encode_command([b"ASKING"])
 
 
 def run_xread(router: Router, c: RouterClient, argv: list[bytes], options: XReadOptions,
@@ -59,9 +70,6 @@ def run_xread(router: Router, c: RouterClient, argv: list[bytes], options: XRead
     named = [pstreams[k] for k in keys if k in pstreams]
     if not named:
         return False
-    if options.maxcount or options.maxsize:  # Redis 8.10's caps: not split over partitions yet
-        _refuse(c, cell, argv[0].upper() + b" with MAXCOUNT or MAXSIZE", named[0])
-        return True
     Read(router, c, argv, options, cell).start()
     return True
 
@@ -70,7 +78,12 @@ class Read:
     """One XREAD/XREADGROUP over logical and plain keys. Each client key is read on its own
     (COUNT is per key, as in Redis): a plain key by one request, a logical one on its
     partitions (XREADGROUP `>`: see the module docstring). With BLOCK and nothing to answer
-    at once, every partition blocks (`Blocked`)."""
+    at once, every partition blocks (`Blocked`).
+
+    MAXCOUNT / MAXSIZE (`caps`): an XREAD asks every key for no more than the caps could
+    keep and cuts the reply in key order, as one node would. An XREADGROUP delivers what it
+    reads, so its keys are read one after another (`seq`), each asked for what the caps
+    have left, and a logical `>` key asks its partitions one after another too."""
 
     def __init__(self, router: Router, c: RouterClient, argv: list[bytes], options: XReadOptions,
                  cell: Cell) -> None:
@@ -86,49 +99,82 @@ class Read:
         self.shown: set[int] = set()  # history reads: the key is shown even without entries
         self.left = nkeys
         self.over = False
+        self.caps = ReadCaps(o.maxcount, o.maxsize) if o.maxcount or o.maxsize else None
+        self.seq = self.caps is not None and self.group is not None
+        self.counted: set[int] = set()  # seq: keys whose entries GroupRead counted already
 
     def start(self) -> None:
-        pstreams = self.router.pstreams
         if self.timeout >= 0:
             self.c.conn.stall()  # type: ignore[union-attr]
             if self.group is not None and len(self.keys) > 1:
                 return self._reply(error(MIXED_BLOCK))
-        for i, k in enumerate(self.keys):
-            ps = pstreams.get(k)
-            if ps is None:
-                self._plain(i, k)
-            elif self.group is None:
-                self._xread(i, ps)
-            elif self.ids[i] == b">":
-                GroupRead(self, i, ps).start()
-            else:
-                self._history(i, ps)
+        if self.seq:
+            return self._read(0)
+        for i in range(len(self.keys)):
+            self._read(i)
         return None
 
-    def _req(self, key: bytes, sid: bytes, count: int | None = None) -> list[bytes]:
-        """The read of one key without BLOCK, with COUNT `count` (None: the client's)."""
+    def _read(self, i: int) -> None:
+        k = self.keys[i]
+        ps = self.router.pstreams.get(k)
+        if ps is None:
+            self._plain(i, k)
+        elif self.group is None:
+            self._xread(i, ps)
+        elif self.ids[i] == b">":
+            GroupRead(self, i, ps).start()
+        else:
+            self._history(i, ps)
+
+    def _req(self, key: bytes, sid: bytes, count: int | None = None,
+             size: int = 0) -> list[bytes]:
+        """The read of one key without BLOCK, with COUNT `count` (None: the client's) and
+        MAXSIZE `size` (0: none)."""
         n = self.count if count is None else count
         out = [self.argv[0]]
         if self.group is not None:
             out += [b"GROUP", self.group, self.consumer]
         if n:
             out += [b"COUNT", b"%d" % n]
+        if size:
+            out += [b"MAXSIZE", b"%d" % size]
         if self.noack:
             out.append(b"NOACK")
         if self.claim >= 0:
             out += [b"CLAIM", b"%d" % self.claim]
         return out + [b"STREAMS", key, sid]
 
+    def limit(self) -> int:
+        """The COUNT to ask of the next key: the client's, lowered to what MAXCOUNT has
+        left (0: no limit)."""
+        caps = self.caps
+        if caps is None or caps.left <= 0:
+            return self.count
+        return min(self.count, caps.left) if self.count else caps.left
+
+    def size(self, head: int, before: int = 0) -> int:
+        """The MAXSIZE to ask of a node whose reply's stream header is `head` bytes (0: the
+        node's own header is the client's), so that it stops where the client's reply would:
+        what the caps have left, less `before` bytes of a header not counted yet. 0: none."""
+        caps = self.caps
+        if caps is None or not caps.maxsize:
+            return 0
+        return max(caps.maxsize - caps.used - before + head, 1)
+
     def _plain(self, i: int, k: bytes) -> None:
-        Forward(self.router, self.c, encode_command(self._req(k, self.ids[i])), key_slot(k),
+        if self.group is not None and self.ids[i] != b">":
+            self.shown.add(i)  # a history read shows the key even without entries
+        req = self._req(k, self.ids[i], self.limit(), self.size(0))
+        Forward(self.router, self.c, encode_command(req), key_slot(k),
                 self.group is not None, done=partial(self._plain_done, i)).send()
 
     def _plain_done(self, i: int, r: bytes) -> None:
         self.got(i, r if error_code(r) is not None else _read_entries(r))
 
     def _xread(self, i: int, ps: PStream) -> None:
-        sid = self.ids[i]
-        reqs = [(s, self._req(k, sid)) for k, s in zip(ps.keys, ps.slots, strict=True)]
+        sid, proto, count = self.ids[i], self.c.proto, self.limit()
+        reqs = [(s, self._req(k, sid, count, self.size(_head(k, proto))))
+                for k, s in zip(ps.keys, ps.slots, strict=True)]
         _send(self.router, self.c, reqs, False, partial(self._merge_parts, ps, sid == b"+"),
               partial(self._parts_done, i))
 
@@ -156,15 +202,42 @@ class Read:
         if self.over:
             return
         self.results[i] = r
+        if self.seq:
+            return self._seq_got(i, r)
         self.left -= 1
         if self.left:
             return
         for res in self.results:
             if isinstance(res, bytes):
                 return self._reply(res)
-        items = list(zip(self.keys, self.results, strict=True))
+        return self._all_got()
+
+    def _seq_got(self, i: int, r: list[bytes] | bytes) -> None:
+        """An XREADGROUP under caps: key i was read; count it and read the next one, unless
+        the caps are spent (the keys left are then left out, as a node leaves them)."""
+        if isinstance(r, bytes):
+            # An error after keys that delivered still returns what they delivered.
+            if not any(self.results[:i]):
+                return self._reply(r)
+            self.results[i] = []
+            return self._all_got()
+        caps = self.caps
+        assert caps is not None
+        if i not in self.counted and (r or i in self.shown):
+            # A plain key's node, or a history read's merge: cut to what the caps leave.
+            self.results[i] = caps.take_entries(_head(self.keys[i], self.c.proto), r)
+        if i + 1 < len(self.keys) and not caps.spent():
+            return self._read(i + 1)
+        return self._all_got()
+
+    def _all_got(self) -> None:
+        items = [(k, e if isinstance(e, list) else [])
+                 for k, e in zip(self.keys, self.results, strict=True)]
         if self.timeout < 0 or self.shown or any(e for _, e in items):
-            return self._reply(_read_reply(items, self.c.proto, self.shown))  # type: ignore[arg-type]
+            reply = _read_reply(items, self.c.proto, self.shown)
+            if self.caps is not None and not self.seq:
+                reply = cap_stream_reply(reply, self.caps, self.c.proto)
+            return self._reply(reply)
         Blocked(self).start()
         return None
 
@@ -177,13 +250,24 @@ class Read:
                 conn.resume()
 
 
+def _head(key: bytes, proto: int) -> int:
+    """The bytes of a stream's header in an XREAD reply, as MAXSIZE counts them: `[key,`
+    (RESP2) or the map's key (RESP3)."""
+    n = len(key)
+    return n + len(b"%d" % n) + 5 + (4 if proto == 2 else 0)
+
+
 class GroupRead:
     """XREADGROUP `>` on one logical stream: first what was handed over, then rounds of new
     entries. A round asks every candidate partition for an even share of what COUNT leaves
     (all of it without COUNT); a partition that returns its whole share may have more and
     stays a candidate. Rounds ask for no more than COUNT leaves, so only a hand-over read
     (which asks for all that was handed over) can come back with more than COUNT: the rest is
-    handed over again."""
+    handed over again.
+
+    Under MAXCOUNT / MAXSIZE (`read.seq`) the partitions are asked one after another instead,
+    each for what COUNT and the caps have left, so a node delivers only what the reply keeps
+    (`_next`); what was handed over comes first, cut to the caps, its rest handed over again."""
 
     def __init__(self, read: Read, i: int, ps: PStream) -> None:
         self.read, self.i, self.ps = read, i, ps
@@ -194,12 +278,18 @@ class GroupRead:
         # A partition answered: a NOGROUP elsewhere is a partition added since the group
         # was made (its group comes with `alter`), not the client's error.
         self.answered = False
+        self.head = 0  # under caps: the bytes of this key's header, counted while it reads
 
     def start(self) -> None:
+        r = self.read
+        if r.seq:
+            assert r.caps is not None
+            self.head = _head(self.ps.name, r.c.proto)
+            r.caps.used += self.head
+            r.counted.add(self.i)
         ho = self.ps.handover.pop(self.key, None)
         if not ho:
-            return self.round(self._live())
-        r = self.read
+            return self.after_handover()
         reqs, order = [], []
         for p, h in ho.items():
             if h.raws is not None:
@@ -223,10 +313,53 @@ class GroupRead:
         self.after_handover()
 
     def after_handover(self) -> None:
-        count = self.read.count
-        if count and self.total >= count:
+        r = self.read
+        cands = [p for p in self._live() if p not in self.got]
+        if r.seq:
+            # What was handed over, cut to COUNT and the caps (the rest handed over again).
+            taken = keep(self.ps, self.key, self.got, r.count, r.noack, r.caps) if self.got \
+                else []
+            cut = len(taken) < self.total
+            self.got, self.total = {}, 0
+            self._add(-1, taken)
+            return self.finish() if cut else self._next(cands)
+        if r.count and self.total >= r.count:
             return self.finish()
-        return self.round([p for p in self._live() if p not in self.got])
+        return self.round(cands)
+
+    def _next(self, cands: list[int]) -> None:
+        """Under caps: ask the next partition for what COUNT and the caps have left."""
+        r = self.read
+        caps = r.caps
+        assert caps is not None
+        if (not cands or (r.count and self.total >= r.count) or caps.left < 0
+                or (self.total and caps.maxsize and caps.used >= caps.maxsize)):
+            return self.finish()
+        ask = r.count - self.total if r.count else 0  # 0: no COUNT
+        if caps.left > 0:
+            ask = min(ask, caps.left) if ask else caps.left
+        p, key = cands[0], self.ps.keys[cands[0]]
+        req = r._req(key, b">", ask, r.size(_head(key, r.c.proto)))
+        _send(r.router, r.c, [(self.ps.slots[p], req)], True, list,  # type: ignore[arg-type]
+              partial(self._nexted, p, cands[1:]))
+        return None
+
+    def _nexted(self, p: int, cands: list[int], replies: list[bytes]) -> None:
+        rep = replies[0]
+        if error_code(rep) is not None:
+            if self.error is None:
+                self.error = _renamed(self.ps, rep)
+            if error_code(rep) == b"NOGROUP":  # maybe a partition added since: go on
+                return self._next(cands)
+            return self.finish()
+        self.answered = True
+        caps = self.read.caps
+        assert caps is not None
+        es = _read_entries(rep)
+        taken = caps.take_entries(0, es)  # all of them: the node was asked for no more
+        hand_over(self.ps, self.key, p, es[len(taken):], self.read.noack)
+        self._add(p, taken)
+        return self._next(cands)
 
     def _live(self) -> list[int]:
         """Every partition, from a start that turns with each read (COUNT below N is fair)."""
@@ -279,7 +412,12 @@ class GroupRead:
 
     def finish(self) -> None:
         r = self.read
-        taken = keep(self.ps, self.key, self.got, r.count, r.noack)
+        if r.seq:
+            taken = _merged(list(self.got.values()))  # each within the caps already
+            if not taken:
+                r.caps.used -= self.head  # type: ignore[union-attr]  # the key is left out
+        else:
+            taken = keep(self.ps, self.key, self.got, r.count, r.noack)
         err = self.error
         if err is not None and not taken and not (self.answered and error_code(err) == b"NOGROUP"):
             return r.got(self.i, err)
@@ -293,14 +431,17 @@ def _plain_read(argv: list[bytes]) -> list[bytes]:
 
 
 def keep(ps: PStream, key: tuple[bytes, bytes], got: dict[int, list[bytes]], count: int,
-         noack: bool) -> list[bytes]:
-    """The first `count` of the partitions' deliveries in ID order (all without COUNT); the
+         noack: bool, caps: ReadCaps | None = None, head: int = 0) -> list[bytes]:
+    """The first `count` of the partitions' deliveries in ID order (all without COUNT), cut
+    further to what `caps` leave (after a stream header of `head` bytes; counted there); the
     rest is handed over to the consumer's next read: each partition's rest is the end of its
     list, pending after the ID before its first entry."""
     merged = _merged([es for es in got.values()])
-    if not count or len(merged) <= count:
+    taken = merged[:count] if count else merged
+    if caps is not None:
+        taken = caps.take_entries(head, taken)
+    if len(taken) == len(merged):
         return merged
-    taken = merged[:count]
     edge = _entry_id(taken[-1])
     for p, es in got.items():
         hand_over(ps, key, p, [e for e in es if _entry_id(e) > edge], noack)
@@ -325,37 +466,47 @@ def hand_over(ps: PStream, key: tuple[bytes, bytes], p: int, rest: list[bytes],
         h.count += len(rest)
 
 
-class Blocked:
+class Blocked(BlockedParts):
     """A read with BLOCK that found nothing: every partition (and plain key) blocks on a
-    dedicated upstream connection of its own. The first answer with entries is the reply.
-    The other parts are unblocked with CLIENT UNBLOCK (the node's client ID is asked first,
-    on the same connection), so each of them answers: nothing, or entries it delivered in the
-    meantime. An XREADGROUP's late entries are handed over, so none is lost."""
+    dedicated upstream connection of its own. The first answer with entries is the reply,
+    under the read's caps. The other parts are unblocked with CLIENT UNBLOCK (the node's
+    client ID is asked first, on the same connection), so each of them answers: nothing, or
+    entries it delivered in the meantime. An XREADGROUP's late entries are handed over, so
+    none is lost. A part answered -MOVED or -ASK (its slot moved) blocks again at the new
+    owner for the rest of the timeout (`BlockPart.follow`)."""
 
     def __init__(self, read: Read) -> None:
         self.read = read
+        self.c, self.cell = read.c, read.cell
         self.parts: list[BlockPart] = []
         self.over = False
         self.left = 0
+        self.deadline = time.monotonic() + read.timeout / 1000 if read.timeout else 0.0
 
     def start(self) -> None:
         r = self.read
         r.c.blocked = self
         pstreams = r.router.pstreams
         timeout = r.argv[r.block_at]
+        proto = r.c.proto
         for i, k in enumerate(r.keys):
             ps = pstreams.get(k)
             sid = r.ids[i]
             targets = (list(zip(ps.keys, ps.slots, range(ps.n), strict=True)) if ps is not None
                        else [(k, key_slot(k), -1)])
-            share = None
-            if r.count and ps is not None and r.group is not None:
-                share = _share(r.count, ps.n)
+            share = r.limit() or None
+            grouped = ps is not None and r.group is not None
+            if share and grouped:
+                share = _share(share, ps.n)  # type: ignore[union-attr]
+            # MAXSIZE: a partition's header stands for the logical one (an XREADGROUP's
+            # winner is its whole reply; an XREAD's reply is cut again).
+            before = _head(k, proto) if grouped else 0
             for real, slot, p in targets:
-                pool = r.router.primary_pool(slot, r.c.proto)
+                pool = r.router.primary_pool(slot, proto)
                 if pool is None:
                     continue
-                head = r._req(real, sid, share)
+                head = r._req(real, sid, share, r.size(_head(real, proto) if p >= 0 else 0,
+                                                       before))
                 argv = head[:1] + [b"BLOCK", timeout] + head[1:]
                 self.parts.append(BlockPart(self, i, ps, p, pool, argv))
         self.left = len(self.parts)
@@ -380,27 +531,24 @@ class Blocked:
             return self.finish(_renamed(part.ps, r) if part.ps is not None else r)
         if es:
             key = rd.keys[part.i]
+            proto = rd.c.proto
             if part.ps is not None and rd.group is not None:
-                es = keep(part.ps, (rd.group, rd.consumer), {part.p: es}, rd.count, rd.noack)
-            elif rd.count:
+                es = keep(part.ps, (rd.group, rd.consumer), {part.p: es}, rd.limit(), rd.noack,
+                          rd.caps, _head(key, proto))
+                return self.finish(_read_reply([(key, es)], proto))
+            if rd.count:
                 es = es[:rd.count]
-            return self.finish(_read_reply([(key, es)], rd.c.proto))
+            reply = _read_reply([(key, es)], proto)
+            if rd.caps is not None:
+                reply = cap_stream_reply(reply, rd.caps, proto)
+            return self.finish(reply)
         if self.left == 0:
             self.finish(null_array(rd.c.proto))
         return None
 
-    def finish(self, reply: bytes | None) -> None:
-        if self.over:
-            return
-        self.over = True
+    def cancel_parts(self) -> None:
         for part in self.parts:
             part.cancel()
-        rd = self.read
-        rd.c.blocked = None
-        if reply is not None:
-            rd._reply(reply)
-        else:
-            rd.over = True
 
 
 class BlockPart:
@@ -417,8 +565,9 @@ class BlockPart:
         self.done = False
         self.unblocking = False  # a CLIENT UNBLOCK for it is not answered yet
         self.parked: Upstream | None = None  # its connection, until then
+        self.moves = 0  # redirects followed
 
-    def issue(self) -> None:
+    def issue(self, asking: bool = False) -> None:
         idle = _idle(self.b.read.router, self.pool)
         while idle:
             up, nid = idle.pop()
@@ -427,8 +576,30 @@ class BlockPart:
                 break
         else:
             self.up = up = self.pool.get_dedicated()
-            up.send(b"*2\r\n$6\r\nCLIENT\r\n$2\r\nID\r\n", self._id)
+            up.send(_CLIENT_ID, self._id)
+        if asking:
+            up.send(_ASKING, _ignore)
         up.send(encode_command(self.argv), self._reply)
+
+    def follow(self, kind: bytes, slot: int, host: str, port: int) -> None:
+        """The part's slot moved (-MOVED) or is moving (-ASK): block again at its owner, by
+        the router's topology when that already names another node than the one that
+        answered, else where the redirect says, for what is left of the timeout."""
+        b = self.b
+        router, proto = b.read.router, b.read.c.proto
+        self.moves += 1
+        router.redirects["moved" if kind == b"MOVED" else "ask"] += 1
+        if b.deadline:
+            left = int((b.deadline - time.monotonic()) * 1000)
+            if left <= 0:
+                self.done = True
+                return b.answered(self, None)  # timed out meanwhile: nothing
+            self.argv[2] = b"%d" % left
+        pool = router.primary_pool(slot, proto) if kind == b"MOVED" else None
+        if pool is None or pool.addr == self.pool.addr:
+            pool = router.pool((host or self.pool.addr[0], port), proto)
+        self.pool, self.node_id = pool, None
+        return self.issue(asking=kind == b"ASK")
 
     def _id(self, r: bytes | None) -> None:
         if r is not None and r[:1] == b":":
@@ -437,8 +608,14 @@ class BlockPart:
                 self._unblock()
 
     def _reply(self, r: bytes | None) -> None:
-        self.done = True
         up, self.up = self.up, None
+        redirect = (parse_redirect(r) if r is not None and not self.cancelled and not self.b.over
+                    and self.moves < MAX_REDIRECTS else None)
+        if redirect is not None:
+            if up is not None:
+                self._keep(up)  # answered: it can serve another read
+            return self.follow(*redirect)
+        self.done = True
         if up is not None and r is not None:
             if self.unblocking:
                 self.parked = up
@@ -470,6 +647,10 @@ class BlockPart:
         up, self.parked = self.parked, None
         if up is not None:
             self._keep(up)
+
+
+def _ignore(_r: bytes | None) -> None:
+    pass
 
 
 def _idle(router: Router, pool: Pool) -> list[tuple[Upstream, bytes]]:

@@ -23,6 +23,7 @@ from node.resp import ReplyError, encode_command, error, error_code, keyed_heade
 from node.slots import key_slot
 from node.streamid import parse_id
 from router import merge
+from router.fanout import BlockedParts
 from router.forward import BlockedRead, Gather
 from router.routes import split_by_slot
 
@@ -185,7 +186,7 @@ class InKeyOrder:
         conn.resume()
 
 
-class BlockedFanout:
+class BlockedFanout(BlockedParts):
     """A multi-shard XREAD BLOCK: every slot's part blocks as a BlockedRead of its own (which
     follows a slot move or a failover like a single blocked read), the first non-empty
     answer (or error) wins and the other parts are cancelled by closing their connections."""
@@ -231,17 +232,9 @@ class BlockedFanout:
             self.finish(null_array(self.c.proto))
         return None
 
-    def finish(self, reply: bytes | None) -> None:
-        if self.over:
-            return
-        self.over = True
+    def cancel_parts(self) -> None:
         for part in self.parts:
             part.finish(None)
-        c = self.c
-        c.blocked = None
-        if reply is not None and c.conn is not None:
-            c.conn.fill(self.cell, reply)
-            c.conn.resume()
 
 
 def _check_groups(router: Router, c: RouterClient, argv: list[bytes], keys: list[bytes],

@@ -253,19 +253,6 @@ def test_xread_merges_and_blocks_until_any_partition_has_an_entry(pc: Cluster,
     reader.close()
 
 
-def test_read_caps_are_refused_on_a_logical_stream(pc: Cluster, r: redis.Redis) -> None:
-    """Redis 8.10's MAXCOUNT/MAXSIZE are not split over partitions yet: refused with an error
-    that says so, never applied to part of the read (a plain key still takes them)."""
-    name, _keys = make(pc, r, 4)
-    fill_both(r, name, "plain", 6)
-    r.xgroup_create(name, "g", "0")
-    for argv in (["XREAD", "MAXCOUNT", "2", "STREAMS", name, "0"],
-                 ["XREADGROUP", "GROUP", "g", "c", "MAXSIZE", "100", "STREAMS", name, ">"]):
-        assert "not supported on partitioned stream" in err(r, *argv)
-    assert r.xpending(name, "g")["pending"] == 0  # nothing was delivered
-    assert len(r.execute_command("XREAD", "MAXCOUNT", "2", "STREAMS", "plain", "0")[0][1]) == 2
-
-
 # --- group b: XGROUP, XREADGROUP, commands by ID ---------------------------------------------------
 def test_xgroup_subcommands_reply_as_for_one_stream(pc: Cluster, r: redis.Redis) -> None:
     name, keys = make(pc, r, 4)
@@ -580,7 +567,7 @@ def test_upstream_round_trips_per_delivered_entry(pc: Cluster, r: redis.Redis) -
     assert blocked <= 4 * 6  # each wake: a probe round, then 6 blocked parts with 3 calls
 
 
-IOREDIS_SCRIPT = r"""
+IOREDIS_HEAD = r"""
 const Redis = require("ioredis");
 const name = process.argv[3];
 const cluster = new Redis.Cluster([{host: "127.0.0.1", port: Number(process.argv[2])}],
@@ -588,6 +575,15 @@ const cluster = new Redis.Cluster([{host: "127.0.0.1", port: Number(process.argv
 (async () => {
   await cluster.xgroup("CREATE", name, "g", "0", "MKSTREAM");
   for (let i = 0; i < 20; i++) await cluster.xadd(name, "*", "i", String(i));
+"""
+"""An ioredis script's start: a cluster client of the router, `name` with a group `g` and 20
+entries `i`; the body ends with `IOREDIS_TAIL` after printing its result as JSON."""
+IOREDIS_TAIL = r"""
+  cluster.disconnect();
+})().catch((e) => { console.error(String(e)); process.exit(1); });
+"""
+
+IOREDIS_SCRIPT = IOREDIS_HEAD + r"""
   const len = await cluster.xlen(name);
   const seen = [];
   for (;;) {
@@ -600,17 +596,14 @@ const cluster = new Redis.Cluster([{host: "127.0.0.1", port: Number(process.argv
   const range = await cluster.xrange(name, "-", "+");
   const pending = await cluster.xpending(name, "g");
   console.log(JSON.stringify({len, seen, range: range.length, pending: pending[0]}));
-  cluster.disconnect();
-})().catch((e) => { console.error(String(e)); process.exit(1); });
-"""
+""" + IOREDIS_TAIL
 
 
-def test_ioredis_uses_a_partitioned_stream(pc: Cluster, r: redis.Redis,
-                                           ioredis_dir: Path) -> None:
-    name, keys = make(pc, r, 4)
-    script = ioredis_dir / "pstream.js"
-    script.write_text(IOREDIS_SCRIPT)
-    proc = subprocess.Popen(["node", str(script), str(pc.router.port), name], cwd=ioredis_dir,
+def run_ioredis(pc: Cluster, ioredis_dir: Path, script: str, name: str) -> dict:
+    """Run an ioredis script on the logical stream `name`: the JSON it printed last."""
+    path = ioredis_dir / f"{name}.js"
+    path.write_text(script)
+    proc = subprocess.Popen(["node", str(path), str(pc.router.port), name], cwd=ioredis_dir,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         stdout, stderr = proc.communicate(timeout=60)
@@ -619,8 +612,13 @@ def test_ioredis_uses_a_partitioned_stream(pc: Cluster, r: redis.Redis,
         stdout, stderr = proc.communicate()
         pytest.fail(f"ioredis did not finish: {stdout[-500:]} {stderr[-500:]}")
     assert proc.returncode == 0, stderr[-1000:]
-    res = subprocess.CompletedProcess(proc.args, 0, stdout, stderr)
-    out = json.loads(res.stdout.strip().splitlines()[-1])
+    return json.loads(stdout.strip().splitlines()[-1])
+
+
+def test_ioredis_uses_a_partitioned_stream(pc: Cluster, r: redis.Redis,
+                                           ioredis_dir: Path) -> None:
+    name, keys = make(pc, r, 4)
+    out = run_ioredis(pc, ioredis_dir, IOREDIS_SCRIPT, name)
     assert out["len"] == 20 and out["range"] == 20 and out["pending"] == 0
     assert sorted(map(int, out["seen"])) == list(range(20))
     assert all(r.xlen(k) == 5 for k in keys)
