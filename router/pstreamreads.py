@@ -7,7 +7,9 @@ than COUNT leaves, and with BLOCK every partition blocks, the first answer wins 
 are ended with CLIENT UNBLOCK. Entries a partition delivered after the read was answered stay
 pending for the consumer, and the router remembers where (`Handover`): the consumer's next read
 through this router reads them back from its history first. With NOACK nothing is pending, so
-the router keeps their bytes instead.
+the router keeps their bytes instead. That next read starts only once every partition of the
+blocked read has answered (`PStream.late`): a late entry is older than anything its partition
+can deliver next, and would otherwise reach the consumer after a newer one.
 """
 
 from __future__ import annotations
@@ -196,6 +198,10 @@ class GroupRead:
         self.answered = False
 
     def start(self) -> None:
+        late = self.ps.late.get(self.key)
+        if late is not None:  # the consumer's last blocked read has partitions to answer
+            late[1].append(self.start)
+            return None
         ho = self.ps.handover.pop(self.key, None)
         if not ho:
             return self.round(self._live())
@@ -375,6 +381,7 @@ class Blocked:
         if self.over:  # answered already: what this part delivered is handed over
             if rd.group is not None and part.ps is not None:
                 hand_over(part.ps, (rd.group, rd.consumer), part.p, es, rd.noack)
+                _late_answered(part.ps, (rd.group, rd.consumer))
             return
         if r is not None and error_code(r) not in (None, b"MOVED", b"ASK"):
             return self.finish(_renamed(part.ps, r) if part.ps is not None else r)
@@ -393,14 +400,29 @@ class Blocked:
         if self.over:
             return
         self.over = True
-        for part in self.parts:
-            part.cancel()
         rd = self.read
+        for part in self.parts:
+            if rd.group is not None and part.ps is not None and not part.done:
+                part.ps.late.setdefault((rd.group, rd.consumer), [0, []])[0] += 1
+            part.cancel()
         rd.c.blocked = None
         if reply is not None:
             rd._reply(reply)
         else:
             rd.over = True
+
+
+def _late_answered(ps: PStream, key: tuple[bytes, bytes]) -> None:
+    """One more partition of an answered blocked read answered: when it was the last, the
+    consumer's reads that waited for it start."""
+    late = ps.late.get(key)
+    if late is None:
+        return
+    late[0] -= 1
+    if late[0] <= 0:
+        del ps.late[key]
+        for start in late[1]:
+            start()
 
 
 class BlockPart:

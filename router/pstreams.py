@@ -84,7 +84,8 @@ class Handover:
 class PStream:
     """A logical stream as a router routes it (from its PStreamRecord)."""
 
-    __slots__ = ("name", "n", "stride", "keys", "slots", "key_field", "rr", "rd", "handover")
+    __slots__ = ("name", "n", "stride", "keys", "slots", "key_field", "rr", "rd", "handover",
+                 "late")
 
     def __init__(self, name: bytes, rec: PStreamRecord) -> None:
         self.name = name
@@ -97,6 +98,10 @@ class PStream:
         self.rd = 0  # where the next XREADGROUP's partitions start
         # (group, consumer) -> partition -> what it was delivered and not yet given
         self.handover: dict[tuple[bytes, bytes], dict[int, Handover]] = {}
+        # (group, consumer) -> [partitions of an answered blocked read still to answer, the
+        # reads that wait for them]: a partition's late entries are older than anything it
+        # delivers to the consumer's next read, so that read starts only once they are in.
+        self.late: dict[tuple[bytes, bytes], list] = {}
 
     def partition_of(self, sid: int) -> int:
         return (sid & SEQ_MAX) % self.stride
@@ -113,7 +118,7 @@ def load(router: Router, records: dict[str, PStreamRecord]) -> dict[bytes, PStre
         prev = old.get(b)
         if prev is not None:
             ps.rr, ps.rd = prev.rr, prev.rd
-            ps.handover = prev.handover
+            ps.handover, ps.late = prev.handover, prev.late
     return out
 
 
