@@ -51,6 +51,7 @@ if TYPE_CHECKING:
     from router.client import Cell, ClientConn, RouterClient
     from router.proxy import Router
     from router.routes import Route
+    from router.upstream import Pool
 
 __all__ = ["PStream", "load", "run", "run_keys", "KEYS_COMMANDS"]
 
@@ -251,7 +252,8 @@ def run(router: Router, c: RouterClient, argv: list[bytes], route: Route, ps: PS
 def xadd(router: Router, c: RouterClient, argv: list[bytes], ps: PStream, cell: Cell) -> None:
     """XADD: an explicit ID goes to its partition (seq mod stride); else the key field's
     value, or IDMP's producer id, picks the partition by a stable hash; else round robin over
-    the partitions whose shard has a primary now (a failover elsewhere costs no write)."""
+    the partitions whose shard has a primary the router can reach now (a failover elsewhere
+    costs no write)."""
     from node.commands.streams import _parse_add_or_trim
     a, i = _parse_add_or_trim(c, argv, True)  # Redis's errors, before any partition sees it
     p = -1
@@ -286,9 +288,23 @@ def _next_live(router: Router, ps: PStream, proto: int) -> int:
     for _ in range(ps.n):
         p = ps.rr % ps.n
         ps.rr = p + 1
-        if router.primary_pool(ps.slots[p], proto) is not None:
+        pool = router.primary_pool(ps.slots[p], proto)
+        if pool is not None and _reachable(pool):
             return p
     return ps.rr % ps.n  # none has a primary: the write waits for one, as a plain key's
+
+
+def _reachable(pool: Pool) -> bool:
+    """False while the router's connections to a primary are lost (it died: etcd still names
+    it until its lease expires) or not up yet: a write sent there would wait for the
+    failover. A lost connection is opened again in the background here, so the partition
+    takes writes again as soon as its node answers."""
+    ups = [u for u in pool.conns if u is not None]
+    if ups and all(u.closed or u.transport is None for u in ups):
+        if all(u.closed for u in ups):
+            pool.get(0)
+        return False
+    return True
 
 
 def _all(router: Router, c: RouterClient, argv: list[bytes], ps: PStream, cell: Cell,
