@@ -45,7 +45,7 @@ from node.resp import (
 )
 from node.slots import key_slot
 from node.streamid import SEQ_MAX, format_id, parse_id
-from router.forward import Forward, Gather
+from router.forward import RETRY_DELAY, Forward, Gather
 
 if TYPE_CHECKING:
     from router.client import Cell, ClientConn, RouterClient
@@ -268,7 +268,8 @@ def xadd(router: Router, c: RouterClient, argv: list[bytes], ps: PStream, cell: 
                 break
     if p < 0 and a.idmp_pid is not None:
         p = zlib.crc32(a.idmp_pid) % ps.n
-    if p < 0:
+    spread = p < 0
+    if spread:
         p = _next_live(router, ps, c.proto)
     out = _with_key(argv, 1, ps.keys[p])
     if a.strategy == "maxlen":  # each partition keeps its share (see XTRIM)
@@ -277,7 +278,36 @@ def xadd(router: Router, c: RouterClient, argv: list[bytes], ps: PStream, cell: 
                 k = j + 2 if argv[j + 1] in (b"~", b"=") else j + 1
                 out[k] = b"%d" % _share(a.threshold, ps.n)
                 break
+    if spread:
+        return SpreadWrite(router, c, out, ps, p, cell).send()
     return Forward(router, c, encode_command(out), ps.slots[p], True, cell=cell).send()
+
+
+class SpreadWrite(Forward):
+    """An XADD that round robin placed: when its partition's primary cannot take it (the
+    connection was lost, or the shard has no primary), it goes to another partition the
+    router can reach instead of waiting for the failover, each partition tried once. A
+    request lost in flight may have run there, so this is at-least-once, as the retry at the
+    new primary would be; and the dead node stays among the client's written nodes, so its
+    WAIT counts 0 for it, as a router's WAIT does for any node that died."""
+
+    def __init__(self, router: Router, c: RouterClient, argv: list[bytes], ps: PStream, p: int,
+                 cell: Cell) -> None:
+        super().__init__(router, c, encode_command(argv), ps.slots[p], True, cell=cell)
+        self.argv, self.ps, self.tried = argv, ps, {p}
+
+    def _retry(self, final: bytes, addr: tuple[str, int] | None = None,
+               delay: float = RETRY_DELAY) -> None:
+        ps, router = self.ps, self.router
+        for _ in range(ps.n - len(self.tried) if addr is None else 0):
+            p = _next_live(router, ps, self.c.proto)
+            pool = router.primary_pool(ps.slots[p], self.c.proto)
+            if p not in self.tried and pool is not None and _reachable(pool):
+                self.tried.add(p)
+                self.data = encode_command(_with_key(self.argv, 1, ps.keys[p]))
+                self.slot = ps.slots[p]
+                return self.send()
+        return super()._retry(final, addr, delay)
 
 
 def _share(total: int, n: int) -> int:
