@@ -25,7 +25,7 @@ from base.records import owners
 from node.slots import key_slot
 from tests.support.cluster import Cluster, run_cli
 from tests.support.procs import wait_until
-from tests.support.pstreamload import Load, Watcher, Write
+from tests.support.pstreamload import Load, Watcher, Write, serves
 
 pytestmark = [pytest.mark.etcd, pytest.mark.slow, pytest.mark.failover]
 
@@ -42,14 +42,7 @@ def pstream(c: Cluster, name: str, n: int, *extra: str) -> list[str]:
     """`xshard stream create`, once the router serves the name; the partition keys."""
     cli(c, "stream", "create", name, "--partitions", str(n), *extra)
     r = c.client()
-
-    def known() -> bool:
-        try:
-            r.execute_command("OBJECT", "ENCODING", name)
-        except redis.ResponseError as e:
-            return "partitioned stream" in str(e)
-        return False
-    wait_until(known, 20, what="the router knows the stream")
+    wait_until(lambda: serves(r, name), 20, what="the router knows the stream")
     r.close()
     return c.view().pstreams[name].value.keys
 

@@ -25,6 +25,7 @@ from node.slots import SLOTS, key_slot
 from tests.support.cluster import Cluster, start_cluster
 from tests.support.ioredis import ioredis_dir
 from tests.support.procs import wait_until
+from tests.support.pstreamload import serves
 
 __all__ = ["ioredis_dir"]
 
@@ -89,14 +90,7 @@ def make(c: Cluster, r: redis.Redis, n: int, key_field: str | None = None) -> tu
     name = f"ps{next(_names)}"
     keys = partition_keys(name, n)
     put_record(c, name, PStreamRecord(n, STRIDE, keys, key_field))
-
-    def known() -> bool:
-        try:
-            r.execute_command("OBJECT", "ENCODING", name)
-        except redis.ResponseError as e:
-            return "partitioned stream" in str(e)
-        return False
-    wait_until(known, 20)
+    wait_until(lambda: serves(r, name), 20)
     return name, keys
 
 

@@ -24,11 +24,22 @@ from dataclasses import dataclass, field
 import redis
 
 from base.store import read_view
+from tests.support.streamload import LoadThreads
 
-__all__ = ["Load", "Watcher", "Write", "Delivery", "sid_key"]
+__all__ = ["Load", "Watcher", "Write", "Delivery", "serves", "sid_key"]
 
 GROUP = "g"
 Entry = tuple[bytes, bytes, bytes]  # (id, writer, n): one entry, even if its ID is reused
+
+
+def serves(client: redis.Redis, name: str) -> bool:
+    """Whether the router behind `client` knows `name` as a partitioned stream (OBJECT
+    ENCODING is refused on one, by that name)."""
+    try:
+        client.execute_command("OBJECT", "ENCODING", name)
+    except redis.ResponseError as e:
+        return "partitioned stream" in str(e)
+    return False
 
 
 def sid_key(sid: bytes) -> tuple[int, int]:
@@ -69,13 +80,13 @@ class Verdict:
         return {k: v[:5] for k, v in vars(self).items() if v}
 
 
-class Load:
+class Load(LoadThreads):
     """`connect()` gives a client of the router (one per thread)."""
 
     def __init__(self, connect: Callable[[], redis.Redis], name: str, writers: int = 4,
                  consumers: int = 10, key_field: str | None = None) -> None:
         self.connect, self.name, self.key_field = connect, name, key_field
-        self.n_writers, self.n_consumers = writers, consumers
+        self.writers, self.consumers = writers, consumers
         self.stop_flag = threading.Event()
         self.lock = threading.Lock()
         self.writes: list[Write] = []
@@ -92,10 +103,6 @@ class Load:
 
     def acked(self) -> list[Write]:
         return [w for w in self.writes if w.acked]
-
-    def _error(self, who: str, e: Exception) -> None:
-        with self.lock:
-            self.errors.append(f"{who}: {e!r}"[:300])
 
     def _writer(self, w: int) -> None:
         c = self.connect()
@@ -148,20 +155,6 @@ class Load:
         else:
             for d in ds:
                 d.ack_ok = True
-
-    def start(self) -> None:
-        self.threads = [threading.Thread(target=self._writer, args=(w,), daemon=True)
-                        for w in range(self.n_writers)]
-        self.threads += [threading.Thread(target=self._consumer, args=(i,), daemon=True)
-                         for i in range(self.n_consumers)]
-        for t in self.threads:
-            t.start()
-
-    def stop(self) -> None:
-        self.stop_flag.set()
-        for t in self.threads:
-            t.join(30)
-        assert not any(t.is_alive() for t in self.threads), "a load thread did not stop"
 
     def drain(self) -> None:
         """Read what is left, then claim what stayed pending (XAUTOCLAIM's job)."""
