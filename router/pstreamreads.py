@@ -7,7 +7,10 @@ than COUNT leaves, and with BLOCK every partition blocks, the first answer wins 
 are ended with CLIENT UNBLOCK. Entries a partition delivered after the read was answered stay
 pending for the consumer, and the router remembers where (`Handover`): the consumer's next read
 through this router reads them back from its history first. With NOACK nothing is pending, so
-the router keeps their bytes instead (in memory only: at most once, as NOACK is).
+the router keeps their bytes instead (in memory only: at most once, as NOACK is). That next
+read starts only once every partition of the blocked read has answered (`PStream.late`): a
+late entry is older than anything its partition can deliver next, and would otherwise reach
+the consumer after a newer one.
 
 MAXCOUNT / MAXSIZE (Redis 8.10): XREAD asks for no more than the caps could keep and cuts the
 merged reply in key order; XREADGROUP reads its keys, and a logical key its partitions, one
@@ -281,6 +284,10 @@ class GroupRead:
         self.head = 0  # under caps: the bytes of this key's header, counted while it reads
 
     def start(self) -> None:
+        late = self.ps.late.get(self.key)
+        if late is not None:  # the consumer's last blocked read has partitions to answer
+            late[1].append(self.start)
+            return None
         r = self.read
         if r.seq:
             assert r.caps is not None
@@ -526,6 +533,7 @@ class Blocked(BlockedParts):
         if self.over:  # answered already: what this part delivered is handed over
             if rd.group is not None and part.ps is not None:
                 hand_over(part.ps, (rd.group, rd.consumer), part.p, es, rd.noack)
+                _late_answered(part.ps, (rd.group, rd.consumer))
             return
         if r is not None and error_code(r) not in (None, b"MOVED", b"ASK"):
             return self.finish(_renamed(part.ps, r) if part.ps is not None else r)
@@ -547,8 +555,24 @@ class Blocked(BlockedParts):
         return None
 
     def cancel_parts(self) -> None:
+        rd = self.read
         for part in self.parts:
+            if rd.group is not None and part.ps is not None and not part.done:
+                part.ps.late.setdefault((rd.group, rd.consumer), [0, []])[0] += 1
             part.cancel()
+
+
+def _late_answered(ps: PStream, key: tuple[bytes, bytes]) -> None:
+    """One more partition of an answered blocked read answered: when it was the last, the
+    consumer's reads that waited for it start."""
+    late = ps.late.get(key)
+    if late is None:
+        return
+    late[0] -= 1
+    if late[0] <= 0:
+        del ps.late[key]
+        for start in late[1]:
+            start()
 
 
 class BlockPart:

@@ -53,12 +53,13 @@ from node.resp import (
 )
 from node.slots import key_slot
 from node.streamid import SEQ_MAX, format_id, parse_id
-from router.forward import Forward, Gather
+from router.forward import RETRY_DELAY, Forward, Gather
 
 if TYPE_CHECKING:
     from router.client import Cell, ClientConn, RouterClient
     from router.proxy import Router
     from router.routes import Route
+    from router.upstream import Pool
 
 __all__ = ["PStream", "load", "run", "run_keys", "KEYS_COMMANDS"]
 
@@ -92,7 +93,8 @@ class Handover:
 class PStream:
     """A logical stream as a router routes it (from its PStreamRecord)."""
 
-    __slots__ = ("name", "n", "stride", "keys", "slots", "key_field", "rr", "rd", "handover")
+    __slots__ = ("name", "n", "stride", "keys", "slots", "key_field", "rr", "rd", "handover",
+                 "late")
 
     def __init__(self, name: bytes, rec: PStreamRecord) -> None:
         self.name = name
@@ -105,6 +107,10 @@ class PStream:
         self.rd = 0  # where the next XREADGROUP's partitions start
         # (group, consumer) -> partition -> what it was delivered and not yet given
         self.handover: dict[tuple[bytes, bytes], dict[int, Handover]] = {}
+        # (group, consumer) -> [partitions of an answered blocked read still to answer, the
+        # reads that wait for them]: a partition's late entries are older than anything it
+        # delivers to the consumer's next read, so that read starts only once they are in.
+        self.late: dict[tuple[bytes, bytes], list] = {}
 
     def partition_of(self, sid: int) -> int:
         return (sid & SEQ_MAX) % self.stride
@@ -121,7 +127,7 @@ def load(router: Router, records: dict[str, PStreamRecord]) -> dict[bytes, PStre
         prev = old.get(b)
         if prev is not None:
             ps.rr, ps.rd = prev.rr, prev.rd
-            ps.handover = prev.handover
+            ps.handover, ps.late = prev.handover, prev.late
     return out
 
 
@@ -249,7 +255,8 @@ def run(router: Router, c: RouterClient, argv: list[bytes], route: Route, ps: PS
 def xadd(router: Router, c: RouterClient, argv: list[bytes], ps: PStream, cell: Cell) -> None:
     """XADD: an explicit ID goes to its partition (seq mod stride); else the key field's
     value, or IDMP's producer id, picks the partition by a stable hash; else round robin over
-    the partitions whose shard has a primary now (a failover elsewhere costs no write)."""
+    the partitions whose shard has a primary the router can reach now (a failover elsewhere
+    costs no write)."""
     from node.commands.streams import _parse_add_or_trim
     a, i = _parse_add_or_trim(c, argv, True)  # Redis's errors, before any partition sees it
     p = -1
@@ -264,7 +271,8 @@ def xadd(router: Router, c: RouterClient, argv: list[bytes], ps: PStream, cell: 
                 break
     if p < 0 and a.idmp_pid is not None:
         p = zlib.crc32(a.idmp_pid) % ps.n
-    if p < 0:
+    spread = p < 0
+    if spread:
         p = _next_live(router, ps, c.proto)
     out = _with_key(argv, 1, ps.keys[p])
     if a.strategy == "maxlen":  # each partition keeps its share (see XTRIM)
@@ -273,7 +281,36 @@ def xadd(router: Router, c: RouterClient, argv: list[bytes], ps: PStream, cell: 
                 k = j + 2 if argv[j + 1] in (b"~", b"=") else j + 1
                 out[k] = b"%d" % _share(a.threshold, ps.n)
                 break
+    if spread:
+        return SpreadWrite(router, c, out, ps, p, cell).send()
     return Forward(router, c, encode_command(out), ps.slots[p], True, cell=cell).send()
+
+
+class SpreadWrite(Forward):
+    """An XADD that round robin placed: when its partition's primary cannot take it (the
+    connection was lost, or the shard has no primary), it goes to another partition the
+    router can reach instead of waiting for the failover, each partition tried once. A
+    request lost in flight may have run there, so this is at-least-once, as the retry at the
+    new primary would be; and the dead node stays among the client's written nodes, so its
+    WAIT counts 0 for it, as a router's WAIT does for any node that died."""
+
+    def __init__(self, router: Router, c: RouterClient, argv: list[bytes], ps: PStream, p: int,
+                 cell: Cell) -> None:
+        super().__init__(router, c, encode_command(argv), ps.slots[p], True, cell=cell)
+        self.argv, self.ps, self.tried = argv, ps, {p}
+
+    def _retry(self, final: bytes, addr: tuple[str, int] | None = None,
+               delay: float = RETRY_DELAY) -> None:
+        ps, router = self.ps, self.router
+        for _ in range(ps.n - len(self.tried) if addr is None else 0):
+            p = _next_live(router, ps, self.c.proto)
+            pool = router.primary_pool(ps.slots[p], self.c.proto)
+            if p not in self.tried and pool is not None and _reachable(pool):
+                self.tried.add(p)
+                self.data = encode_command(_with_key(self.argv, 1, ps.keys[p]))
+                self.slot = ps.slots[p]
+                return self.send()
+        return super()._retry(final, addr, delay)
 
 
 def _share(total: int, n: int) -> int:
@@ -284,9 +321,23 @@ def _next_live(router: Router, ps: PStream, proto: int) -> int:
     for _ in range(ps.n):
         p = ps.rr % ps.n
         ps.rr = p + 1
-        if router.primary_pool(ps.slots[p], proto) is not None:
+        pool = router.primary_pool(ps.slots[p], proto)
+        if pool is not None and _reachable(pool):
             return p
     return ps.rr % ps.n  # none has a primary: the write waits for one, as a plain key's
+
+
+def _reachable(pool: Pool) -> bool:
+    """False while the router's connections to a primary are lost (it died: etcd still names
+    it until its lease expires) or not up yet: a write sent there would wait for the
+    failover. A lost connection is opened again in the background here, so the partition
+    takes writes again as soon as its node answers."""
+    ups = [u for u in pool.conns if u is not None]
+    if ups and all(u.closed or u.transport is None for u in ups):
+        if all(u.closed for u in ups):
+            pool.get(0)
+        return False
+    return True
 
 
 def _all(router: Router, c: RouterClient, argv: list[bytes], ps: PStream, cell: Cell,

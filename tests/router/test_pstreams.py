@@ -25,6 +25,7 @@ from node.slots import SLOTS, key_slot
 from tests.support.cluster import Cluster, start_cluster
 from tests.support.ioredis import ioredis_dir
 from tests.support.procs import wait_until
+from tests.support.pstreamload import serves
 
 __all__ = ["ioredis_dir"]
 
@@ -89,14 +90,7 @@ def make(c: Cluster, r: redis.Redis, n: int, key_field: str | None = None) -> tu
     name = f"ps{next(_names)}"
     keys = partition_keys(name, n)
     put_record(c, name, PStreamRecord(n, STRIDE, keys, key_field))
-
-    def known() -> bool:
-        try:
-            r.execute_command("OBJECT", "ENCODING", name)
-        except redis.ResponseError as e:
-            return "partitioned stream" in str(e)
-        return False
-    wait_until(known, 20)
+    wait_until(lambda: serves(r, name), 20)
     return name, keys
 
 
@@ -676,17 +670,38 @@ def test_a_partition_added_later_joins_the_stream(pc: Cluster, r: redis.Redis) -
 
 def test_writes_without_a_key_skip_partitions_without_a_primary() -> None:
     """Round robin over the partitions whose shard has a primary in the router's map (a
-    shard in failover has none): the others take the writes, evenly."""
+    shard in failover has none) and whose connection to it is not known lost (a primary
+    killed a moment ago, still named by etcd): the others take the writes, evenly."""
     from router.pstreams import PStream, _next_live
 
     keys = partition_keys("f", 4)
     ps = PStream(b"f", PStreamRecord(4, STRIDE, keys))
     down = {ps.slots[1]}
 
+    class Up:
+        def __init__(self, closed: bool) -> None:
+            self.closed, self.transport = closed, None if closed else object()
+
+    class Pool:
+        def __init__(self) -> None:
+            self.conns: list[Up | None] = [None]
+            self.reconnects = 0
+
+        def get(self, _i: int) -> Up:
+            self.reconnects += 1
+            self.conns[0] = Up(False)
+            return self.conns[0]
+    pools = {s: Pool() for s in ps.slots}
+
     class Map:
         def primary_pool(self, slot: int, proto: int) -> object | None:
-            return None if slot in down else object()
+            return None if slot in down else pools[slot]
     picks = [_next_live(Map(), ps, 2) for _ in range(9)]  # type: ignore[arg-type]
     assert sorted(picks) == [0, 0, 0, 2, 2, 2, 3, 3, 3]
     down.clear()
     assert sorted(_next_live(Map(), ps, 2) for _ in range(8)) == [0, 0, 1, 1, 2, 2, 3, 3]  # type: ignore[arg-type]
+    lost = pools[ps.slots[2]]
+    lost.conns[0] = Up(True)  # its node died: skipped once, and a reconnect is started
+    assert sorted(_next_live(Map(), ps, 2) for _ in range(3)) == [0, 1, 3]
+    assert lost.reconnects == 1
+    assert sorted(_next_live(Map(), ps, 2) for _ in range(4)) == [0, 1, 2, 3]  # up again

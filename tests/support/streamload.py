@@ -23,12 +23,48 @@ import redis
 from tests.support.diff import SideState, normalize
 from tests.support.rawresp import RawClient
 
-__all__ = ["StreamLoad"]
+__all__ = ["LoadThreads", "StreamLoad"]
 
 GROUP = "g"
 
 
-class StreamLoad:
+class LoadThreads:
+    """`writers` threads of `_writer(w)` and `consumers` of `_consumer(i)`, which run until
+    `stop_flag` is set."""
+
+    writers: int
+    consumers: int
+    stop_flag: threading.Event
+    threads: list[threading.Thread]
+    lock: threading.Lock
+    errors: list[str]
+
+    def _error(self, who: str, e: Exception) -> None:
+        with self.lock:
+            self.errors.append(f"{who}: {e!r}"[:300])
+
+    def _writer(self, w: int) -> None:
+        raise NotImplementedError
+
+    def _consumer(self, i: int) -> None:
+        raise NotImplementedError
+
+    def start(self) -> None:
+        self.threads = [threading.Thread(target=self._writer, args=(w,), daemon=True)
+                        for w in range(self.writers)]
+        self.threads += [threading.Thread(target=self._consumer, args=(i,), daemon=True)
+                         for i in range(self.consumers)]
+        for t in self.threads:
+            t.start()
+
+    def stop(self) -> None:
+        self.stop_flag.set()
+        for t in self.threads:
+            t.join(30)
+        assert not any(t.is_alive() for t in self.threads), "a load thread did not stop"
+
+
+class StreamLoad(LoadThreads):
     """`connect()` makes a client (redis.Redis to a router, or RedisCluster); one per thread."""
 
     def __init__(self, connect: Callable[[], Any], keys: list[str], writers: int = 4,
@@ -68,10 +104,6 @@ class StreamLoad:
             c.close()
 
     # --- the load ----------------------------------------------------------------------------
-    def _error(self, who: str, e: Exception) -> None:
-        with self.lock:
-            self.errors.append(f"{who}: {e!r}"[:300])
-
     def _writer(self, w: int) -> None:
         c = self.connect()
         n = 0
@@ -127,20 +159,6 @@ class StreamLoad:
                                 self.xacked.update((k, sid) for sid in ids)
         finally:
             c.close()
-
-    def start(self) -> None:
-        self.threads = [threading.Thread(target=self._writer, args=(w,), daemon=True)
-                        for w in range(self.writers)]
-        self.threads += [threading.Thread(target=self._consumer, args=(i,), daemon=True)
-                         for i in range(self.consumers)]
-        for t in self.threads:
-            t.start()
-
-    def stop(self) -> None:
-        self.stop_flag.set()
-        for t in self.threads:
-            t.join(30)
-        assert not any(t.is_alive() for t in self.threads), "a load thread did not stop"
 
     def drain(self) -> None:
         """Deliver (and acknowledge) whatever the consumers had not read yet, and claim what
