@@ -61,7 +61,7 @@ PS = "scale"
 def loader(cpu: int | None, targets: list[tuple[int, list[bytes]]], pipeline: int,
            seconds: float, start_at: float, out: mp.Queue) -> None:
     """Pipelines of XADD `*` over each target's keys, to every target in turn, then every
-    reply read: (entries, elapsed, error replies)."""
+    reply read: (entries, elapsed, error replies, the first error's text)."""
     if cpu is not None:
         os.sched_setaffinity(0, {cpu})
     socks, batches = [], []
@@ -74,6 +74,7 @@ def loader(cpu: int | None, targets: list[tuple[int, list[bytes]]], pipeline: in
         socks.append(_Sock(port))
         batches.append([b"".join(cmds[j:j + pipeline]) for j in range(0, n, pipeline)])
     sent = errors = k = 0
+    first = ""
     while time.monotonic() < start_at:
         time.sleep(0.001)
     t0 = time.monotonic()
@@ -81,10 +82,13 @@ def loader(cpu: int | None, targets: list[tuple[int, list[bytes]]], pipeline: in
         for s, b in zip(socks, batches, strict=True):
             s.s.sendall(b[k % len(b)])
         for s in socks:
-            errors += sum(1 for r in s.read(pipeline) if isinstance(r, hiredis.ReplyError))
+            bad = [r for r in s.read(pipeline) if isinstance(r, hiredis.ReplyError)]
+            if bad and not first:
+                first = str(bad[0])
+            errors += len(bad)
         sent += pipeline * len(socks)
         k += 1
-    out.put((sent, time.monotonic() - t0, errors))
+    out.put((sent, time.monotonic() - t0, errors, first))
 
 
 @dataclass
@@ -135,9 +139,10 @@ LOADERS_PER_CPU = 2  # two pipelines in flight per load CPU: a node never waits 
 
 
 def measure(targets_for: list[list[tuple[int, list[bytes]]]], load_cpus: list[int],
-            pipeline: int, seconds: float, node_pids: list[int]) -> tuple[float, float, int]:
+            pipeline: int, seconds: float, node_pids: list[int]
+            ) -> tuple[float, float, int, str]:
     """Run LOADERS_PER_CPU loaders per load CPU (loader i gets targets_for[i % len]);
-    (entries/s, node CPU %, errors)."""
+    (entries added per second, node CPU %, error replies, the first error's text)."""
     load_cpus = [c for c in load_cpus for _ in range(LOADERS_PER_CPU)]
     c0 = [cpu_seconds(p) for p in node_pids]
     t0 = time.perf_counter()
@@ -146,12 +151,13 @@ def measure(targets_for: list[list[tuple[int, list[bytes]]]], load_cpus: list[in
                                 start_at) for i, cpu in enumerate(load_cpus)])
     wall = time.perf_counter() - t0 - 0.5
     used = sum(cpu_seconds(p) - c for p, c in zip(node_pids, c0, strict=True))
-    return (sum(r[0] for r in res) / max(r[1] for r in res), 100 * used / wall / len(node_pids),
-            sum(r[2] for r in res))
+    errors = sum(r[2] for r in res)
+    return ((sum(r[0] for r in res) - errors) / max(r[1] for r in res),
+            100 * used / wall / len(node_pids), errors, next((r[3] for r in res if r[3]), ""))
 
 
 def run_xshard(p: Plan, a: argparse.Namespace, keys: list[bytes]
-               ) -> tuple[dict[str, tuple[float, float, int]], list[bytes]]:
+               ) -> tuple[dict[str, tuple[float, float, int, str]], list[bytes]]:
     parts = a.partitions_per_shard * p.n
     bc, rports, _ = start_cluster(p.n, 0, {PS: parts}, node_cpus=p.nodes,
                                   routers=max(1, len(p.routers)), router_cpus=p.routers or None,
@@ -210,7 +216,7 @@ def redis_cluster(p: Plan) -> tuple[list[ServerProc], list[int]]:
 
 
 def run_redis(p: Plan, a: argparse.Namespace, keys: list[bytes], pkeys: list[bytes]
-              ) -> dict[str, tuple[float, float, int]]:
+              ) -> dict[str, tuple[float, float, int, str]]:
     servers, slot_ports = redis_cluster(p)
     try:
         pids = [s.pid for s in servers]
@@ -285,7 +291,11 @@ def main(argv: list[str] | None = None) -> int:
             notes.append(f"N={n}: {p.note}")
         ours[n], pkeys = run_xshard(p, a, keys)
         theirs[n] = run_redis(p, a, keys, pkeys)
-        errors += sum(r[2] for d in (ours[n], theirs[n]) for r in d.values())
+        for who, d in (("xshard", ours[n]), ("Redis Cluster", theirs[n])):
+            for w, r in d.items():
+                if r[2]:
+                    errors += r[2]
+                    notes.append(f"N={n} {who} {w}: {r[2]} error replies, the first: {r[3]}")
         plans.append(p)
         print(f"N={n} done, load {loadavg()}", flush=True)
     head = (f"XADD `*`, pipelines of {a.pipeline}, {a.seconds:g} s per workload; `keys`: "
@@ -293,8 +303,7 @@ def main(argv: list[str] | None = None) -> int:
             f"partitions. Commit {commit()}, {ncpu} CPUs, /proc/loadavg {load_before} before, "
             f"{loadavg()} after.")
     text = "\n".join([head, "", *table(plans, ours, theirs), "",
-                      *[f"- {x}" for x in notes],
-                      *([f"- {errors} error replies (see the servers' logs)"] if errors else [])])
+                      *[f"- {x}" for x in notes]])
     print(text)
     if a.output:
         append_result(a.output, text)
