@@ -252,7 +252,7 @@ def table(plans: list[Plan], ours: dict[int, dict], theirs: dict[int, dict]) -> 
             shared = p.shared(w)
             goal = ("(shared CPUs)" if shared else
                     f"{0.8 * p.n / first:.1f} ({'met' if vs >= 0.8 * p.n / first else 'NOT met'})"
-                    if w == "pstream" and first == 1 else "")
+                    if w == "pstream" and first == 1 and p.n > 1 else "")
             lines.append(
                 f"| {p.n} | {span(p.nodes)} / {span(p.routers)} / {span(p.load)}"
                 f"{' (shared)' if shared else ''} | {w} | {o[0]:,.0f} | {vs:.2f} | {goal} | "
