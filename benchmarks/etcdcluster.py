@@ -32,20 +32,23 @@ class BenchCluster:
         return subprocess.run([*XSHARD, *argv, "--etcd", self.url, "--cluster", self.cluster],
                               cwd=REPO, check=True, capture_output=True, text=True)
 
-    def spawn(self, name: str, *argv: str) -> subprocess.Popen:
+    def spawn(self, name: str, *argv: str, cpu: int | None = None) -> subprocess.Popen:
         """Start `xshard ARGV --etcd ... --cluster ...` in the background, logging to
-        <tmp>/<name>.log; a process of the same name is replaced in the table."""
-        p = subprocess.Popen([*XSHARD, *argv, "--etcd", self.url, "--cluster", self.cluster],
+        <tmp>/<name>.log; a process of the same name is replaced in the table. With `cpu`
+        it runs pinned to that CPU (`taskset`, which execs it: the pid is the process's)."""
+        pin = ["taskset", "-c", str(cpu)] if cpu is not None else []
+        p = subprocess.Popen([*pin, *XSHARD, *argv, "--etcd", self.url, "--cluster", self.cluster],
                              cwd=REPO, stderr=subprocess.STDOUT,
                              stdout=open(self.tmp / f"{name}.log", "ab"))
         self.procs[name] = p
         return p
 
-    def spawn_node(self, nid: str, port: int, shard: str = "0") -> subprocess.Popen:
+    def spawn_node(self, nid: str, port: int, shard: str = "0", *extra: str,
+                   cpu: int | None = None) -> subprocess.Popen:
         d = self.tmp / nid
         d.mkdir(exist_ok=True)
         return self.spawn(nid, "node", "--port", str(port), "--dir", str(d), "--shard", shard,
-                          "--node-id", nid)
+                          "--node-id", nid, *extra, cpu=cpu)
 
     def view(self) -> View:
         return read_view(self.url, self.cluster)
