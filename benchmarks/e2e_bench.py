@@ -58,14 +58,19 @@ from pathlib import Path
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from collections.abc import Callable  # noqa: E402
+
 import hiredis  # noqa: E402
 
+from benchmarks import e2e_clusters  # noqa: E402
 from benchmarks.harness import HOST  # noqa: E402
 from benchmarks.router_bench import Procs, append_result  # noqa: E402
 
 TARGETS = ["redis", "node", "router", "router3", "redis-repl"]
 PARTS = ["node-aof", "node-rep", "node-repl", "router-bare", "router3-bare"]
 FLOORS = ["redis-haproxy", "node-haproxy"]
+CLUSTERS = ["redis-cluster", "xshard-direct", "router3-etcd", "redis-cluster-haproxy", "pstream"]
+PARTITIONS = 12
 KEY = b"e2e"
 PAYLOAD = [b"f1", b"value00001", b"f2", b"value00002", b"f3", b"value00003"]
 
@@ -171,20 +176,30 @@ def _proc_cost(pid: int) -> tuple[float, float, int, int]:
     return int(fields[11]) / tck, int(fields[12]) / tck, int(io["syscr"]), int(io["syscw"])
 
 
-def process_costs(procs: Procs, before: dict[int, tuple], entries: int) -> list[str]:
-    """Per server process: CPU us and read/write calls per entry since `before`."""
+def _proc_name(args: list[str]) -> str:
+    """A server process's name in the cost lines: a node's directory, else what it runs."""
+    if "--dir" in args:
+        return Path(args[args.index("--dir") + 1]).name
+    if "control.cli" in args:
+        return args[args.index("control.cli") + 1]  # router, controller
+    return Path(args[0]).name  # redis-server, haproxy, etcd
+
+
+def process_costs(procs: Procs, before: dict[int, tuple], entries: int
+                  ) -> tuple[list[str], float]:
+    """Per server process: CPU us and read/write calls per entry since `before`; and the CPU
+    seconds of all of them together."""
     lines = []
+    total = 0.0
     for p in procs.procs:
-        args = [str(x) for x in p.args]
-        name = (Path(args[args.index("--dir") + 1]).name if "--dir" in args
-                else Path(args[0]).name if not args[0].endswith(("python", "python3"))
-                else "router")
         u0, s0, r0, w0 = before[p.pid]
         u1, s1, r1, w1 = _proc_cost(p.pid)
+        total += (u1 - u0) + (s1 - s0)
         n = max(entries, 1)
-        lines.append(f"{name}: user {(u1 - u0) / n * 1e6:.1f} + sys {(s1 - s0) / n * 1e6:.1f} "
-                     f"us, {(r1 - r0) / n:.2f} reads + {(w1 - w0) / n:.2f} writes per entry")
-    return lines
+        lines.append(f"{_proc_name([str(x) for x in p.args])}: user {(u1 - u0) / n * 1e6:.1f} "
+                     f"+ sys {(s1 - s0) / n * 1e6:.1f} us, {(r1 - r0) / n:.2f} reads + "
+                     f"{(w1 - w0) / n:.2f} writes per entry")
+    return lines, total
 
 
 def run_load(port: int, rate: int, seconds: float, consumers: int, producers: int
@@ -226,52 +241,52 @@ def run_load(port: int, rate: int, seconds: float, consumers: int, producers: in
             "lt1": under(1), "lt2": under(2), "lt5": under(5)}
 
 
+def _node_pair(procs: Procs, i: int | str = "", *extra: str) -> tuple[int, int]:
+    """A primary and its replica, both with `extra` (the AOF settings or none)."""
+    p = procs.node(f"primary{i}", *extra)
+    return p, procs.node(f"replica{i}", "--replicaof", f"{HOST} {p}", *extra)
+
+
+AOF = ("--appendonly", "yes", "--appendfsync", "everysec")
+STARTERS: dict[str, Callable[[Procs], int]] = {
+    "redis": lambda ps: ps.redis("redis", "--appendonly", "no"),
+    "redis-repl": lambda ps: _redis_repl(ps),
+    "node": lambda ps: ps.node("node"),
+    "router": lambda ps: ps.router(*_node_pair(ps, "", *AOF)),
+    "router3": lambda ps: ps.router_for([_node_pair(ps, i, *AOF) for i in range(3)]),
+    "node-repl": lambda ps: _node_pair(ps, "", *AOF)[0],
+    "node-aof": lambda ps: ps.node("primary", *AOF),
+    "node-rep": lambda ps: _node_pair(ps)[0],
+    "router-bare": lambda ps: ps.router(ps.node("primary")),
+    "router3-bare": lambda ps: ps.router_for([(ps.node(f"primary{i}"), None) for i in range(3)]),
+    "redis-haproxy": lambda ps: ps.haproxy(ps.redis("redis", "--appendonly", "no")),
+    "node-haproxy": lambda ps: ps.haproxy(ps.node("node")),
+    "redis-cluster": lambda ps: e2e_clusters.redis_cluster(ps, KEY),
+    "redis-cluster-haproxy": lambda ps: ps.haproxy(e2e_clusters.redis_cluster(ps, KEY)),
+    "xshard-direct": lambda ps: e2e_clusters.XshardCluster(ps, router=False).owner(KEY),
+    "router3-etcd": lambda ps: e2e_clusters.XshardCluster(ps).router,
+    "pstream": lambda ps: e2e_clusters.XshardCluster(ps).pstream(KEY, PARTITIONS),
+}
+
+
+def _redis_repl(procs: Procs) -> int:
+    p = procs.redis("rprimary", *AOF)
+    procs.redis("rreplica", "--replicaof", HOST, str(p), *AOF)
+    return p
+
+
 def start_target(procs: Procs, kind: str) -> int:
     """Start one target's processes (router_bench's process set); return the port to load."""
-    aof = ("--appendonly", "yes", "--appendfsync", "everysec")
-    if kind == "redis":
-        return procs.redis("redis", "--appendonly", "no")
-    if kind == "redis-repl":
-        p = procs.redis("rprimary", *aof)
-        procs.redis("rreplica", "--replicaof", HOST, str(p), *aof)
-        return p
-    if kind == "node":
-        return procs.node("node")
-    if kind == "router":
-        p = procs.node("primary", *aof)
-        r = procs.node("replica", "--replicaof", f"{HOST} {p}", *aof)
-        return procs.router(p, r)
-    if kind == "node-repl":
-        p = procs.node("primary", *aof)
-        procs.node("replica", "--replicaof", f"{HOST} {p}", *aof)
-        return p
-    if kind == "node-aof":
-        return procs.node("primary", *aof)
-    if kind == "node-rep":
-        p = procs.node("primary")
-        procs.node("replica", "--replicaof", f"{HOST} {p}")
-        return p
-    if kind == "router-bare":
-        return procs.router(procs.node("primary"))
-    if kind == "redis-haproxy":
-        return procs.haproxy(procs.redis("redis", "--appendonly", "no"))
-    if kind == "node-haproxy":
-        return procs.haproxy(procs.node("node"))
-    if kind == "router3-bare":
-        return procs.router_for([(procs.node(f"primary{i}"), None) for i in range(3)])
-    if kind == "router3":
-        shards = []
-        for i in range(3):
-            p = procs.node(f"primary{i}", *aof)
-            shards.append((p, procs.node(f"replica{i}", "--replicaof", f"{HOST} {p}", *aof)))
-        return procs.router_for(shards)
-    raise ValueError(kind)
+    if kind not in STARTERS:
+        raise ValueError(kind)
+    return STARTERS[kind](procs)
 
 
 ROWS = [("offered /s", "offered", "{:.0f}"), ("sent /s", "sent_per_s", "{:.0f}"),
         ("delivered", "delivered", "{:.0f}"), ("p50 ms", "p50", "{:.2f}"),
         ("p99 ms", "p99", "{:.2f}"), ("p99.9 ms", "p999", "{:.2f}"), ("max ms", "max", "{:.1f}"),
-        ("< 1 ms", "lt1", "{:.1%}"), ("< 2 ms", "lt2", "{:.1%}"), ("< 5 ms", "lt5", "{:.1%}")]
+        ("< 1 ms", "lt1", "{:.1%}"), ("< 2 ms", "lt2", "{:.1%}"), ("< 5 ms", "lt5", "{:.1%}"),
+        ("server CPU us / delivered", "cpu_us", "{:.1f}"), ("load (1 min) after", "load", "{:.2f}")]
 
 
 def table(results: dict[str, dict[str, float]]) -> str:
@@ -290,7 +305,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--consumers", type=int, default=10)
     ap.add_argument("--producers", type=int, default=2)
     ap.add_argument("--targets", default=",".join(TARGETS),
-                    help=f"comma-separated, of {','.join(TARGETS + PARTS + FLOORS)}")
+                    help=f"comma-separated, of {','.join(STARTERS)}; or 'clusters' for "
+                    f"{','.join(CLUSTERS)}")
     ap.add_argument("--quick", action="store_true", help="1 s at 1000/s, 2 consumers")
     ap.add_argument("--output", default="", help="append the result here (markdown)")
     ap.add_argument("--path", type=int, default=0,
@@ -301,7 +317,8 @@ def main(argv: list[str] | None = None) -> int:
     load_before = os.getloadavg()
     results: dict[str, dict[str, float]] = {}
     costs: list[str] = []
-    for kind in a.targets.split(","):
+    targets = a.targets.replace("clusters", ",".join(CLUSTERS))
+    for kind in targets.split(","):
         procs = Procs()
         try:
             port = start_target(procs, kind)
@@ -310,8 +327,10 @@ def main(argv: list[str] | None = None) -> int:
                 continue
             before = {p.pid: _proc_cost(p.pid) for p in procs.procs}
             results[kind] = run_load(port, a.rate, a.seconds, a.consumers, a.producers)
-            costs += [f"- {kind} {x}" for x in process_costs(procs, before,
-                                                              int(results[kind]["sent"]))]
+            lines, cpu = process_costs(procs, before, int(results[kind]["sent"]))
+            costs += [f"- {kind} {x}" for x in lines]
+            results[kind]["cpu_us"] = cpu / max(results[kind]["delivered"], 1) * 1e6
+            results[kind]["load"] = os.getloadavg()[0]
         finally:
             procs.stop()
     load_after = os.getloadavg()
