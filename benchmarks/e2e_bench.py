@@ -23,6 +23,19 @@ Targets, each started fresh and measured in the same run:
   with those settings (the slots split evenly; the stream lives on one of them);
 - `redis-repl`: redis-server primary + replica with the same AOF settings, direct.
 
+The cluster shapes (`--targets clusters` runs all five; benchmarks/e2e_clusters.py starts
+them), each 3 shards x (primary + replica) with that AOF:
+- `redis-cluster`: a real Redis Cluster made with `redis-cli --cluster create
+  --cluster-replicas 1`, the client on the primary that owns the stream's slot;
+- `xshard-direct`: an xshard cluster (etcd, `xshard create`, 6 nodes, a controller, no
+  router), the client on the owning primary: a cluster-aware client's path;
+- `redis-cluster-haproxy`: that Redis Cluster behind HAProxy in TCP mode in front of the
+  owning primary (a proxy written in C: what a router is compared with);
+- `router3-etcd`: the xshard cluster with a router, the client on the router (router3 with
+  etcd and a controller);
+- `pstream`: the same with the stream made partitioned (`xshard stream create e2e
+  --partitions 12`), producers and consumers on the logical name through the router.
+
 To see where router3's latency comes from, one part at a time (not in the default run):
 `node-aof` (the node with that AOF), `node-rep` (with a replica, no AOF), `node-repl` (both),
 `router-bare` (a router in front of one node, no AOF, no replica) and `router3-bare` (a router
@@ -35,10 +48,13 @@ against `redis` are the floor that any proxy crossing sets on this machine.
 
 The result is the histogram (p50, p99, p99.9, the share under 1/2/5 ms) side by side, and the
 offered and achieved rates: a target that could not keep up shows it there, not as a lower
-latency. Below it, the CPU time (user + system) and the read/write system calls of every
-server process of a target per entry sent (/proc/PID/stat and io): what each part costs,
-which on 2 shared CPUs decides how long the others queue behind it. Results go to
-benchmarks/E2E_RESULTS.md (or --output) with the machine's load.
+latency, and an error reply is counted, not fatal. The table's "server CPU us / delivered" is
+the CPU time (user + system) of all the target's server processes (nodes, replicas, routers,
+controller, etcd; every redis-server of a Redis Cluster) per delivered entry, read from /proc
+before and after: it moves much less with the machine's load than latency does. Below the
+table, each process's CPU and read/write system calls per entry sent (/proc/PID/stat and io):
+what each part costs, which on 2 shared CPUs decides how long the others queue behind it.
+Results go to benchmarks/E2E_RESULTS.md (or --output) with the machine's load.
 
 `--path N` measures instead the length of the delivery path without any queueing: one
 consumer blocked, one XADD at a time (a few ms apart), N times, and prints the delivery's
@@ -295,7 +311,7 @@ def start_target(procs: Procs, kind: str) -> int:
 
 
 ROWS = [("offered /s", "offered", "{:.0f}"), ("sent /s", "sent_per_s", "{:.0f}"),
-        ("delivered", "delivered", "{:.0f}"), ("error replies", "errors", "{:.0f}"),
+        ("sent", "sent", "{:.0f}"), ("delivered", "delivered", "{:.0f}"), ("error replies", "errors", "{:.0f}"),
         ("p50 ms", "p50", "{:.2f}"),
         ("p99 ms", "p99", "{:.2f}"), ("p99.9 ms", "p999", "{:.2f}"), ("max ms", "max", "{:.1f}"),
         ("< 1 ms", "lt1", "{:.1%}"), ("< 2 ms", "lt2", "{:.1%}"), ("< 5 ms", "lt5", "{:.1%}"),
