@@ -23,6 +23,19 @@ Targets, each started fresh and measured in the same run:
   with those settings (the slots split evenly; the stream lives on one of them);
 - `redis-repl`: redis-server primary + replica with the same AOF settings, direct.
 
+The cluster shapes (`--targets clusters` runs all five; benchmarks/e2e_clusters.py starts
+them), each 3 shards x (primary + replica) with that AOF:
+- `redis-cluster`: a real Redis Cluster made with `redis-cli --cluster create
+  --cluster-replicas 1`, the client on the primary that owns the stream's slot;
+- `xshard-direct`: an xshard cluster (etcd, `xshard create`, 6 nodes, a controller, no
+  router), the client on the owning primary: a cluster-aware client's path;
+- `redis-cluster-haproxy`: that Redis Cluster behind HAProxy in TCP mode in front of the
+  owning primary (a proxy written in C: what a router is compared with);
+- `router3-etcd`: the xshard cluster with a router, the client on the router (router3 with
+  etcd and a controller);
+- `pstream`: the same with the stream made partitioned (`xshard stream create e2e
+  --partitions 12`), producers and consumers on the logical name through the router.
+
 To see where router3's latency comes from, one part at a time (not in the default run):
 `node-aof` (the node with that AOF), `node-rep` (with a replica, no AOF), `node-repl` (both),
 `router-bare` (a router in front of one node, no AOF, no replica) and `router3-bare` (a router
@@ -35,10 +48,13 @@ against `redis` are the floor that any proxy crossing sets on this machine.
 
 The result is the histogram (p50, p99, p99.9, the share under 1/2/5 ms) side by side, and the
 offered and achieved rates: a target that could not keep up shows it there, not as a lower
-latency. Below it, the CPU time (user + system) and the read/write system calls of every
-server process of a target per entry sent (/proc/PID/stat and io): what each part costs,
-which on 2 shared CPUs decides how long the others queue behind it. Results go to
-benchmarks/E2E_RESULTS.md (or --output) with the machine's load.
+latency, and an error reply is counted, not fatal. The table's "server CPU us / delivered" is
+the CPU time (user + system) of all the target's server processes (nodes, replicas, routers,
+controller, etcd; every redis-server of a Redis Cluster) per delivered entry, read from /proc
+before and after: it moves much less with the machine's load than latency does. Below the
+table, each process's CPU and read/write system calls per entry sent (/proc/PID/stat and io):
+what each part costs, which on 2 shared CPUs decides how long the others queue behind it.
+Results go to benchmarks/E2E_RESULTS.md (or --output) with the machine's load.
 
 `--path N` measures instead the length of the delivery path without any queueing: one
 consumer blocked, one XADD at a time (a few ms apart), N times, and prints the delivery's
@@ -58,14 +74,19 @@ from pathlib import Path
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from collections.abc import Callable  # noqa: E402
+
 import hiredis  # noqa: E402
 
+from benchmarks import e2e_clusters  # noqa: E402
 from benchmarks.harness import HOST  # noqa: E402
 from benchmarks.router_bench import Procs, append_result  # noqa: E402
 
 TARGETS = ["redis", "node", "router", "router3", "redis-repl"]
 PARTS = ["node-aof", "node-rep", "node-repl", "router-bare", "router3-bare"]
 FLOORS = ["redis-haproxy", "node-haproxy"]
+CLUSTERS = ["redis-cluster", "xshard-direct", "router3-etcd", "redis-cluster-haproxy", "pstream"]
+PARTITIONS = 12
 KEY = b"e2e"
 PAYLOAD = [b"f1", b"value00001", b"f2", b"value00002", b"f3", b"value00003"]
 
@@ -97,6 +118,7 @@ def _producer(port: int, rate: float, seconds: float, start_at: float, out: mp.Q
     """Send `rate` entries/s for `seconds`, in bursts of whatever is due every millisecond."""
     c = _Sock(port)
     sent = 0
+    errors: list[str] = []
     while time.monotonic() < start_at:
         time.sleep(0.001)
     t0 = time.monotonic()
@@ -108,20 +130,26 @@ def _producer(port: int, rate: float, seconds: float, start_at: float, out: mp.Q
         if due > 0:
             ts = b"%d" % time.monotonic_ns()
             c.send(*[(b"XADD", KEY, b"*", b"t", ts, *PAYLOAD)] * due)
-            c.read(due)
-            sent += due
+            errs = [r for r in c.read(due) if isinstance(r, hiredis.ReplyError)]
+            sent += due - len(errs)
+            errors += [str(e) for e in errs]
         time.sleep(0.0005)
-    out.put(("sent", sent, time.monotonic() - t0))
+    out.put(("sent", sent, errors))
 
 
 def _consumer(port: int, name: bytes, stop_at: float, out: mp.Queue) -> None:
     c = _Sock(port)
     lats: list[int] = []
+    errors: list[str] = []
     while time.monotonic() < stop_at:
         c.send((b"XREADGROUP", b"GROUP", b"g", name, b"COUNT", b"100", b"BLOCK", b"100",
                 b"STREAMS", KEY, b">"))
         r = c.read()[0]
         now = time.monotonic_ns()
+        if isinstance(r, hiredis.ReplyError):
+            errors.append(str(r))  # counted and shown, not a crash that loses the run
+            time.sleep(0.01)
+            continue
         if not r:
             continue
         entries = r[0][1]
@@ -131,7 +159,7 @@ def _consumer(port: int, name: bytes, stop_at: float, out: mp.Queue) -> None:
             ids.append(eid)
         c.send((b"XACK", KEY, b"g", *ids))
         c.read()
-    out.put(("lat", lats))
+    out.put(("lat", lats, errors))
 
 
 def path_length(port: int, n: int) -> dict[str, float]:
@@ -171,20 +199,30 @@ def _proc_cost(pid: int) -> tuple[float, float, int, int]:
     return int(fields[11]) / tck, int(fields[12]) / tck, int(io["syscr"]), int(io["syscw"])
 
 
-def process_costs(procs: Procs, before: dict[int, tuple], entries: int) -> list[str]:
-    """Per server process: CPU us and read/write calls per entry since `before`."""
+def _proc_name(args: list[str]) -> str:
+    """A server process's name in the cost lines: a node's directory, else what it runs."""
+    if "--dir" in args:
+        return Path(args[args.index("--dir") + 1]).name
+    if "control.cli" in args:
+        return args[args.index("control.cli") + 1]  # router, controller
+    return Path(args[0]).name  # redis-server, haproxy, etcd
+
+
+def process_costs(procs: Procs, before: dict[int, tuple], entries: int
+                  ) -> tuple[list[str], float]:
+    """Per server process: CPU us and read/write calls per entry since `before`; and the CPU
+    seconds of all of them together."""
     lines = []
+    total = 0.0
     for p in procs.procs:
-        args = [str(x) for x in p.args]
-        name = (Path(args[args.index("--dir") + 1]).name if "--dir" in args
-                else Path(args[0]).name if not args[0].endswith(("python", "python3"))
-                else "router")
         u0, s0, r0, w0 = before[p.pid]
         u1, s1, r1, w1 = _proc_cost(p.pid)
+        total += (u1 - u0) + (s1 - s0)
         n = max(entries, 1)
-        lines.append(f"{name}: user {(u1 - u0) / n * 1e6:.1f} + sys {(s1 - s0) / n * 1e6:.1f} "
-                     f"us, {(r1 - r0) / n:.2f} reads + {(w1 - w0) / n:.2f} writes per entry")
-    return lines
+        lines.append(f"{_proc_name([str(x) for x in p.args])}: user {(u1 - u0) / n * 1e6:.1f} "
+                     f"+ sys {(s1 - s0) / n * 1e6:.1f} us, {(r1 - r0) / n:.2f} reads + "
+                     f"{(w1 - w0) / n:.2f} writes per entry")
+    return lines, total
 
 
 def run_load(port: int, rate: int, seconds: float, consumers: int, producers: int
@@ -204,12 +242,16 @@ def run_load(port: int, rate: int, seconds: float, consumers: int, producers: in
         p.start()
     sent = 0
     lats: list[int] = []
+    errors: list[str] = []
     for _ in procs:
-        kind, *rest = q.get(timeout=seconds + 120)
+        kind, got, errs = q.get(timeout=seconds + 120)
+        errors += errs
         if kind == "sent":
-            sent += rest[0]
+            sent += got
         else:
-            lats += rest[0]
+            lats += got
+    if errors:
+        print(f"{len(errors)} error replies, the first: {errors[0]}", file=sys.stderr)
     for p in procs:
         p.join(30)
     lats.sort()
@@ -222,56 +264,58 @@ def run_load(port: int, rate: int, seconds: float, consumers: int, producers: in
         return sum(1 for x in lats if x < ms * 1e6) / n if n else float("nan")
 
     return {"offered": rate, "sent_per_s": sent / seconds, "delivered": n, "sent": sent,
+            "errors": len(errors),
             "p50": pct(0.5), "p99": pct(0.99), "p999": pct(0.999), "max": pct(1.0),
             "lt1": under(1), "lt2": under(2), "lt5": under(5)}
 
 
+def _node_pair(procs: Procs, i: int | str = "", *extra: str) -> tuple[int, int]:
+    """A primary and its replica, both with `extra` (the AOF settings or none)."""
+    p = procs.node(f"primary{i}", *extra)
+    return p, procs.node(f"replica{i}", "--replicaof", f"{HOST} {p}", *extra)
+
+
+AOF = ("--appendonly", "yes", "--appendfsync", "everysec")
+STARTERS: dict[str, Callable[[Procs], int]] = {
+    "redis": lambda ps: ps.redis("redis", "--appendonly", "no"),
+    "redis-repl": lambda ps: _redis_repl(ps),
+    "node": lambda ps: ps.node("node"),
+    "router": lambda ps: ps.router(*_node_pair(ps, "", *AOF)),
+    "router3": lambda ps: ps.router_for([_node_pair(ps, i, *AOF) for i in range(3)]),
+    "node-repl": lambda ps: _node_pair(ps, "", *AOF)[0],
+    "node-aof": lambda ps: ps.node("primary", *AOF),
+    "node-rep": lambda ps: _node_pair(ps)[0],
+    "router-bare": lambda ps: ps.router(ps.node("primary")),
+    "router3-bare": lambda ps: ps.router_for([(ps.node(f"primary{i}"), None) for i in range(3)]),
+    "redis-haproxy": lambda ps: ps.haproxy(ps.redis("redis", "--appendonly", "no")),
+    "node-haproxy": lambda ps: ps.haproxy(ps.node("node")),
+    "redis-cluster": lambda ps: e2e_clusters.redis_cluster(ps, KEY),
+    "redis-cluster-haproxy": lambda ps: ps.haproxy(e2e_clusters.redis_cluster(ps, KEY)),
+    "xshard-direct": lambda ps: e2e_clusters.XshardCluster(ps, router=False).owner(KEY),
+    "router3-etcd": lambda ps: e2e_clusters.XshardCluster(ps).router,
+    "pstream": lambda ps: e2e_clusters.XshardCluster(ps).pstream(KEY, PARTITIONS),
+}
+
+
+def _redis_repl(procs: Procs) -> int:
+    p = procs.redis("rprimary", *AOF)
+    procs.redis("rreplica", "--replicaof", HOST, str(p), *AOF)
+    return p
+
+
 def start_target(procs: Procs, kind: str) -> int:
     """Start one target's processes (router_bench's process set); return the port to load."""
-    aof = ("--appendonly", "yes", "--appendfsync", "everysec")
-    if kind == "redis":
-        return procs.redis("redis", "--appendonly", "no")
-    if kind == "redis-repl":
-        p = procs.redis("rprimary", *aof)
-        procs.redis("rreplica", "--replicaof", HOST, str(p), *aof)
-        return p
-    if kind == "node":
-        return procs.node("node")
-    if kind == "router":
-        p = procs.node("primary", *aof)
-        r = procs.node("replica", "--replicaof", f"{HOST} {p}", *aof)
-        return procs.router(p, r)
-    if kind == "node-repl":
-        p = procs.node("primary", *aof)
-        procs.node("replica", "--replicaof", f"{HOST} {p}", *aof)
-        return p
-    if kind == "node-aof":
-        return procs.node("primary", *aof)
-    if kind == "node-rep":
-        p = procs.node("primary")
-        procs.node("replica", "--replicaof", f"{HOST} {p}")
-        return p
-    if kind == "router-bare":
-        return procs.router(procs.node("primary"))
-    if kind == "redis-haproxy":
-        return procs.haproxy(procs.redis("redis", "--appendonly", "no"))
-    if kind == "node-haproxy":
-        return procs.haproxy(procs.node("node"))
-    if kind == "router3-bare":
-        return procs.router_for([(procs.node(f"primary{i}"), None) for i in range(3)])
-    if kind == "router3":
-        shards = []
-        for i in range(3):
-            p = procs.node(f"primary{i}", *aof)
-            shards.append((p, procs.node(f"replica{i}", "--replicaof", f"{HOST} {p}", *aof)))
-        return procs.router_for(shards)
-    raise ValueError(kind)
+    if kind not in STARTERS:
+        raise ValueError(kind)
+    return STARTERS[kind](procs)
 
 
 ROWS = [("offered /s", "offered", "{:.0f}"), ("sent /s", "sent_per_s", "{:.0f}"),
-        ("delivered", "delivered", "{:.0f}"), ("p50 ms", "p50", "{:.2f}"),
+        ("sent", "sent", "{:.0f}"), ("delivered", "delivered", "{:.0f}"), ("error replies", "errors", "{:.0f}"),
+        ("p50 ms", "p50", "{:.2f}"),
         ("p99 ms", "p99", "{:.2f}"), ("p99.9 ms", "p999", "{:.2f}"), ("max ms", "max", "{:.1f}"),
-        ("< 1 ms", "lt1", "{:.1%}"), ("< 2 ms", "lt2", "{:.1%}"), ("< 5 ms", "lt5", "{:.1%}")]
+        ("< 1 ms", "lt1", "{:.1%}"), ("< 2 ms", "lt2", "{:.1%}"), ("< 5 ms", "lt5", "{:.1%}"),
+        ("server CPU us / delivered", "cpu_us", "{:.1f}"), ("load (1 min) after", "load", "{:.2f}")]
 
 
 def table(results: dict[str, dict[str, float]]) -> str:
@@ -290,7 +334,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--consumers", type=int, default=10)
     ap.add_argument("--producers", type=int, default=2)
     ap.add_argument("--targets", default=",".join(TARGETS),
-                    help=f"comma-separated, of {','.join(TARGETS + PARTS + FLOORS)}")
+                    help=f"comma-separated, of {','.join(STARTERS)}; or 'clusters' for "
+                    f"{','.join(CLUSTERS)}")
     ap.add_argument("--quick", action="store_true", help="1 s at 1000/s, 2 consumers")
     ap.add_argument("--output", default="", help="append the result here (markdown)")
     ap.add_argument("--path", type=int, default=0,
@@ -301,7 +346,8 @@ def main(argv: list[str] | None = None) -> int:
     load_before = os.getloadavg()
     results: dict[str, dict[str, float]] = {}
     costs: list[str] = []
-    for kind in a.targets.split(","):
+    targets = a.targets.replace("clusters", ",".join(CLUSTERS))
+    for kind in targets.split(","):
         procs = Procs()
         try:
             port = start_target(procs, kind)
@@ -310,8 +356,10 @@ def main(argv: list[str] | None = None) -> int:
                 continue
             before = {p.pid: _proc_cost(p.pid) for p in procs.procs}
             results[kind] = run_load(port, a.rate, a.seconds, a.consumers, a.producers)
-            costs += [f"- {kind} {x}" for x in process_costs(procs, before,
-                                                              int(results[kind]["sent"]))]
+            lines, cpu = process_costs(procs, before, int(results[kind]["sent"]))
+            costs += [f"- {kind} {x}" for x in lines]
+            results[kind]["cpu_us"] = cpu / max(results[kind]["delivered"], 1) * 1e6
+            results[kind]["load"] = os.getloadavg()[0]
         finally:
             procs.stop()
     load_after = os.getloadavg()
