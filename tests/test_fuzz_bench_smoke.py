@@ -2,19 +2,13 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import pytest
 
-from tests.conftest import REPO
+from tests.support.benchtable import run_script
 
 
 @pytest.mark.slow
 def test_fuzz_bench_small() -> None:
-    r = subprocess.run([sys.executable, "benchmarks/fuzz_bench.py", "--inputs", "300",
-                        "--socket-inputs", "30", "--no-write"], cwd=REPO, capture_output=True,
-                       text=True, timeout=300)
-    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
-    assert "### In process" in r.stdout and "a router in front of two shards" in r.stdout
-    assert "problems: 0" in r.stdout, r.stdout
+    out = run_script("fuzz_bench.py", "--inputs", "300", "--socket-inputs", "30", "--no-write")
+    assert "### In process" in out and "a router in front of two shards" in out
+    assert "problems: 0" in out, out

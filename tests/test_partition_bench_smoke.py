@@ -6,14 +6,12 @@ the flapping case's test (tests/control/test_partitions.py has the others)."""
 from __future__ import annotations
 
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO
 from tests.support import netns
+from tests.support.benchtable import run_script
 
 pytestmark = [pytest.mark.slow, pytest.mark.etcd]
 
@@ -23,10 +21,8 @@ def test_partition_bench_one_round(tmp_path: Path) -> None:
     if why is not None:
         pytest.skip(why)
     out = tmp_path / "PARTITION_RESULTS.md"
-    r = subprocess.run([sys.executable, "benchmarks/partition_bench.py", "--rounds", "1",
-                        "--cases", "flapping", "--output", str(out)],
-                       cwd=REPO, capture_output=True, text=True, timeout=300)
-    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    run_script("partition_bench.py", "--rounds", "1", "--cases", "flapping", "--output",
+               str(out))
     md = out.read_text()
     row = re.search(r"^\| replication link[^|]*\| 1/1 \| (\d+) \| 0 \| 0 \| 0 \| 1/1 \|", md,
                     re.MULTILINE)

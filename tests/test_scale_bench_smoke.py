@@ -4,22 +4,18 @@ asserted): an xshard cluster and a Redis Cluster on the same pinned CPU, and its
 from __future__ import annotations
 
 import re
-import subprocess
-import sys
 
 import pytest
 
-from tests.conftest import REPO
+from tests.support.benchtable import run_script
 
 
 @pytest.mark.slow
 @pytest.mark.etcd
 def test_scale_bench_quick() -> None:
-    r = subprocess.run([sys.executable, "benchmarks/scale_bench.py", "--quick"], cwd=REPO,
-                       capture_output=True, text=True, timeout=300)
-    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    out = run_script("scale_bench.py", "--quick")
     for workload in ("keys", "pstream"):
         row = re.search(rf"^\| 1 \| [^|]+ \| {workload} \| ([\d,]+) \| 1\.00 \|[^|]*\| ([\d,]+) \|",
-                        r.stdout, re.M)
-        assert row and all(int(x.replace(",", "")) > 0 for x in row.groups()), r.stdout
-    assert "/proc/loadavg" in r.stdout
+                        out, re.M)
+        assert row and all(int(x.replace(",", "")) > 0 for x in row.groups()), out
+    assert "/proc/loadavg" in out

@@ -13,6 +13,15 @@ REPO = Path(__file__).resolve().parent.parent.parent
 NUM = r"[0-9][0-9,]*(?:\.[0-9]+)?"
 
 
+def run_script(script: str, *args: str, timeout: float = 300) -> str:
+    """Run `benchmarks/<script> args...` from the repository; its stdout, once it exited 0
+    (the output's tails are the assertion's message otherwise)."""
+    r = subprocess.run([sys.executable, str(REPO / "benchmarks" / script), *args], cwd=REPO,
+                       capture_output=True, text=True, timeout=timeout)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    return r.stdout
+
+
 def run_quick(script: str, out: Path, *extra: str, timeout: float = 240) -> str:
     """Run `benchmarks/<script> --quick --output out`; returns the table, which must also
     have been printed."""
