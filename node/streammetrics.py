@@ -118,7 +118,17 @@ class StreamMetrics:
         self._plain.pop(key, None)
 
     def refresh(self) -> None:
-        """At scrape time: forget what is gone, then scan a bounded part of the key space."""
+        """At scrape time: forget what is gone, scan a bounded part of the key space, then
+        drop the histograms of streams no longer tracked (pushed out by a partition too)."""
+        self._scan()
+        data = self.server.db.data
+        if self.delivery:
+            for kg in [kg for kg in self.delivery if kg[0] not in self.tracked
+                       or kg[1] not in data[kg[0]].groups]:
+                del self.delivery[kg]
+
+    def _scan(self) -> None:
+        """Forget what is gone or over the cap, then look at the next SCAN_BUDGET keys."""
         data = self.server.db.data
         cap = self.server.config.metrics_max_streams
         for key in [k for k in self.tracked if type(data.get(k)) is not Stream
@@ -127,10 +137,6 @@ class StreamMetrics:
         while len(self.tracked) > cap:  # the cap was lowered (CONFIG SET): plain ones first
             self._forget(next(reversed(self._plain)) if self._plain
                          else next(reversed(self.tracked)))
-        if self.delivery:
-            for kg in [kg for kg in self.delivery if kg[0] not in self.tracked
-                       or kg[1] not in data[kg[0]].groups]:
-                del self.delivery[kg]
         if not data or not cap:
             self.untracked_partitions = self._refused = self._scan_pos = 0
             return
