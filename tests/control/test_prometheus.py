@@ -2,9 +2,10 @@
 
 `xshard up --prometheus` starts the cluster, writes targets.json and prometheus.yml and runs
 Debian's `prometheus` on them. The test makes lag (a group that is behind, a consumer that never
-acknowledges), then asks Prometheus's HTTP API: every dashboard query and recording rule returns
+acknowledges) on a plain stream and on a partitioned one (`xshard stream create`), then asks Prometheus's HTTP API: every dashboard query and recording rule returns
 series, every alert expression parses and every metric it selects has series, the lag equals
-XINFO GROUPS, the delivery histogram counts what was delivered, and NodeDown and StuckConsumer
+XINFO GROUPS, the delivery histogram counts what was delivered, the partitioned stream's
+recorded totals equal what the router answers for its name, and NodeDown and StuckConsumer
 turn true after a kill and a stall."""
 
 from __future__ import annotations
@@ -157,11 +158,13 @@ def _check(prom: Prom, state: Path, router_port: int) -> None:
     _check_partitioned(prom, r, pev)
 
     # StuckConsumer: its expression, with the 5-minute threshold lowered to 2 s, turns true
-    # for the group whose consumer never acknowledges, and only for it.
+    # for the groups whose consumer never acknowledges, and only for them: "stuck" on orders,
+    # and "pg" on the partitions of pev where its consumer holds entries.
     stuck = next(x for x in rules() if x.get("alert") == "StuckConsumer")["expr"]
     fast = re.sub(r">\s*300\b", "> 2", stuck)
     assert fast != stuck
-    wait_until(lambda: {s["metric"]["group"] for s in prom.query(fast)} == {"stuck"}, 30,
+    wait_until(lambda: {(s["metric"]["group"], s["metric"].get("logical_stream", ""))
+                        for s in prom.query(fast)} == {("stuck", ""), ("pg", "pev")}, 30,
                what="StuckConsumer true")
 
     # NodeDown: a node that does not answer its scrapes. It is frozen (SIGSTOP), not killed:
