@@ -247,7 +247,7 @@ async def status_rows(conn: EtcdConfig | str, cluster: str, node_password: str =
         tail.append("lag in seconds and consumer groups: start the nodes with --metrics-port")
     from control.streamctl import status_lines
 
-    tail += status_lines(v)
+    tail += await status_lines(v, NodeOps(node_password, timeout=2.0, tls=tls, user=node_user))
     return head, rows, tail
 
 

@@ -379,14 +379,57 @@ async def describe(ctx: Ctx, name: str) -> list[str]:
     return head + [format_table(rows)]
 
 
-def status_lines(v: View) -> list[str]:
-    """`xshard status`'s section: one line per partitioned stream (none: nothing)."""
+async def partition_lengths(o: Owners, keys: list[str]) -> dict[str, int | None]:
+    """XLEN of each key, asking each owner once for all of its keys (an error reply, such as a
+    moving slot's MOVED: that owner's keys one by one, following it); None for a key whose
+    owner has no live primary or does not answer."""
+    out: dict[str, int | None] = {}
+    by_node: dict[tuple[str, int], list[str]] = {}
+    for k in keys:
+        try:
+            by_node.setdefault(o.ops.addr(o.node_of(k)[1]), []).append(k)
+        except CliError:
+            out[k] = None
+
+    async def one(k: str) -> int | None:
+        try:
+            n = (await o.call(k, [["XLEN", k]]))[0]
+        except (CliError, ResponseError, OSError, TimeoutError):
+            return None
+        return n if isinstance(n, int) else None
+
+    async def node(addr: tuple[str, int], ks: list[str]) -> None:
+        try:
+            got = await call_all(*addr, [["XLEN", k] for k in ks], timeout=o.ops.timeout,
+                                 password=o.ops.password, ssl=o.ops.tls, user=o.ops.user)
+        except ResponseError:
+            got = await _each(ks, one)
+        except (OSError, TimeoutError):
+            got = [None] * len(ks)
+        out.update(zip(ks, (n if isinstance(n, int) else None for n in got), strict=True))
+
+    await asyncio.gather(*(node(a, ks) for a, ks in by_node.items()))
+    return out
+
+
+async def status_lines(v: View, ops: NodeOps) -> list[str]:
+    """`xshard status`'s section (no partitioned streams: nothing): one row per stream with
+    its partition count, how many shards own its partitions (from the slot map), its length
+    (the sum of its partitions' XLEN, `?` when some owner does not answer) and key field."""
     if not v.pstreams:
         return []
-    return ["partitioned streams: " + ", ".join(
-        f"{n} ({e.value.partitions}/{e.value.stride} partitions"
-        + (f", key field {e.value.key_field}" if e.value.key_field else "") + ")"
-        for n, e in sorted(v.pstreams.items()))]
+    slot_owner = owners(v.slots.value if v.slots else [])
+    lengths = await partition_lengths(Owners(v, ops),
+                                      [k for e in v.pstreams.values() for k in e.value.keys])
+    rows = [["NAME", "PARTITIONS", "SHARDS", "LENGTH", "KEY FIELD"]]
+    for name, e in sorted(v.pstreams.items()):
+        rec: PStreamRecord = e.value
+        shards = {slot_owner[key_slot(k.encode())] for k in rec.keys} - {None}
+        ns = [lengths.get(k) for k in rec.keys]
+        rows.append([name, str(rec.partitions), str(len(shards)),
+                     "?" if None in ns else str(sum(n for n in ns if n is not None)),
+                     rec.key_field or "-"])
+    return ["partitioned streams:", format_table(rows)]
 
 
 # --- argv -----------------------------------------------------------------------------------------

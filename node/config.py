@@ -313,9 +313,11 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("metrics-port", "int", 0, mutable=False, minimum=0, maximum=65535,
             help="serve /metrics, /healthz and /readyz over HTTP on this port (0: off)"),
     Setting("metrics-streams", "str", "*",
-            help="glob of the stream names that get per-stream metrics"),
+            help="glob of the stream names that get per-stream metrics (a partition "
+                 "key matches by its logical name)"),
     Setting("metrics-max-streams", "int", 1000, minimum=0, maximum=_LL,
-            help="most streams with per-stream metrics (each adds series per group)"),
+            help="most streams with per-stream metrics (each adds series per group); "
+                 "partition keys come first"),
     Setting("metrics-consumers", "bool", False,
             help="also export each consumer's idle time (one series per consumer)"),
     # Full syncs always go through a snapshot file (disk-based, like repl-diskless-sync no).

@@ -113,6 +113,11 @@ class NodeCollector:
         yield GaugeMetricFamily("xshard_metrics_tracked_streams", "Streams the per-stream "
                                 "families cover (at most metrics-max-streams).",
                                 value=len(self.streams.tracked))
+        yield GaugeMetricFamily("xshard_metrics_untracked_partitions", "Partition keys "
+                                "matching metrics-streams that the last full scan found no "
+                                "room for (the cap is full of partitions): raise "
+                                "metrics-max-streams.",
+                                value=self.streams.untracked_partitions)
 
     def _commands(self) -> Iterator[Metric]:
         calls = CounterMetricFamily("xshard_commands", "Commands run, by command (INFO "

@@ -6,6 +6,15 @@ scan of the key space (SCAN_BUDGET keys per scrape, resuming where the last one 
 first delivery to a group finds it while there is room; a deleted one leaves at the next scrape
 and makes room. A scrape reads each tracked stream's counters in O(groups), never its entries.
 
+Partition keys (`{TAG}NAME#p/S`, node/stream.py partition_of_key) carry two more labels,
+`logical_stream="NAME"` and `partition="p"`, so that rules can add a logical stream up over
+its partitions; plain streams carry neither. A partition key matches `metrics-streams` by its
+logical name, so a glob takes all of a logical stream's partitions or none, and partitions
+come first within the cap: one found while the cap is full takes the place of the plain
+stream admitted last. So a logical stream is only partly tracked on a node that holds more
+matching partitions than the cap, and then not silently: the scan keeps looking while the cap
+is full, and `untracked_partitions` is how many it had to refuse in its last full pass.
+
 The delivery histogram is observed as XREADGROUP delivers (`observe_delivery`, called by
 node/commands/reads.py), once per entry and group, from the entry ID's time.
 
@@ -25,39 +34,73 @@ from typing import TYPE_CHECKING
 
 from base.histogram import MsHistogram
 from node.patterns import stringmatch
-from node.stream import Stream
+from node.stream import Stream, partition_of_key
 
 if TYPE_CHECKING:
     from node.groups import ConsumerGroup
     from node.server import Server
 
-SCAN_BUDGET = 20000  # keys looked at per scrape while fewer streams than the cap are tracked
+SCAN_BUDGET = 20000  # keys looked at per scrape (only partition keys while the cap is full)
 MIN_TIME_ID_MS = 946684800000  # 2000-01-01: an ID below this is not a time (e.g. 1-1)
 _LAG_WALK_NODES = 256  # stream nodes walked to estimate a lag Redis reports as NULL
 CHUNK = 100  # streams written between two yields to the loop
 
 
+def logical_of(key: bytes) -> tuple[bytes, int] | None:
+    """(logical name, partition) of a partition key `{TAG}NAME#p/S`, else None."""
+    pp = partition_of_key(key)
+    if pp is None:
+        return None
+    return key[key.index(b"}") + 1:key.rindex(b"#")], pp[0]
+
+
+def stream_labels(key: bytes) -> str:
+    """The label pairs of a stream's series: `stream`, plus `logical_stream` and `partition`
+    for a partition key."""
+    lp = logical_of(key)
+    if lp is None:
+        return f'stream="{_label(key)}"'
+    return f'stream="{_label(key)}",logical_stream="{_label(lp[0])}",partition="{lp[1]}"'
+
+
 class StreamMetrics:
     """The tracked streams and their delivery histograms (see the module docstring)."""
 
-    __slots__ = ("server", "tracked", "delivery", "_scan_pos")
+    __slots__ = ("server", "tracked", "_plain", "delivery", "untracked_partitions",
+                 "_refused", "_scan_pos")
 
     def __init__(self, server: Server) -> None:
         self.server = server
-        self.tracked: dict[bytes, None] = {}  # insertion-ordered set of stream names
+        # Every tracked stream (insertion-ordered) with its series' label pairs; `_plain` the
+        # plain ones among them, in admission order (the last is the first to give way).
+        self.tracked: dict[bytes, str] = {}
+        self._plain: dict[bytes, None] = {}
         self.delivery: dict[tuple[bytes, bytes], MsHistogram] = {}
+        self.untracked_partitions = 0  # partition keys refused in the last full scan pass
+        self._refused = 0  # ... in the pass now under way
         self._scan_pos = 0
 
+    def matches(self, key: bytes) -> bool:
+        """Does `key` match metrics-streams (a partition key: by its logical name)?"""
+        pattern = self.server.config.metrics_streams.encode(errors="surrogateescape")
+        lp = logical_of(key)
+        return stringmatch(pattern, key if lp is None else lp[0])
+
     def admit(self, key: bytes) -> bool:
-        """Track `key` if its name matches and there is room."""
+        """Track `key` if its name matches and there is room; a partition key makes room by
+        pushing out the plain stream admitted last."""
         if key in self.tracked:
             return True
-        cfg = self.server.config
-        if len(self.tracked) >= cfg.metrics_max_streams:
+        cap = self.server.config.metrics_max_streams
+        part = partition_of_key(key) is not None
+        if len(self.tracked) >= cap and not (part and self._plain) or not self.matches(key):
             return False
-        if not stringmatch(cfg.metrics_streams.encode(errors="surrogateescape"), key):
-            return False
-        self.tracked[key] = None
+        if len(self.tracked) >= cap:
+            out = next(reversed(self._plain))
+            del self._plain[out], self.tracked[out]
+        self.tracked[key] = stream_labels(key)
+        if not part:
+            self._plain[key] = None
         return True
 
     def observe_delivery(self, key: bytes, group: bytes, sids: list[int], now_ms: int) -> None:
@@ -70,30 +113,44 @@ class StreamMetrics:
         h.observe_ms_many(now_ms - (sid >> 64) if now_ms > sid >> 64 else 0
                           for sid in sids if sid >> 64 >= MIN_TIME_ID_MS)
 
+    def _forget(self, key: bytes) -> None:
+        del self.tracked[key]
+        self._plain.pop(key, None)
+
     def refresh(self) -> None:
-        """At scrape time: forget what is gone, then scan a bounded part of the key space."""
+        """At scrape time: forget what is gone, scan a bounded part of the key space, then
+        drop the histograms of streams no longer tracked (pushed out by a partition too)."""
+        self._scan()
         data = self.server.db.data
-        cfg = self.server.config
-        for key in [k for k in self.tracked if type(data.get(k)) is not Stream
-                    or not stringmatch(cfg.metrics_streams.encode(errors="surrogateescape"), k)]:
-            del self.tracked[key]
-        over = len(self.tracked) - cfg.metrics_max_streams
-        if over > 0:  # the cap was lowered (CONFIG SET)
-            for key in list(islice(self.tracked, len(self.tracked) - over, None)):
-                del self.tracked[key]
         if self.delivery:
             for kg in [kg for kg in self.delivery if kg[0] not in self.tracked
                        or kg[1] not in data[kg[0]].groups]:
                 del self.delivery[kg]
-        if len(self.tracked) >= cfg.metrics_max_streams or not data:
+
+    def _scan(self) -> None:
+        """Forget what is gone or over the cap, then look at the next SCAN_BUDGET keys."""
+        data = self.server.db.data
+        cap = self.server.config.metrics_max_streams
+        for key in [k for k in self.tracked if type(data.get(k)) is not Stream
+                    or not self.matches(k)]:
+            self._forget(key)
+        while len(self.tracked) > cap:  # the cap was lowered (CONFIG SET): plain ones first
+            self._forget(next(reversed(self._plain)) if self._plain
+                         else next(reversed(self.tracked)))
+        if not data or not cap:
+            self.untracked_partitions = self._refused = self._scan_pos = 0
             return
-        pos = self._scan_pos if self._scan_pos < len(data) else 0
+        if self._scan_pos >= len(data):  # a full pass is over
+            self.untracked_partitions, self._refused, self._scan_pos = self._refused, 0, 0
+        pos = self._scan_pos
         keys = list(islice(data, pos, pos + SCAN_BUDGET))
         self._scan_pos = pos + len(keys)
         for key in keys:
+            if len(self.tracked) >= cap and key[:1] != b"{":
+                continue  # full: only a partition key may still get in (or be counted)
             if type(data[key]) is Stream and not self.admit(key) and (
-                    len(self.tracked) >= cfg.metrics_max_streams):
-                break
+                    partition_of_key(key) is not None and self.matches(key)):
+                self._refused += 1
 
 
 def estimated_lag(s: Stream, g: ConsumerGroup) -> int:
@@ -187,12 +244,14 @@ async def exposition(sm: StreamMetrics, openmetrics: bool) -> bytes:
             st = data.get(key)
             if type(st) is not Stream:
                 continue  # deleted while we yielded
-            sk = _label(key)
-            sl = f'{{stream="{sk}"}}'
+            sk = sm.tracked.get(key)
+            if sk is None:
+                continue  # pushed out or forgotten while we yielded
+            sl = "{" + sk + "}"
             length.append(f"xshard_stream_length{sl} {st.length}")
             added.append(f"xshard_stream_entries_added_total{sl} {st.entries_added}")
             for gname, g in st.groups.items():
-                gl = f'{{stream="{sk}",group="{_label(gname)}"}}'
+                gl = f'{{{sk},group="{_label(gname)}"}}'
                 n = g.lag(st)
                 if n is None:
                     n = estimated_lag(st, g)
@@ -208,7 +267,7 @@ async def exposition(sm: StreamMetrics, openmetrics: bool) -> bytes:
                                     f"{max(0, now_ms - c.seen_time) / 1000!r}")
     hist = lines["xshard_delivery_latency_seconds"]
     for (key, group), h in list(sm.delivery.items()):
-        gl = f'stream="{_label(key)}",group="{_label(group)}"'
+        gl = f'{sm.tracked.get(key) or stream_labels(key)},group="{_label(group)}"'
         for le, n in h.cumulative():
             hist.append(f'xshard_delivery_latency_seconds_bucket{{{gl},le="{le}"}} {n}')
         hist.append(f"xshard_delivery_latency_seconds_count{{{gl}}} {sum(h.counts)}")

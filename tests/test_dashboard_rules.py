@@ -20,10 +20,13 @@ RULE_TESTS = REPO / "tests/rules/xshard-rules.test.yml"
 
 ALERTS = {"NodeDown", "ShardWithoutPrimary", "ReplicaLagHigh", "ConsumerGroupLagGrowing",
           "StuckConsumer", "PersistenceErrors", "PrimaryFenced", "FailoverStorm",
-          "RouterUpstreamErrors"}
-VARIABLES = {"datasource", "cluster", "shard", "instance", "stream", "group"}
-# Grafana's own interval variables, allowed inside range selectors.
+          "RouterUpstreamErrors", "PartitionsUntracked"}
+VARIABLES = {"datasource", "cluster", "shard", "instance", "stream", "logical_stream", "group"}
+# Grafana's own interval variables, allowed inside range selectors, and what Grafana would put
+# in for them with a 1 s scrape interval.
 BUILTINS = {"__rate_interval", "__interval", "__range"}
+INTERVALS = {"__rate_interval": "15s", "__interval": "5s", "__range": "5m"}
+PSTREAM_ROW = "Partitioned streams"
 
 needs_promtool = pytest.mark.skipif(shutil.which("promtool") is None,
                                     reason="promtool (Debian package prometheus) is not installed")
@@ -39,6 +42,23 @@ def panels() -> list[dict]:
 
 def dashboard_exprs() -> list[str]:
     return [t["expr"] for p in panels() for t in p["targets"]]
+
+
+def grafana(expr: str) -> str:
+    """The query Grafana sends with every variable at All (.*)."""
+    for name, v in INTERVALS.items():
+        expr = expr.replace("$" + name, v)
+    out = re.sub(r"\$\{?(\w+)\}?", ".*", expr)
+    assert "$" not in out
+    return out
+
+
+def row_panels(title: str) -> list[dict]:
+    """The panels under the row named `title`, up to the next row."""
+    ps = dashboard()["panels"]
+    start = next(i for i, p in enumerate(ps) if p["type"] == "row" and p["title"] == title)
+    end = next((i for i in range(start + 1, len(ps)) if ps[i]["type"] == "row"), len(ps))
+    return ps[start + 1:end]
 
 
 def rules() -> list[dict]:
@@ -65,7 +85,7 @@ def check_variables(expr: str) -> list[str]:
     return problems
 
 
-def test_rules_have_the_nine_alerts_each_unit_tested() -> None:
+def test_rules_have_the_ten_alerts_each_unit_tested() -> None:
     alerts = {r["alert"] for r in rules() if "alert" in r}
     assert alerts == ALERTS
     tested = {t.get("alertname") for case in yaml.safe_load(RULE_TESTS.read_text())["tests"]
@@ -104,7 +124,8 @@ def test_dashboard_variables_and_panels() -> None:
                  "delivery latency p50, p99 and p99.9", "group lag", "lag growth",
                  "pending entries", "oldest pending age", "replica lag", "failovers",
                  "fenced", "aof fsync", "router upstream latency", "redirects", "memory",
-                 "blocked clients"):
+                 "blocked clients", "logical stream length", "logical stream write rate",
+                 "logical stream group lag", "logical stream pending", "partition skew"):
         assert want in titles, want
     for v in d["templating"]["list"]:
         if v["type"] == "query":
@@ -117,3 +138,62 @@ def test_variable_check_can_fail() -> None:
     assert check_variables('rate(x{shard=~"$cluster"}[$__rate_interval])')
     assert check_variables('x{cluster=~"$cluster"} offset $__range')
     assert check_variables('rate(x{cluster=~"$cluster"}[$__rate_interval])') == []
+
+
+def _records_named(expr: str) -> set[str]:
+    return set(re.findall(r"\b[a-z_]+:[a-z_]+:[a-z0-9_]+\b", expr))
+
+
+def test_partitioned_streams_row_reads_the_partitioned_stream_rules() -> None:
+    """The row's panels read the recording rules that count each partition once (never the
+    raw per-partition series, which every replica exports too), every rule they name exists,
+    each filters by the logical_stream variable, and every such rule is on some panel."""
+    ps = row_panels(PSTREAM_ROW)
+    assert len(ps) >= 5
+    records = {r["record"] for r in rules() if "record" in r}
+    shown: set[str] = set()
+    for p in ps:
+        for t in p["targets"]:
+            names = _records_named(t["expr"])
+            assert names and names <= records, (p["title"], t["expr"], names - records)
+            assert 'logical_stream=~"$logical_stream"' in t["expr"], p["title"]
+            assert not re.search(r"\bxshard_\w+\s*[{\[(]", t["expr"]), p["title"]
+            shown |= names
+    assert {r for r in records if "logical_stream" in r.split(":")[0]} == shown
+    var = next(v for v in dashboard()["templating"]["list"] if v["name"] == "logical_stream")
+    assert 'logical_stream!=""' in var["query"]["query"] and var["allValue"] == ".+"
+
+
+def test_partitioned_stream_rules_count_each_partition_once() -> None:
+    """Every partitioned-stream rule over raw series first takes one value per partition
+    (max by ... partition), selects only partition keys, and keeps cluster."""
+    for r in rules():
+        name = r.get("record", "")
+        if "logical_stream" not in name.split(":")[0]:
+            continue
+        assert "cluster" in r["expr"], name
+        raw = re.findall(r"\bxshard_\w+\b(?=\s*[{\[])", r["expr"])
+        if raw:
+            assert all(f"{m}{{logical_stream!=\"\"}}" in r["expr"] for m in raw), name
+            assert "xshard_delivery_latency" in r["expr"] or re.search(
+                r"max by \(cluster, logical_stream, partition", r["expr"]), name
+        else:
+            assert _records_named(r["expr"]), name
+
+
+@needs_promtool
+def test_promtool_parses_every_dashboard_query(tmp_path: Path) -> None:
+    """Each query as Grafana sends it parses as PromQL (promtool checks a rules file of them)."""
+    exprs = [grafana(e) for e in dashboard_exprs()]
+    exprs += [grafana(v["query"]["query"].removeprefix("label_values(").rsplit(",", 1)[0])
+              for v in dashboard()["templating"]["list"] if v["type"] == "query"]
+    f = tmp_path / "dashboard-queries.yml"
+    f.write_text(yaml.safe_dump({"groups": [{"name": "dashboard", "rules": [
+        {"record": f"dashboard:query:{i}", "expr": e} for i, e in enumerate(exprs)]}]}))
+    p = subprocess.run(["promtool", "check", "rules", str(f)], capture_output=True, text=True,
+                       timeout=60)
+    assert p.returncode == 0, p.stdout + p.stderr
+    f.write_text(yaml.safe_dump({"groups": [{"name": "bad", "rules": [
+        {"record": "dashboard:query:bad", "expr": "sum by (x (y)"}]}]}))
+    assert subprocess.run(["promtool", "check", "rules", str(f)], capture_output=True,
+                          timeout=60).returncode != 0

@@ -2,9 +2,10 @@
 
 `xshard up --prometheus` starts the cluster, writes targets.json and prometheus.yml and runs
 Debian's `prometheus` on them. The test makes lag (a group that is behind, a consumer that never
-acknowledges), then asks Prometheus's HTTP API: every dashboard query and recording rule returns
+acknowledges) on a plain stream and on a partitioned one (`xshard stream create`), then asks Prometheus's HTTP API: every dashboard query and recording rule returns
 series, every alert expression parses and every metric it selects has series, the lag equals
-XINFO GROUPS, the delivery histogram counts what was delivered, and NodeDown and StuckConsumer
+XINFO GROUPS, the delivery histogram counts what was delivered, the partitioned stream's
+recorded totals equal what the router answers for its name, and NodeDown and StuckConsumer
 turn true after a kill and a stall."""
 
 from __future__ import annotations
@@ -22,30 +23,18 @@ from pathlib import Path
 import pytest
 import redis
 
+from base.store import read_view
 from control.ports import free_block
-from tests.control.test_up import READY, Up
+from tests.control.test_up import READY, Up, xshard
 from tests.support.procs import wait_until
 from tests.support.scrape import fetch, promtool_check
-from tests.test_dashboard_rules import BUILTINS, dashboard, dashboard_exprs, rules
+from tests.test_dashboard_rules import BUILTINS, dashboard, dashboard_exprs, grafana, rules
 
 pytestmark = [
     pytest.mark.etcd, pytest.mark.slow,
     pytest.mark.skipif(shutil.which("prometheus") is None or shutil.which("promtool") is None,
                        reason="prometheus/promtool (Debian package prometheus) not installed"),
 ]
-
-# What Grafana would put in for its interval variables with a 1 s scrape interval.
-INTERVALS = {"__rate_interval": "15s", "__interval": "5s", "__range": "5m"}
-
-
-def _grafana(expr: str) -> str:
-    """The query Grafana sends with every variable at All (.*)."""
-    for name, v in INTERVALS.items():
-        expr = expr.replace("$" + name, v)
-    out = re.sub(r"\$\{?(\w+)\}?", ".*", expr)
-    assert "$" not in out
-    return out
-
 
 class Prom:
     def __init__(self, url: str) -> None:
@@ -120,13 +109,14 @@ def _check(prom: Prom, state: Path, router_port: int) -> None:
         return len(active) == len(targets) and all(t["health"] == "up" for t in active)
 
     wait_until(all_up, 60, what="every target up in Prometheus")
+    pev = _partitioned_stream(state, r, prom)
     # Every process's exposition passes promtool.
     for t in targets:
         port = int(t["targets"][0].rsplit(":", 1)[1])
         assert promtool_check(fetch(port)) == "", t["labels"]
 
     # Every dashboard query returns series (rates need a few scrapes first).
-    exprs = [_grafana(e) for e in dashboard_exprs()]
+    exprs = [grafana(e) for e in dashboard_exprs()]
     wait_until(lambda: all(prom.query(e) for e in exprs), 60,
                what="every dashboard query to return series: " + "; ".join(
                    e for e in exprs if not prom.query(e)))
@@ -134,7 +124,7 @@ def _check(prom: Prom, state: Path, router_port: int) -> None:
         if v["type"] == "query":  # label_values(metric{...}, label) has values
             metric, label = re.match(r"label_values\((.*), (\w+)\)$", v["query"]["query"]
                                      ).groups()
-            vals = prom.api("label/" + label + "/values", **{"match[]": _grafana(metric)})
+            vals = prom.api("label/" + label + "/values", **{"match[]": grafana(metric)})
             assert vals["status"] == "success" and vals["data"], v["name"]
 
     # Recording rules return series; alert expressions parse and select live metrics.
@@ -165,13 +155,16 @@ def _check(prom: Prom, state: Path, router_port: int) -> None:
 
     wait_until(lambda: delivered("behind") == 10 and delivered("stuck") == 5, 30,
                what="delivery counts")
+    _check_partitioned(prom, r, pev)
 
     # StuckConsumer: its expression, with the 5-minute threshold lowered to 2 s, turns true
-    # for the group whose consumer never acknowledges, and only for it.
+    # for the groups whose consumer never acknowledges, and only for them: "stuck" on orders,
+    # and "pg" on the partitions of pev where its consumer holds entries.
     stuck = next(x for x in rules() if x.get("alert") == "StuckConsumer")["expr"]
     fast = re.sub(r">\s*300\b", "> 2", stuck)
     assert fast != stuck
-    wait_until(lambda: {s["metric"]["group"] for s in prom.query(fast)} == {"stuck"}, 30,
+    wait_until(lambda: {(s["metric"]["group"], s["metric"].get("logical_stream", ""))
+                        for s in prom.query(fast)} == {("stuck", ""), ("pg", "pev")}, 30,
                what="StuckConsumer true")
 
     # NodeDown: a node that does not answer its scrapes. It is frozen (SIGSTOP), not killed:
@@ -191,6 +184,70 @@ def _check(prom: Prom, state: Path, router_port: int) -> None:
                    step="0.5")["data"]["result"]
     assert {s["metric"]["node"] for s in res} == {"s1n1"}
     wait_until(lambda: not prom.query(node_down), 30, what="NodeDown false once it answers")
+
+
+def _partitioned_stream(state: Path, r: redis.Redis, prom: Prom) -> list[str]:
+    """Logical stream "pev": 4 partitions over the 2 shards, key field "user" with one user
+    taking most entries (a skew), group "pg" that read 12 entries and acknowledged 4. Its
+    partition keys. Writes and reads come after Prometheus has the series, so that the rates
+    over them are not 0."""
+    made = xshard("stream", "create", "pev", "--partitions", "4", "--key-field", "user",
+                  cwd=state.parent)
+    assert made.returncode == 0, made.stdout + made.stderr
+    url = (state / "etcd.url").read_text().strip()
+    keys = read_view(url, "promtest").pstreams["pev"].value.keys
+    wait_until(lambda: r.type("pev") == b"stream", 20, what="the router resolves pev")
+    r.xgroup_create("pev", "pg", id="0")
+    r.xadd("pev", {"user": "u0", "i": 0})
+    assert len(r.xreadgroup("pg", "c", {"pev": ">"}, count=1)[0][1]) == 1
+    wait_until(lambda: len(prom.query('xshard_stream_entries_added_total{logical_stream="pev"}'))
+               == 8 and prom.query('xshard_delivery_latency_seconds_count{logical_stream="pev"}'),
+               30, what="Prometheus has pev's partitions, on primaries and replicas")
+    for i in range(30):
+        r.xadd("pev", {"user": "hot", "i": i})
+    for u in range(9):
+        for i in range(2 if u else 1):
+            r.xadd("pev", {"user": f"u{u}", "i": i})
+    got = [e[0] for _, es in r.xreadgroup("pg", "c", {"pev": ">"}, count=11) for e in es]
+    assert len(got) == 11
+    assert r.xack("pev", "pg", *got[:4]) == 4
+    return keys
+
+
+def _check_partitioned(prom: Prom, r: redis.Redis, keys: list[str]) -> None:
+    """The logical stream's totals in Prometheus equal what the router answers for the logical
+    name, each partition counted once though its replica exports it too."""
+    lens = [r.xlen(k) for k in keys]  # a partition key is a plain key to the router
+    assert sum(lens) == r.xlen("pev") == 48 and max(lens) >= 30
+    group = next(g for g in r.xinfo_groups("pev") if g["name"] == b"pg")
+    assert (group["lag"], group["pending"]) == (36, 8)
+
+    def one(expr: str) -> float | None:
+        res = prom.query(expr)
+        return float(res[0]["value"][1]) if len(res) == 1 else None
+
+    sel = '{cluster="promtest", logical_stream="pev"}'
+    gsel = '{cluster="promtest", logical_stream="pev", group="pg"}'
+    want = {
+        f"cluster_logical_stream:xshard_stream_partitions:count{sel}": 4,
+        f"cluster_logical_stream:xshard_stream_length:sum{sel}": 48,
+        f"cluster_logical_stream_group:xshard_stream_group_lag:sum{gsel}": 36,
+        f"cluster_logical_stream_group:xshard_stream_group_pending:sum{gsel}": 8,
+        f"cluster_logical_stream:xshard_stream_length:skew{sel}": round(max(lens) / 12, 6),
+    }
+    wait_until(lambda: all(round(one(e) or -1, 6) == v for e, v in want.items()), 30,
+               what="the logical stream's totals: " + "; ".join(
+                   f"{e} = {one(e)}, not {v}" for e, v in want.items()
+                   if round(one(e) or -1, 6) != v))
+    # The raw series of one partition come from its primary and its replica: twice.
+    assert len(prom.query(f'xshard_stream_length{{stream="{keys[0]}", '
+                          'logical_stream="pev", partition="0"}')) == 2
+    for e in ("cluster_logical_stream:xshard_stream_entries_added:rate5m",
+              "cluster_logical_stream:xshard_stream_entries_added:skew5m"):
+        assert (one(e + sel) or 0) > (1 if "skew" in e else 0), e
+    assert one("cluster_logical_stream_group:xshard_delivery_latency_seconds:p99_5m"
+               + gsel) is not None
+    assert one('sum(xshard_metrics_untracked_partitions{cluster="promtest"})') == 0
 
 
 def _pid_of(target: dict) -> int:

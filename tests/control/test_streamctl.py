@@ -7,6 +7,7 @@ afterwards, read directly: the record, the partition streams on their owners, th
 
 from __future__ import annotations
 
+import signal
 from collections.abc import Iterator
 
 import pytest
@@ -17,6 +18,7 @@ from control.streamctl import gap_tags, partition_key, spread_tags
 from node.slots import key_slot
 from node.stream import partition_of_key
 from tests.support.cluster import Cluster, run_cli, start_cluster
+from tests.support.procs import wait_until
 
 
 @pytest.fixture(scope="module")
@@ -54,6 +56,16 @@ def owner(c: Cluster, key: str) -> redis.Redis:
 def record(c: Cluster, name: str):  # noqa: ANN201 - PStreamRecord | None
     e = c.view().pstreams.get(name)
     return e.value if e else None
+
+
+def status_row(cl: Cluster, name: str) -> list[str]:
+    """The row of `name` in `xshard status`'s table of partitioned streams."""
+    st = run_cli("status", "--etcd", cl.url or "", "--cluster", cl.name)
+    assert st.returncode == 0 and st.stderr == "", st
+    lines = st.stdout.splitlines()
+    at = lines.index("partitioned streams:")
+    assert lines[at + 1].split() == ["NAME", "PARTITIONS", "SHARDS", "LENGTH", "KEY", "FIELD"]
+    return next(line.split() for line in lines[at + 2:] if line.split()[:1] == [name])
 
 
 def _slot(tag: str) -> int:
@@ -110,9 +122,7 @@ def test_create_spreads_empty_partitions(cl: Cluster) -> None:
     assert desc.splitlines()[0] == "events: 12 partitions, stride 64"
     row5 = next(line.split() for line in desc.splitlines() if line.split()[:2] == ["5", k5])
     assert row5[2:5] == [str(key_slot(k5.encode())), str(cl.shard_of(k5)), "1"]
-    st = run_cli("status", "--etcd", cl.url or "", "--cluster", cl.name)
-    assert st.returncode == 0 and "partitioned streams: " in st.stdout
-    assert "events (12/64 partitions)" in st.stdout
+    assert status_row(cl, "events") == ["events", "12", "3", "1", "-"]
 
 
 def test_create_options_and_refusals(cl: Cluster) -> None:
@@ -204,3 +214,31 @@ def test_delete_removes_the_record_and_the_keys(cl: Cluster) -> None:
     ok(cl, "stream", "create", "tmp", "--partitions", "4")
     assert record(cl, "tmp").keys == keys
     assert all(owner(cl, k).xlen(k) == 0 for k in keys)
+
+
+def test_status_table_sums_the_partitions_and_shows_a_silent_node(cl: Cluster) -> None:
+    """Last in the module: it freezes a primary for a moment."""
+    ok(cl, "stream", "create", "tally", "--partitions", "5", "--key-field", "user",
+       "--max-partitions", "8")
+    ok(cl, "stream", "create", "solo", "--partitions", "1")
+    keys = record(cl, "tally").keys
+    for p, k in enumerate(keys):
+        for i in range(p + 2):
+            owner(cl, k).xadd(k, {"user": "u", "i": i})
+    solo = record(cl, "solo").keys[0]
+    owner(cl, solo).xadd(solo, {"a": 1})
+    shards = {cl.shard_of(k) for k in keys}
+    assert status_row(cl, "tally") == ["tally", "5", str(len(shards)), "20", "user"]
+    assert status_row(cl, "solo") == ["solo", "1", "1", "1", "-"]
+    # A primary that does not answer: the streams with a partition there show `?`, the others
+    # their length, and status does not fail.
+    frozen = cl.shard_of(solo)
+    node = cl.primary(frozen)
+    node.proc.signal(signal.SIGSTOP)
+    try:
+        assert status_row(cl, "solo")[3] == "?"
+        want = "?" if frozen in shards else "20"
+        assert status_row(cl, "tally")[3] == want
+    finally:
+        node.proc.signal(signal.SIGCONT)
+    wait_until(lambda: status_row(cl, "solo")[3] == "1", 20, what="the node answers again")

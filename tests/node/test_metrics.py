@@ -11,6 +11,7 @@ from prometheus_client.openmetrics.parser import (
     text_string_to_metric_families as openmetrics_families,
 )
 
+from node.streammetrics import logical_of
 from tests.support.procs import free_port, wait_until
 from tests.support.scrape import fetch, get, promtool_check, samples, value
 
@@ -219,3 +220,69 @@ def test_promtool_check_metrics(xnode) -> None:
     r.xreadgroup("g", "c", {"s": ">"})
 
     assert promtool_check(fetch(port)) == ""
+
+
+def test_partition_keys_carry_their_logical_stream(xnode) -> None:
+    n, port = _metrics_node(xnode, "--metrics-consumers", "yes")
+    r = n.client()
+    parts = [f"{{t{p}}}ev#{p}/8" for p in range(3)]
+    for p, k in enumerate(parts):
+        for i in range(p + 1):
+            r.xadd(k, {"i": i})
+        r.xgroup_create(k, "g", id="0")
+        r.xreadgroup("g", "c", {k: ">"}, count=1)
+    r.xadd("plain", {"a": 1})
+    r.xadd("{t9}lookalike#08/8", {"a": 1})  # a leading zero: a plain key
+    text = fetch(port)
+    for name in ("xshard_stream_length", "xshard_stream_entries_added_total"):
+        got = {dict(k)["stream"]: dict(k) for k in samples(text, name)}
+        for p, k in enumerate(parts):
+            assert got[k] == {"stream": k, "logical_stream": "ev", "partition": str(p)}, name
+        assert got["plain"] == {"stream": "plain"}
+        assert got["{t9}lookalike#08/8"] == {"stream": "{t9}lookalike#08/8"}
+    for p, k in enumerate(parts):
+        labels = dict(stream=k, logical_stream="ev", partition=str(p), group="g")
+        assert value(text, "xshard_stream_length", stream=k) == p + 1
+        assert value(text, "xshard_stream_group_lag", **labels) == p
+        assert value(text, "xshard_stream_group_pending", **labels) == 1
+        assert value(text, "xshard_stream_group_oldest_pending_age_seconds", **labels) >= 0
+        assert value(text, "xshard_stream_group_consumer_idle_seconds", consumer="c",
+                     **labels) >= 0
+        assert value(text, "xshard_delivery_latency_seconds_count", **labels) == 1
+    assert value(text, "xshard_metrics_untracked_partitions") == 0
+    if shutil.which("promtool"):
+        assert promtool_check(text) == ""
+
+
+def test_partitions_come_first_within_the_cap(xnode) -> None:
+    """A glob matches a partition key by its logical name; partitions push plain streams out
+    of a full cap, and those that find no room at all are counted, not silently dropped."""
+    n, port = _metrics_node(xnode, "--metrics-max-streams", "4")
+    r = n.client()
+    for i in range(6):
+        r.xadd(f"plain{i}", {"a": 1})
+    assert len(samples(fetch(port), "xshard_stream_length")) == 4  # full of plain streams
+    parts = [f"{{p{p}}}ev#{p}/64" for p in range(3)]
+    for k in parts:
+        r.xadd(k, {"a": 1})
+
+    def streams() -> set[str]:
+        return {dict(k)["stream"] for k in samples(fetch(port), "xshard_stream_length")}
+
+    wait_until(lambda: set(parts) <= streams(), 10, what="the partitions tracked")
+    assert len(streams()) == 4 and value(fetch(port), "xshard_metrics_tracked_streams") == 4
+    # More matching partitions than the cap: 4 tracked, the others counted as untracked.
+    more = [f"{{q{p}}}ev#{p}/64" for p in range(3, 6)]
+    for k in more:
+        r.xadd(k, {"a": 1})
+    wait_until(lambda: value(fetch(port), "xshard_metrics_untracked_partitions") == 2, 10,
+               what="the partitions without room counted")
+    assert all(logical_of(s.encode()) for s in streams())
+    # The glob is matched against the logical name: "ev" takes every partition or none.
+    r.config_set("metrics-streams", "e?")
+    wait_until(lambda: len(streams()) == 4 and all(s not in streams() for s in
+                                                   ("plain0", "plain1")), 10, what="e? kept")
+    r.config_set("metrics-streams", "plain*")
+    wait_until(lambda: streams() and all(s.startswith("plain") for s in streams()), 10,
+               what="partitions of ev left, plain streams back")
+    assert value(fetch(port), "xshard_metrics_untracked_partitions") == 0
