@@ -64,8 +64,8 @@ def expand(keys: list[bytes], patterns: list[str], records: Records) -> list[Sou
         elif k not in records:
             out[k] = Source(k, k)
     for n in names:
-        for p, k in enumerate(records[n].keys):
-            out[k.encode()] = Source(k.encode(), n, p)
+        for p, pk in enumerate(records[n].keys):
+            out[pk.encode()] = Source(pk.encode(), n, p)
     return [out[k] for k in sorted(out)]
 
 

@@ -16,7 +16,10 @@ always holds the exact ID. Such IDs exist only when written explicitly (the cloc
 Pushed `ms` filters select exactly the rows Spark's signed comparison would: `ms < 10` also
 matches the wrapped IDs.
 
-Streaming: offsets are {stream: last-id}. latestOffset re-resolves the globs (new streams start
+A partitioned stream's logical name (records read from etcd, pipeline/pstreams.py) stands for
+its partitions: each is read as a stream of its own, its rows carrying the logical name.
+
+Streaming: offsets are {stream key: last-id} (a partition key for each partition). latestOffset re-resolves the globs (new streams start
 from their first entry) and asks every shard for its streams' last IDs in one pipeline. With
 maxEntriesPerTrigger (or Spark 4.2's ReadMaxRows) each stream with new entries gets an equal
 share of the limit. With `group`, commit moves that consumer group's last-delivered ID to the

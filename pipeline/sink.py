@@ -165,12 +165,11 @@ def _partition_key(rec: PStreamRecord, name: bytes, ident: Any, flat: list[bytes
     if rec.key_field is not None:
         kf = rec.key_field.encode()
         value = next((flat[j + 1] for j in range(0, len(flat), 2) if flat[j] == kf), None)
-    p = rec.choose(value)
-    if p is None:
-        p = spread.get(name, 0)
-        spread[name] = p + 1
-        p %= rec.partitions
-    return rec.keys[p].encode()
+    chosen = rec.choose(value)
+    if chosen is None:
+        chosen = spread.get(name, 0) % rec.partitions
+        spread[name] = chosen + 1
+    return rec.keys[chosen].encode()
 
 
 def _configure(key: bytes, producer: str, opts: Options) -> list[list[bytes]]:
