@@ -20,6 +20,7 @@ from base.records import PStreamRecord
 from pipeline.pstreams import Source, expand
 from tests.conftest import NodeHandle
 from tests.pipeline.conftest import started
+from tests.pipeline.test_stream import group_follows
 from tests.support.cluster import Cluster, run_cli
 from tests.support.procs import wait_until
 
@@ -186,11 +187,7 @@ def test_stream_resumes_each_partition_and_picks_up_new_ones(  # noqa: PLR0915
                    what="the last entries")
     finally:
         q.stop()
-    for k, top in tops.items():
-        g = {x["name"]: x for x in c.xinfo_groups(k)}[b"pipe"]
-        cur = g["last-delivered-id"]
-        assert cur in (top, c.xrevrange(k, count=1)[0][0]), (k, cur, top)
-        assert g["pending"] == 0
+    group_follows(c, tops, "pipe")  # in every partition
     g = {x["name"]: x for x in r.xinfo_groups("sev")}[b"pipe"]
     assert g["pending"] == 0 and g["lag"] <= 8
     c.close()
