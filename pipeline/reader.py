@@ -19,7 +19,8 @@ matches the wrapped IDs.
 A partitioned stream's logical name (records read from etcd, pipeline/pstreams.py) stands for
 its partitions: each is read as a stream of its own, its rows carrying the logical name.
 
-Streaming: offsets are {stream key: last-id} (a partition key for each partition). latestOffset re-resolves the globs (new streams start
+Streaming: offsets are {stream key: last-id} (a partition key for each partition).
+latestOffset re-resolves the globs and the records (new streams and new partitions start
 from their first entry) and asks every shard for its streams' last IDs in one pipeline. With
 maxEntriesPerTrigger (or Spark 4.2's ReadMaxRows) each stream with new entries gets an equal
 share of the limit. With `group`, commit moves that consumer group's last-delivered ID to the
