@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import logging
+import zlib
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
@@ -119,8 +120,25 @@ class PStreamRecord:
         """The partition that made an ID with this sequence number."""
         return seq % self.stride
 
+    def choose(self, key_value: bytes | None, producer: bytes | None = None) -> int | None:
+        """The partition of an XADD without an explicit ID (see `choose_partition`)."""
+        return choose_partition(self.partitions, key_value, producer)
+
     def as_dict(self) -> dict[str, Any]:
         return json.loads(self.encode())
+
+
+def choose_partition(n: int, key_value: bytes | None, producer: bytes | None = None
+                     ) -> int | None:
+    """Which of n partitions an XADD goes to: the key field's value, else the IDMP producer
+    id, by crc32 mod n, so one value's (or one producer's) entries stay in one partition;
+    None when neither is given (the writer spreads those). Routers and the Spark sink both
+    choose with this, so their entries of one key value share a partition."""
+    if key_value is not None:
+        return zlib.crc32(key_value) % n
+    if producer is not None:
+        return zlib.crc32(producer) % n
+    return None
 
 
 @dataclass

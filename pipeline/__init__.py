@@ -40,8 +40,10 @@ class XShardDataSource(DataSource):
         return "xshard"
 
     def schema(self) -> str:
-        binary = self.options.get("binary", "false").lower() in ("true", "1", "yes")
-        return schema(binary)
+        def on(name: str) -> bool:
+            return self.options.get(name, "false").lower() in ("true", "1", "yes")
+
+        return schema(on("binary"), on("partitionColumn"))
 
     def reader(self, schema: Any) -> XShardBatchReader:
         opts = _options.parse(self.options, write=False)

@@ -1,8 +1,9 @@
 """The options of the `xshard` data source, checked once with one clear error each.
 
 Reads: url, streams, startingOffsets, endingOffsets (batch), maxEntriesPerTrigger,
-readFromReplicas, group, count, binary, splitEntries, retryTimeoutMs.
+readFromReplicas, group, count, binary, splitEntries, retryTimeoutMs, partitionColumn.
 Writes: url, binary, writeId (batch), idmpDuration, idmpMaxsize, retryTimeoutMs.
+Both: etcd, cluster, etcdUser, etcdPassword (where the partitioned streams' records are).
 Spark passes a few options of its own (path, checkpointLocation, ...); they are ignored.
 """
 
@@ -12,12 +13,15 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from base.etcdconn import ConfigError, EtcdConfig, default_cluster
 from pipeline.cluster import XShardError, parse_id, parse_url
 
+ETCD_OPTIONS = {"etcd", "cluster", "etcduser", "etcdpassword"}
 READ_OPTIONS = {"url", "streams", "startingoffsets", "endingoffsets", "maxentriespertrigger",
                 "readfromreplicas", "group", "count", "binary", "splitentries",
-                "retrytimeoutms"}
-WRITE_OPTIONS = {"url", "binary", "writeid", "idmpduration", "idmpmaxsize", "retrytimeoutms"}
+                "retrytimeoutms", "partitioncolumn"} | ETCD_OPTIONS
+WRITE_OPTIONS = {"url", "binary", "writeid", "idmpduration", "idmpmaxsize",
+                 "retrytimeoutms"} | ETCD_OPTIONS
 SPARK_OPTIONS = {"path", "paths", "checkpointlocation", "queryname", "__partition_columns"}
 
 
@@ -37,6 +41,9 @@ class Options:
     write_id: str | None = None
     idmp_duration: int = 86400
     idmp_maxsize: int = 10000
+    partition_column: bool = False
+    etcd: EtcdConfig | None = None  # None: every name is a plain stream key
+    cluster: str = "xshard"
 
 
 def _bool(name: str, v: str) -> bool:
@@ -80,6 +87,22 @@ def _offsets(name: str, v: str, words: tuple[str, ...]) -> str | dict[str, int]:
     return out
 
 
+def _etcd(o: Options, given: dict[str, str]) -> None:
+    """etcd (and cluster, etcdUser, etcdPassword): where the partitioned streams' records are
+    read, as `xshard stream` reads them. Without etcd, every name is a plain stream key."""
+    o.cluster = given.get("cluster") or default_cluster()
+    if not given.get("etcd"):
+        extra = sorted(k for k in ("etcduser", "etcdpassword") if k in given)
+        if extra:
+            raise XShardError(f"option(s) {', '.join(extra)} need option etcd")
+        return
+    try:
+        o.etcd = EtcdConfig.parse(given["etcd"], given.get("etcduser", ""),
+                                  given.get("etcdpassword", ""))
+    except ConfigError as e:
+        raise XShardError(f"option etcd: {e}") from None
+
+
 def parse(opts: Mapping[str, str], write: bool) -> Options:
     """Check every option; unknown ones are an error that names them."""
     given = {k.lower(): v for k, v in opts.items()}
@@ -97,6 +120,7 @@ def parse(opts: Mapping[str, str], write: bool) -> Options:
         o.binary = _bool("binary", given["binary"])
     if "retrytimeoutms" in given:
         o.retry_timeout = _int("retryTimeoutMs", given["retrytimeoutms"], 0) / 1000
+    _etcd(o, given)
     if write:
         o.write_id = given.get("writeid") or None
         if "idmpduration" in given:
@@ -119,6 +143,8 @@ def parse(opts: Mapping[str, str], write: bool) -> Options:
     o.group = given.get("group") or None
     if "count" in given:
         o.count = _int("count", given["count"], 1, 1_000_000)
+    if "partitioncolumn" in given:
+        o.partition_column = _bool("partitionColumn", given["partitioncolumn"])
     if "splitentries" in given:
         o.split_entries = _int("splitEntries", given["splitentries"], 1)
     return o

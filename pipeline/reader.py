@@ -16,7 +16,11 @@ always holds the exact ID. Such IDs exist only when written explicitly (the cloc
 Pushed `ms` filters select exactly the rows Spark's signed comparison would: `ms < 10` also
 matches the wrapped IDs.
 
-Streaming: offsets are {stream: last-id}. latestOffset re-resolves the globs (new streams start
+A partitioned stream's logical name (records read from etcd, pipeline/pstreams.py) stands for
+its partitions: each is read as a stream of its own, its rows carrying the logical name.
+
+Streaming: offsets are {stream key: last-id} (a partition key for each partition).
+latestOffset re-resolves the globs and the records (new streams and new partitions start
 from their first entry) and asks every shard for its streams' last IDs in one pipeline. With
 maxEntriesPerTrigger (or Spark 4.2's ReadMaxRows) each stream with new entries gets an equal
 share of the limit. With `group`, commit moves that consumer group's last-delivered ID to the
@@ -48,15 +52,18 @@ from pyspark.sql.datasource import (
 
 from pipeline.cluster import SEQ_MAX, Topology, XShardError, format_id, parse_id
 from pipeline.options import Options
+from pipeline.pstreams import Records, Source, expand, load, named
 
 _GLOB = set("*?[")
 _ENTRIES_READ_CAP = 100_000  # entries counted past a commit offset to compute ENTRIESREAD
 
 
-def schema(binary: bool) -> str:
+def schema(binary: bool, partition: bool = False) -> str:
+    """The rows' schema; partitionColumn adds `partition INT` (null for a plain stream)."""
+    extra = ", partition INT" if partition else ""
     if binary:
-        return "stream BINARY, id STRING, ms LONG, seq LONG, fields MAP<BINARY,BINARY>"
-    return "stream STRING, id STRING, ms LONG, seq LONG, fields MAP<STRING,STRING>"
+        return "stream BINARY, id STRING, ms LONG, seq LONG, fields MAP<BINARY,BINARY>" + extra
+    return "stream STRING, id STRING, ms LONG, seq LONG, fields MAP<STRING,STRING>" + extra
 
 
 def name_of(key: bytes) -> str:
@@ -79,20 +86,38 @@ def resolve(topo: Topology, patterns: list[str], replicas: bool = False) -> list
     return sorted(keys)
 
 
+def sources(topo: Topology, opts: Options, records: Records) -> list[Source]:
+    """The stream keys to read: `resolve`, with logical names as their partitions."""
+    return expand(resolve(topo, opts.streams, opts.from_replicas), opts.streams, records)
+
+
+def _given(offsets: dict[str, int], src: Source) -> int | None:
+    """An offset given for this key, else for its logical stream (then for every partition)."""
+    for n in (name_of(src.key), name_of(src.name)):
+        if n in offsets:
+            return offsets[n]
+    return None
+
+
 @dataclass
 class Range(InputPartition):
-    """One stream's entries with lo <= ID <= hi (or only the IDs in `points`)."""
+    """One stream's entries with lo <= ID <= hi (or only the IDs in `points`); rows carry
+    `name` (a partition's logical name) and `partition` (its index, None for a plain stream)."""
 
     stream: bytes
     lo: int
     hi: int
     pick: int = 0  # which replica, with readFromReplicas
     points: tuple[int, ...] | None = None
+    name: bytes = b""
+    partition: int | None = None
 
     def __init__(self, stream: bytes, lo: int, hi: int, pick: int = 0,
-                 points: tuple[int, ...] | None = None) -> None:
+                 points: tuple[int, ...] | None = None, src: Source | None = None) -> None:
         super().__init__(None)
         self.stream, self.lo, self.hi, self.pick, self.points = stream, lo, hi, pick, points
+        self.name = src.name if src is not None else stream
+        self.partition = src.partition if src is not None else None
 
 
 # -- reading one range --------------------------------------------------------------------------
@@ -125,8 +150,10 @@ def _column(values: list[bytes], binary: bool) -> pa.Array:
         return pa.array([v.decode("utf-8", "replace") for v in values], pa.string())
 
 
-def to_arrow(stream: bytes, page: list[Any], binary: bool) -> pa.RecordBatch:
-    """A page of XRANGE ([id, [f, v, ...]] ...) as a record batch of the source's schema."""
+def to_arrow(stream: bytes, page: list[Any], binary: bool, partition: int | None = None,
+             with_partition: bool = False) -> pa.RecordBatch:
+    """A page of XRANGE ([id, [f, v, ...]] ...) as a record batch of the source's schema
+    (`stream` is the name the rows carry; `partition` their column with partitionColumn)."""
     ids = [e[0] for e in page]
     ms = []
     seq = []
@@ -146,11 +173,14 @@ def to_arrow(stream: bytes, page: list[Any], binary: bool) -> pa.RecordBatch:
                                      _column(vals, binary))
     n = len(page)
     s = stream if binary else stream.decode("utf-8", "replace")
-    return pa.RecordBatch.from_arrays(
-        [pa.array([s] * n, pa.binary() if binary else pa.string()),
-         pa.array([i.decode() for i in ids], pa.string()), pa.array(ms, pa.int64()),
-         pa.array(seq, pa.int64()), fields],
-        names=["stream", "id", "ms", "seq", "fields"])
+    cols = [pa.array([s] * n, pa.binary() if binary else pa.string()),
+            pa.array([i.decode() for i in ids], pa.string()), pa.array(ms, pa.int64()),
+            pa.array(seq, pa.int64()), fields]
+    names = ["stream", "id", "ms", "seq", "fields"]
+    if with_partition:
+        cols.append(pa.array([partition] * n, pa.int32()))
+        names.append("partition")
+    return pa.RecordBatch.from_arrays(cols, names=names)
 
 
 def _raw(c: redis.Redis) -> redis.Redis:
@@ -219,7 +249,7 @@ def read_batches(topo: Topology, opts: Options, part: Range) -> Iterator[pa.Reco
         return
     try:
         for page in read_range(topo, part, opts.count, opts.from_replicas):
-            yield to_arrow(part.stream, page, opts.binary)
+            yield to_arrow(part.name, page, opts.binary, part.partition, opts.partition_column)
     finally:
         topo.close()
 
@@ -238,10 +268,13 @@ class XShardBatchReader(DataSourceReader):
         self.only: set[bytes] | None = None
 
     def partitions(self) -> list[Range]:
+        """Input partitions: each stream (each partition of a logical stream) on its own, the
+        long ones split in ID ranges."""
         o = self.opts
-        streams = resolve(self.topo, o.streams, o.from_replicas)
+        srcs = sources(self.topo, o, load(o))
         if self.only is not None:
-            streams = [s for s in streams if s in self.only]
+            srcs = [x for x in srcs if x.name in self.only]
+        streams = [x.key for x in srcs]
         last = self.topo.last_ids(streams)
         starting = o.starting if isinstance(o.starting, dict) else {}
         ending = o.ending if isinstance(o.ending, dict) else {}
@@ -249,18 +282,19 @@ class XShardBatchReader(DataSourceReader):
         parts: list[Range] = []
         spans = ms_spans(self.ms_lo, self.ms_hi)
         pts = tuple(sorted(self.points)) if self.points is not None else None
-        for s in streams:
-            name = name_of(s)
+        for x in srcs:
+            s = x.key
+            after, upto = _given(starting, x), _given(ending, x)
             for a, b in spans:
-                lo = max(starting[name] + 1 if name in starting else 0, a << 64)
-                hi = min(ending.get(name, last[s]), last[s], b << 64 | SEQ_MAX)
+                lo = max(after + 1 if after is not None else 0, a << 64)
+                hi = min(upto if upto is not None else last[s], last[s], b << 64 | SEQ_MAX)
                 if lo <= hi and last[s]:
                     pieces = -(-lens[s] // o.split_entries) if pts is None else 1
-                    parts += self._split(s, lo, hi, pieces, pts, len(parts))
+                    parts += self._split(x, lo, hi, pieces, pts, len(parts))
         return parts
 
     @staticmethod
-    def _split(s: bytes, lo: int, hi: int, pieces: int, pts: tuple[int, ...] | None,
+    def _split(x: Source, lo: int, hi: int, pieces: int, pts: tuple[int, ...] | None,
                n: int) -> list[Range]:
         """[lo, hi] in up to `pieces` ranges of equal time spans."""
         lo_ms, hi_ms = lo >> 64, hi >> 64
@@ -270,7 +304,7 @@ class XShardBatchReader(DataSourceReader):
         for i in range(1, pieces + 1):
             end = hi if i == pieces else (lo_ms + (hi_ms - lo_ms) * i // pieces) << 64 | SEQ_MAX
             if start <= end:
-                out.append(Range(s, start, end, n + len(out), pts))
+                out.append(Range(x.key, start, end, n + len(out), pts, x))
             start = end + 1
         return out
 
@@ -356,15 +390,27 @@ class XShardStreamReader(DataSourceStreamReader):
         self.opts = opts
         self.topo = Topology.discover(opts.url, opts.retry_timeout)
         self._last_end: dict[str, str] | None = None
+        self._records: Records = {}
+
+    def _sources(self) -> list[Source]:
+        """The streams now, with the records read again (an alter's new partitions)."""
+        self._records = load(self.opts)
+        return sources(self.topo, self.opts, self._records)
 
     def initialOffset(self) -> dict[str, str]:
+        """{stream key: last ID read}; a logical stream has one offset per partition key."""
         o = self.opts
-        streams = resolve(self.topo, o.streams, o.from_replicas)
+        srcs = self._sources()
+        streams = [x.key for x in srcs]
         if o.starting == "latest":
             return {name_of(k): format_id(v) for k, v in self.topo.last_ids(streams).items()}
         given = o.starting if isinstance(o.starting, dict) else {}
         out = {name_of(k): "0-0" for k in streams}
-        out.update({k: format_id(v) for k, v in given.items()})
+        for x in srcs:  # a logical name's offset applies to each of its partitions
+            v = _given(given, x)
+            if v is not None:
+                out[name_of(x.key)] = format_id(v)
+        out.update({k: format_id(v) for k, v in given.items() if key_of(k) not in self._records})
         return out
 
     def latestOffset(self, start: dict[str, str] | None = None,
@@ -373,7 +419,7 @@ class XShardStreamReader(DataSourceStreamReader):
         if start is None:
             start = self._last_end if self._last_end is not None else self.initialOffset()
         o = self.opts
-        streams = set(resolve(self.topo, o.streams, o.from_replicas))
+        streams = {x.key for x in self._sources()}
         streams.update(key_of(k) for k in start)
         latest = self.topo.last_ids(sorted(streams))
         cur = {name_of(k): parse_id(start.get(name_of(k), "0-0")) for k in streams}
@@ -416,12 +462,15 @@ class XShardStreamReader(DataSourceStreamReader):
         return out
 
     def partitions(self, start: dict[str, str], end: dict[str, str]) -> list[Range]:
+        if self.opts.etcd is not None and not self._records:
+            self._records = load(self.opts)  # a batch replayed at a restart, before any plan
         parts = []
         for n in sorted(end):
             lo = parse_id(start.get(n, "0-0")) + 1
             hi = parse_id(end[n])
             if lo <= hi:
-                parts.append(Range(key_of(n), lo, hi, len(parts)))
+                parts.append(Range(key_of(n), lo, hi, len(parts),
+                                   src=named(self._records, key_of(n))))
         return parts
 
     def read(self, partition: Range) -> Iterator[pa.RecordBatch]:  # type: ignore[override]

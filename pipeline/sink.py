@@ -16,6 +16,15 @@ micro-batch to be remembered until it is committed: the sink raises each stream'
 and IDMP-DURATION (XCFGSET) to the idmpMaxsize/idmpDuration options (default 10000 and 86400 s,
 Redis's maxima), and starts a new producer for every idmpMaxsize rows of a stream.
 
+A row whose stream is a partitioned stream's logical name (a record read from etcd when the
+writer is made, on the driver; see pipeline/pstreams.py) is written to one of its partitions:
+an explicit id ms-seq to partition seq mod stride (refused when that partition does not exist); else
+the key field's value picks it as the routers pick it (base/records.py choose_partition), so
+one value's rows stay in one partition, in order; else the row's index among the task's rows
+of that stream, mod the partition count, spreads them. Both choices are the same when a task
+is retried (its rows come in the same order), so every row meets its first attempt's IDMP pair
+in the same partition. The producer and iid are counted per partition key, as for any stream.
+
 Connection errors, MOVED and CLUSTERDOWN re-read the topology and resend what was not
 acknowledged; duplicates are harmless by construction. A row without a stream or without fields
 fails the task with an error that names the column.
@@ -31,8 +40,10 @@ from typing import Any
 from pyspark.sql.datasource import DataSourceStreamWriter, DataSourceWriter, WriterCommitMessage
 from pyspark.sql.types import StructType
 
-from pipeline.cluster import Topology, XShardError, retryable
+from base.records import PStreamRecord
+from pipeline.cluster import SEQ_MAX, Topology, XShardError, parse_id, retryable
 from pipeline.options import Options
+from pipeline.pstreams import Records, load
 
 _PIPELINE = 1000  # XADDs per round trip
 
@@ -74,16 +85,20 @@ def _query_and_batch() -> tuple[str | None, str | None]:
             ctx.getLocalProperty("streaming.sql.batchId"))
 
 
-def write_rows(opts: Options, producer: str, batch: str, rows: Iterator[Any]) -> int:
-    """XADD every row idempotently; returns the number of rows written."""
+def write_rows(opts: Options, producer: str, batch: str, rows: Iterator[Any],
+               records: Records | None = None) -> int:
+    """XADD every row idempotently; returns the number of rows written. `records`: the
+    partitioned streams, whose logical names are written to their partitions."""
     topo = Topology.discover(opts.url, opts.retry_timeout)
     try:
         per_stream: dict[bytes, int] = {}
+        spread: dict[bytes, int] = {}
         pending: dict[int, list[list[bytes]]] = {}  # shard -> commands
         configured: set[bytes] = set()
         n = 0
         for i, row in enumerate(rows):
-            cmd = _command(row, i, producer, batch, per_stream, opts)
+            cmd = _command(row, i, producer, batch, per_stream, opts, records or {},
+                           spread)
             key = cmd[1]
             shard = topo.shard_of(key)
             q = pending.setdefault(shard, [])
@@ -104,7 +119,7 @@ def write_rows(opts: Options, producer: str, batch: str, rows: Iterator[Any]) ->
 
 
 def _command(row: Any, i: int, producer: str, batch: str, per_stream: dict[bytes, int],
-             opts: Options) -> list[bytes]:
+             opts: Options, records: Records, spread: dict[bytes, int]) -> list[bytes]:
     stream = row["stream"]
     if stream is None or stream == "" or stream == b"":
         raise XShardError(f"xshard sink: row {i} of this task has no value in column `stream`")
@@ -113,19 +128,48 @@ def _command(row: Any, i: int, producer: str, batch: str, per_stream: dict[bytes
         raise XShardError(f"xshard sink: row {i} of this task has no value in column `fields` "
                           "(a stream entry needs at least one field)")
     key = _b(stream)
-    k = per_stream.get(key, 0)
-    per_stream[key] = k + 1
-    pid = f"{producer}:{k // opts.idmp_maxsize}".encode()
     ident = row["id"] if "id" in row.__fields__ else None
-    cmd = [b"XADD", key, b"IDMP", pid, f"{batch}:{i}".encode(),
-           _b(ident) if ident is not None else b"*"]
     items = fields.items() if isinstance(fields, dict) else fields
+    flat: list[bytes] = []
     for f, v in items:
         if f is None or v is None:
             raise XShardError(f"xshard sink: row {i} of this task has a null key or value in "
                               "column `fields`")
-        cmd += [_b(f), _b(v)]
-    return cmd
+        flat += [_b(f), _b(v)]
+    rec = records.get(key)
+    if rec is not None:
+        key = _partition_key(rec, key, ident, flat, spread)
+    k = per_stream.get(key, 0)
+    per_stream[key] = k + 1
+    pid = f"{producer}:{k // opts.idmp_maxsize}".encode()
+    return [b"XADD", key, b"IDMP", pid, f"{batch}:{i}".encode(),
+            _b(ident) if ident is not None else b"*", *flat]
+
+
+def _partition_key(rec: PStreamRecord, name: bytes, ident: Any, flat: list[bytes],
+                   spread: dict[bytes, int]) -> bytes:
+    """The partition a row of logical stream `name` goes to (see the module docstring);
+    `spread` counts the task's rows of each logical stream that no key value placed."""
+    explicit = _b(ident) if ident is not None else b"*"
+    if explicit != b"*" and b"-" in explicit and not explicit.endswith(b"-*"):  # ms-seq
+        try:
+            p = rec.partition_of(parse_id(explicit) & SEQ_MAX)
+        except ValueError:
+            raise XShardError(f"xshard sink: id {ident!r} for stream {name!r} is not a "
+                              "stream ID ms-seq") from None
+        if p >= rec.partitions:
+            raise XShardError(f"xshard sink: id {ident!r} names partition {p} of stream "
+                              f"{name!r}, which has {rec.partitions} partitions")
+        return rec.keys[p].encode()
+    value = None
+    if rec.key_field is not None:
+        kf = rec.key_field.encode()
+        value = next((flat[j + 1] for j in range(0, len(flat), 2) if flat[j] == kf), None)
+    chosen = rec.choose(value)
+    if chosen is None:
+        chosen = spread.get(name, 0) % rec.partitions
+        spread[name] = chosen + 1
+    return rec.keys[chosen].encode()
 
 
 def _configure(key: bytes, producer: str, opts: Options) -> list[list[bytes]]:
@@ -180,10 +224,11 @@ class XShardBatchWriter(DataSourceWriter):
         Topology.discover(opts.url, opts.retry_timeout).close()  # a bad URL fails here
         self.opts = opts
         self.write_id = opts.write_id or uuid.uuid4().hex
+        self.records = load(opts)  # one partition count for every task of this write
 
     def write(self, iterator: Iterator[Any]) -> Written:
         part, _ = _task()
-        n = write_rows(self.opts, f"{self.write_id}:{part}", "0", iterator)
+        n = write_rows(self.opts, f"{self.write_id}:{part}", "0", iterator, self.records)
         return Written(n, part)
 
 
@@ -192,6 +237,7 @@ class XShardStreamWriter(DataSourceStreamWriter):
         check_schema(schema)
         Topology.discover(opts.url, opts.retry_timeout).close()
         self.opts = opts
+        self.records = load(opts)  # read when the query starts (see docs/spark.md)
 
     def write(self, iterator: Iterator[Any]) -> Written:
         part, _ = _task()
@@ -199,7 +245,7 @@ class XShardStreamWriter(DataSourceStreamWriter):
         if query is None or batch is None:
             raise XShardError("xshard sink: no streaming query ID or batch ID in the task "
                               "context; exactly-once needs both")
-        n = write_rows(self.opts, f"{query}:{part}", batch, iterator)
+        n = write_rows(self.opts, f"{query}:{part}", batch, iterator, self.records)
         return Written(n, part)
 
     def commit(self, messages: list[Any], batchId: int) -> None:

@@ -24,12 +24,11 @@ docs/partitioned-streams.md; in short:
 from __future__ import annotations
 
 import heapq
-import zlib
 from collections.abc import Callable
 from functools import partial
 from typing import TYPE_CHECKING
 
-from base.records import PStreamRecord
+from base.records import PStreamRecord, choose_partition
 from node import errors
 from node.resp import (
     OK,
@@ -259,21 +258,21 @@ def xadd(router: Router, c: RouterClient, argv: list[bytes], ps: PStream, cell: 
     costs no write)."""
     from node.commands.streams import _parse_add_or_trim
     a, i = _parse_add_or_trim(c, argv, True)  # Redis's errors, before any partition sees it
-    p = -1
+    chosen: int | None
     if a.id_given and a.seq_given:
-        p = ps.partition_of(a.id)
-        if p >= ps.n:
-            return _conn(c).fill(cell, error(NO_PARTITION % (p, ps.name, ps.n)))
-    elif ps.key_field is not None:
-        for j in range(i + 1, len(argv) - 1, 2):
-            if argv[j] == ps.key_field:
-                p = zlib.crc32(argv[j + 1]) % ps.n
-                break
-    if p < 0 and a.idmp_pid is not None:
-        p = zlib.crc32(a.idmp_pid) % ps.n
-    spread = p < 0
-    if spread:
-        p = _next_live(router, ps, c.proto)
+        chosen = ps.partition_of(a.id)
+        if chosen >= ps.n:
+            return _conn(c).fill(cell, error(NO_PARTITION % (chosen, ps.name, ps.n)))
+    else:
+        value = None
+        if ps.key_field is not None:
+            for j in range(i + 1, len(argv) - 1, 2):
+                if argv[j] == ps.key_field:
+                    value = argv[j + 1]
+                    break
+        chosen = choose_partition(ps.n, value, a.idmp_pid)
+    spread = chosen is None
+    p = _next_live(router, ps, c.proto) if chosen is None else chosen
     out = _with_key(argv, 1, ps.keys[p])
     if a.strategy == "maxlen":  # each partition keeps its share (see XTRIM)
         for j in range(2, i):

@@ -82,14 +82,19 @@ def test_stream_restart_from_checkpoint_is_exactly_once(spark, cluster3: Cluster
                    what="the last entries")
     finally:
         q.stop()
-    # The group follows the committed offsets, with an exact lag; nothing was delivered
-    # through it (nothing pending).
+    group_follows(r, tops, "pipe")
+    r.close()
+
+
+def group_follows(r: redis.RedisCluster, tops: dict, group: str) -> None:
+    """The group follows the committed offsets, with an exact lag: each stream's cursor is at
+    `tops[stream]` or at its last entry (the next batch's commit); nothing was delivered
+    through the group (nothing pending)."""
     for s, top in tops.items():
-        g = {x["name"]: x for x in r.xinfo_groups(s)}[b"pipe"]
+        g = {x["name"]: x for x in r.xinfo_groups(s)}[group.encode()]
         cur = g["last-delivered-id"]
         assert cur in (top, r.xrevrange(s, count=1)[0][0]), (s, cur, top)
         assert g["lag"] == len(r.xrange(s, b"(" + cur, "+")) and g["pending"] == 0
-    r.close()
 
 
 def test_stream_from_latest_reads_only_what_comes_after(spark, cluster3: Cluster,  # noqa: ANN001
