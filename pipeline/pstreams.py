@@ -20,7 +20,8 @@ from fnmatch import fnmatchcase
 
 from base.records import PStreamRecord
 from base.store import read_view
-from pipeline.cluster import XShardError
+from node.stream import partition_of_key
+from pipeline.cluster import Topology, XShardError
 from pipeline.options import Options
 
 Records = dict[bytes, PStreamRecord]
@@ -76,3 +77,26 @@ def named(records: Records, key: bytes) -> Source:
             if k.encode() == key:
                 return Source(key, name, p)
     return Source(key, key)
+
+
+def _glob_escape(name: bytes) -> bytes:
+    return b"".join(b"\\" + bytes([ch]) if ch in b"*?[]\\" else bytes([ch]) for ch in name)
+
+
+def refuse_unseen_logical(topo: Topology, names: list[bytes]) -> None:
+    """Without `etcd`, a logical name would read as an empty plain stream: a name that is no
+    key but has partition keys `{TAG}name#p/S` on the shards is refused with the option to
+    give. Only missing names are looked for (one SCAN each), so existing streams cost one
+    EXISTS."""
+    for name in names:
+        shard = topo.shard_of(name)
+        if topo.call(lambda name=name, shard=shard: topo.conn(topo.node(shard)).exists(name),
+                     "EXISTS"):
+            continue
+        found = [k for k in topo.scan(b"{*}" + _glob_escape(name) + b"#*")
+                 if partition_of_key(k) is not None and k[k.index(b"}") + 1:k.rindex(b"#")] == name]
+        if found:
+            raise XShardError(
+                f"stream {name.decode('utf-8', 'surrogateescape')!r} is a partitioned stream "
+                f"(partition keys such as {found[0].decode('utf-8', 'surrogateescape')!r} "
+                "exist): give the option etcd (and cluster) so that its partitions are read")

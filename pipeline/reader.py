@@ -52,7 +52,7 @@ from pyspark.sql.datasource import (
 
 from pipeline.cluster import SEQ_MAX, Topology, XShardError, format_id, parse_id
 from pipeline.options import Options
-from pipeline.pstreams import Records, Source, expand, load, named
+from pipeline.pstreams import Records, Source, expand, load, named, refuse_unseen_logical
 
 _GLOB = set("*?[")
 _ENTRIES_READ_CAP = 100_000  # entries counted past a commit offset to compute ENTRIESREAD
@@ -88,6 +88,8 @@ def resolve(topo: Topology, patterns: list[str], replicas: bool = False) -> list
 
 def sources(topo: Topology, opts: Options, records: Records) -> list[Source]:
     """The stream keys to read: `resolve`, with logical names as their partitions."""
+    if opts.etcd is None:
+        refuse_unseen_logical(topo, [key_of(p) for p in opts.streams if not _GLOB & set(p)])
     return expand(resolve(topo, opts.streams, opts.from_replicas), opts.streams, records)
 
 

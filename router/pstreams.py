@@ -328,11 +328,13 @@ def _next_live(router: Router, ps: PStream, proto: int) -> int:
 
 def _reachable(pool: Pool) -> bool:
     """False while the router's connections to a primary are lost (it died: etcd still names
-    it until its lease expires) or not up yet: a write sent there would wait for the
-    failover. A lost connection is opened again in the background here, so the partition
-    takes writes again as soon as its node answers."""
+    it until its lease expires) and none has come back up: a write sent there would wait for
+    the failover. A lost connection is opened again in the background here, so the partition
+    takes writes again as soon as its node answers. A pool whose first connections are still
+    being made (a router that just started, a new primary) has lost nothing and is
+    reachable: skipping it would skew the spread for no failure."""
     ups = [u for u in pool.conns if u is not None]
-    if ups and all(u.closed or u.transport is None for u in ups):
+    if any(u.closed for u in ups) and all(u.closed or u.transport is None for u in ups):
         if all(u.closed for u in ups):
             pool.get(0)
         return False

@@ -126,9 +126,13 @@ def test_batch_read_of_a_6_partition_stream(spark, cluster3: Cluster,  # noqa: A
     one = read().option("streams", "bev").option("endingOffsets", json.dumps({k0: "0-0"}))
     assert {x.partition for x in one.option("partitionColumn", "true").load().collect()} == \
         set(range(1, 6))
-    # Without etcd the name is a plain key, as before (none here).
+    # Without etcd the name would read as an empty plain stream: refused, naming the option.
+    with pytest.raises(Exception, match="give the option etcd"):
+        spark.read.format("xshard").option("url", url(router3)).option(
+            "streams", "bev").load().count()
+    # A name that is neither a key nor a logical stream still reads as an empty plain one.
     assert spark.read.format("xshard").option("url", url(router3)).option(
-        "streams", "bev").load().count() == 0
+        "streams", "nothing-here").load().count() == 0
     r.close()
 
 

@@ -705,3 +705,8 @@ def test_writes_without_a_key_skip_partitions_without_a_primary() -> None:
     assert sorted(_next_live(Map(), ps, 2) for _ in range(3)) == [0, 1, 3]
     assert lost.reconnects == 1
     assert sorted(_next_live(Map(), ps, 2) for _ in range(4)) == [0, 1, 2, 3]  # up again
+    starting = pools[ps.slots[3]]
+    fresh = Up(False)
+    fresh.transport = None  # its first connection is still being made: nothing was lost
+    starting.conns[0] = fresh
+    assert sorted(_next_live(Map(), ps, 2) for _ in range(4)) == [0, 1, 2, 3]
