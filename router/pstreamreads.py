@@ -51,6 +51,7 @@ from router.pstreams import (  # the record and the helpers every command uses
     _entry_id,
     _first_error,
     _merged,
+    _reachable,
     _read_entries,
     _read_reply,
     _renamed,
@@ -332,7 +333,53 @@ class GroupRead:
             return self.finish() if cut else self._next(cands)
         if r.count and self.total >= r.count:
             return self.finish()
-        return self.round(cands)
+        p = self._sticky() if r.count else None
+        if p is None:
+            return self.round(cands)
+        req = r._req(self.ps.keys[p], b">", r.count - self.total)
+        _send(r.router, r.c, [(self.ps.slots[p], req)], True, list,  # type: ignore[arg-type]
+              partial(self._stuck, p))
+        return None
+
+    def _sticky(self) -> int | None:
+        """The consumer's cursor partition, or the next one after it whose primary the router
+        can reach and that gave nothing by hand-over in this read (None: none). A consumer
+        new to this router starts where the reads' rotating start is, so that consumers
+        spread over the partitions."""
+        ps, r = self.ps, self.read
+        at = ps.cursor.get(self.key)
+        if at is None:
+            at = ps.rd % ps.n
+            ps.rd = at + 1
+        for j in range(ps.n):
+            p = (at + j) % ps.n
+            if p in self.got:
+                continue
+            pool = r.router.primary_pool(ps.slots[p], r.c.proto)
+            if pool is not None and _reachable(pool):
+                ps.cursor[self.key] = p
+                return p
+        return None
+
+    def _stuck(self, p: int, replies: list[bytes]) -> None:
+        """The cursor's partition answered: when it filled what COUNT left, the read is done
+        and the cursor stays; else the cursor moves on and one round asks the others for
+        the rest (as a read without a backlog would)."""
+        rep, ps = replies[0], self.ps
+        if error_code(rep) is not None:
+            if self.error is None:
+                self.error = _renamed(ps, rep)
+        else:
+            self.answered = True
+            es = _read_entries(rep)
+            left = self.read.count - self.total
+            self._add(p, es)
+            if len(es) >= left:
+                return self.finish()
+        ps.cursor[self.key] = (p + 1) % ps.n
+        self.got.setdefault(p, [])  # asked: not a candidate again in this read
+        return self.round([(p + j) % ps.n for j in range(1, ps.n)
+                           if (p + j) % ps.n not in self.got])
 
     def _next(self, cands: list[int]) -> None:
         """Under caps: ask the next partition for what COUNT and the caps have left."""
@@ -408,7 +455,9 @@ class GroupRead:
             if n is not None and len(es) == n:
                 full.append(p)
         count = self.read.count
-        if self.error is None and count and self.total < count and (later or full):
+        # A NOGROUP beside answers is a partition added since the group was made: go on.
+        go = self.error is None or (self.answered and error_code(self.error) == b"NOGROUP")
+        if go and count and self.total < count and (later or full):
             return self.round(later + full)
         return self.finish()
 

@@ -93,8 +93,8 @@ class Handover:
 class PStream:
     """A logical stream as a router routes it (from its PStreamRecord)."""
 
-    __slots__ = ("name", "n", "stride", "keys", "slots", "key_field", "rr", "rd", "handover",
-                 "late")
+    __slots__ = ("name", "n", "stride", "keys", "slots", "key_field", "rr", "rd", "cursor",
+                 "handover", "late")
 
     def __init__(self, name: bytes, rec: PStreamRecord) -> None:
         self.name = name
@@ -105,6 +105,10 @@ class PStream:
         self.key_field = rec.key_field.encode() if rec.key_field is not None else None
         self.rr = 0  # the next partition of an XADD spread evenly
         self.rd = 0  # where the next XREADGROUP's partitions start
+        # (group, consumer) -> the partition its next `>` read asks first for all of COUNT:
+        # it stays while that partition fills COUNT (one read, and one XACK, per COUNT
+        # entries), and moves on once it comes back short (router/pstreamreads.py).
+        self.cursor: dict[tuple[bytes, bytes], int] = {}
         # (group, consumer) -> partition -> what it was delivered and not yet given
         self.handover: dict[tuple[bytes, bytes], dict[int, Handover]] = {}
         # (group, consumer) -> [partitions of an answered blocked read still to answer, the
@@ -126,7 +130,7 @@ def load(router: Router, records: dict[str, PStreamRecord]) -> dict[bytes, PStre
         ps = out[b] = PStream(b, rec)
         prev = old.get(b)
         if prev is not None:
-            ps.rr, ps.rd = prev.rr, prev.rd
+            ps.rr, ps.rd, ps.cursor = prev.rr, prev.rd, prev.cursor
             ps.handover, ps.late = prev.handover, prev.late
     return out
 
@@ -571,7 +575,30 @@ def _codes_fold(missing: int, parts: list[tuple[list[int], bytes]], n: int) -> b
 
 
 def xack(router: Router, c: RouterClient, argv: list[bytes], ps: PStream, cell: Cell) -> None:
-    _by_ids(router, c, ps, cell, argv[:3], argv[3:], [], True, _count_fold)
+    """XACK: IDs by partition, counts summed. The IDs of one read usually name one partition
+    (a backlog's reads stick to one): that is one upstream XACK whose reply is the client's."""
+    ids = argv[3:]
+    p = _one_partition(ps, ids)
+    if p is None:
+        return _by_ids(router, c, ps, cell, argv[:3], ids, [], True, _count_fold)
+    conn = _conn(c)
+    Forward(router, c, encode_command(_with_key(argv, 1, ps.keys[p])), ps.slots[p], True,
+            done=lambda r: conn.fill(cell, _renamed(ps, r))).send()
+    return None
+
+
+def _one_partition(ps: PStream, ids: list[bytes]) -> int | None:
+    """The partition every ID names, when they are all valid and name the same existing one."""
+    p = -1
+    for b in ids:
+        sid = parse_id(b, strict=True)
+        if sid is None:
+            return None
+        q = ps.partition_of(sid)
+        if (p >= 0 and q != p) or q >= ps.n:
+            return None
+        p = q
+    return p if p >= 0 else None
 
 
 def xdel(router: Router, c: RouterClient, argv: list[bytes], ps: PStream, cell: Cell) -> None:
@@ -854,8 +881,9 @@ def _xinfo_list(rules: dict[bytes, str],
                                   list[tuple[bytes, list[bytes]]]] | None = None
                 ) -> Callable[..., None]:
     """XINFO GROUPS / CONSUMERS: one row per name over the partitions, folded field by field,
-    in the order the first partition lists them (then any others); `prepare` sees one name's
-    rows first."""
+    in name order (as one stream lists them: its groups and consumers are kept sorted by
+    name; a consumer may exist on some partitions only); `prepare` sees one name's rows
+    first."""
     def handler(router: Router, c: RouterClient, argv: list[bytes], ps: PStream,
                 cell: Cell) -> None:
         def merged(replies: list[bytes]) -> bytes:
@@ -870,7 +898,7 @@ def _xinfo_list(rules: dict[bytes, str],
                                 if bulk_value(els[j]) == b"name")
                     rows.setdefault(name, []).append((kind, els))
             return _array([_fold_maps(prepare(ms) if prepare else ms, rules)
-                           for ms in rows.values()])
+                           for _, ms in sorted(rows.items())])
         _all(router, c, argv, ps, cell, merged, key_at=2)
     return handler
 
