@@ -25,9 +25,12 @@ from functools import partial
 from typing import TYPE_CHECKING
 
 from node.resp import (
+    bulk,
     encode_command,
     error,
     error_code,
+    keyed_header,
+    keyed_pair,
     null_array,
     parse_redirect,
     reply_elements,
@@ -361,6 +364,20 @@ class GroupRead:
                 return p
         return None
 
+    def _relay(self, p: int, rep: bytes) -> bool:
+        """A read of this one key that one partition filled: its reply is the client's, with
+        the logical name for the partition's (False: not such a read, or not such a reply)."""
+        r = self.read
+        if len(r.keys) != 1 or r.over:
+            return False
+        proto = r.c.proto
+        head = keyed_header(1, proto) + keyed_pair(proto)
+        real = head + bulk(self.ps.keys[p])
+        if not rep.startswith(real):
+            return False
+        r._reply(head + bulk(self.ps.name) + rep[len(real):])
+        return True
+
     def _stuck(self, p: int, replies: list[bytes]) -> None:
         """The cursor's partition answered: when it filled what COUNT left, the read is done
         and the cursor stays; else the cursor moves on and one round asks the others for
@@ -373,6 +390,8 @@ class GroupRead:
             self.answered = True
             es = _read_entries(rep)
             left = self.read.count - self.total
+            if len(es) >= left and not self.total and self._relay(p, rep):
+                return None
             self._add(p, es)
             if len(es) >= left:
                 return self.finish()
