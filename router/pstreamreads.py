@@ -48,6 +48,7 @@ if TYPE_CHECKING:
     from router.upstream import Pool, Upstream
 from router.pstreams import (  # the record and the helpers every command uses
     MIXED_BLOCK,
+    NOT_SUPPORTED,
     Handover,
     PStream,
     _array,
@@ -77,6 +78,13 @@ def run_xread(router: Router, c: RouterClient, argv: list[bytes], options: XRead
     named = [pstreams[k] for k in keys if k in pstreams]
     if not named:
         return False
+    if options.claim >= 0:
+        # One stream returns its idle pending entries first, the longest idle first, then
+        # new ones, COUNT over both: the partitions would each claim their own longest idle.
+        c.conn.fill(cell, error(NOT_SUPPORTED % (  # type: ignore[union-attr]
+            b"XREADGROUP ... CLAIM", named[0].name,
+            b" (use XAUTOCLAIM or XCLAIM on it, then XREADGROUP)")))
+        return True
     Read(router, c, argv, options, cell).start()
     return True
 
