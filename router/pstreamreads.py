@@ -372,16 +372,17 @@ class GroupRead:
                 return p
         return None
 
-    def _relay(self, p: int, rep: bytes) -> bool:
-        """A read of this one key that one partition filled: its reply is the client's, with
-        the logical name for the partition's (False: not such a read, or not such a reply)."""
+    def _relay(self, p: int, rep: bytes, count: int) -> bool:
+        """A read of this one key that one partition filled (`count` entries): its reply is
+        the client's, with the logical name for the partition's (False: not such a read, or
+        not such a reply)."""
         r = self.read
         if len(r.keys) != 1 or r.over:
             return False
         proto = r.c.proto
         head = keyed_header(1, proto) + keyed_pair(proto)
         real = head + bulk(self.ps.keys[p])
-        if not rep.startswith(real):
+        if not rep.startswith(real) or len(reply_elements(rep[len(real):])[1]) < count:
             return False
         r._reply(head + bulk(self.ps.name) + rep[len(real):])
         return True
@@ -396,10 +397,10 @@ class GroupRead:
                 self.error = _renamed(ps, rep)
         else:
             self.answered = True
-            es = _read_entries(rep)
             left = self.read.count - self.total
-            if len(es) >= left and not self.total and self._relay(p, rep):
+            if not self.total and self._relay(p, rep, left):
                 return None
+            es = _read_entries(rep)
             self._add(p, es)
             if len(es) >= left:
                 return self.finish()

@@ -591,17 +591,19 @@ def xack(router: Router, c: RouterClient, argv: list[bytes], ps: PStream, cell: 
 
 
 def _one_partition(ps: PStream, ids: list[bytes]) -> int | None:
-    """The partition every ID names, when they are all valid and name the same existing one."""
-    p = -1
-    for b in ids:
-        sid = parse_id(b, strict=True)
-        if sid is None:
-            return None
-        q = ps.partition_of(sid)
-        if (p >= 0 and q != p) or q >= ps.n:
-            return None
-        p = q
-    return p if p >= 0 else None
+    """The partition every ID names (seq mod stride) when that is one existing partition,
+    else None. An ID that is not `digits-digits` gives None too (the split path checks it);
+    one whose digits are out of range goes to the node, which answers Redis's error for it,
+    as for any invalid ID, before it acknowledges anything."""
+    stride = ps.stride
+    try:
+        parts = {int(b[b.index(b"-") + 1:]) % stride for b in ids}
+    except ValueError:
+        return None
+    if len(parts) != 1:
+        return None
+    p = parts.pop()
+    return p if p < ps.n else None
 
 
 def xdel(router: Router, c: RouterClient, argv: list[bytes], ps: PStream, cell: Cell) -> None:

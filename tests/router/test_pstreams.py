@@ -375,8 +375,15 @@ def test_commands_by_id_split_by_partition(pc: Cluster, r: redis.Redis) -> None:
         r.xgroup_create(k, "g", "0")
         r.xreadgroup("g", "c", {k: ">"})
     bogus = pid(1, 9)  # partition 9 does not exist: it names no entry
+    one = [i for i in ids[10:] if int(i.split("-")[1]) % STRIDE == 3][:2]  # one partition
+    assert len(one) == 2
     for k in (name, plain):
         assert r.xack(k, "g", ids[0], ids[5], bogus) == 2
+        assert r.xack(k, "g", *one) == 2 and r.xack(k, "g", *one) == 0
+        assert r.xack(k, "nog", *one) == 0
+    for bad in (["x-3"], [one[0], "1-184467440737095516161"], [one[0], "1-3-1"], ["+"]):
+        assert err(r, "XACK", name, "g", *bad) == err(r, "XACK", plain, "g", *bad)
+    for k in (name, plain):
         claimed = r.xclaim(k, "g", "d", 0, [ids[9], ids[2], ids[7]])
         assert [e[0].decode() for e in claimed] == [ids[9], ids[2], ids[7]]
         assert r.xclaim(k, "g", "d", 0, [ids[3], ids[1]], justid=True) == \
