@@ -2,7 +2,8 @@
 record, the other commands and the helpers both use).
 
 A read asks every partition of each logical key and merges in ID order, COUNT applying to
-the total. XREADGROUP `>` never loses a delivery: its rounds ask the partitions for no more
+the total; but an XREADGROUP `>` of a consumer with a backlog asks one partition, its cursor,
+for all of COUNT first (`GroupRead`). XREADGROUP `>` never loses a delivery: its rounds ask the partitions for no more
 than COUNT leaves, and with BLOCK every partition blocks, the first answer wins and the others
 are ended with CLIENT UNBLOCK. Entries a partition delivered after the read was answered stay
 pending for the consumer, and the router remembers where (`Handover`): the consumer's next read
@@ -273,8 +274,16 @@ def _head(key: bytes, proto: int) -> int:
 
 
 class GroupRead:
-    """XREADGROUP `>` on one logical stream: first what was handed over, then rounds of new
-    entries. A round asks every candidate partition for an even share of what COUNT leaves
+    """XREADGROUP `>` on one logical stream: first what was handed over, then new entries.
+
+    With COUNT, while the consumer has a backlog (its last read filled COUNT), the read asks
+    one partition, the consumer's cursor (`_sticky`), for all COUNT leaves: a read that it
+    fills is one upstream read, and its XACK one upstream XACK. A short answer moves the
+    cursor on, and rounds ask the others for the rest. A consumer without a backlog (last
+    read short: `PStream.sparse`) goes to the rounds at once, so a read of a stream that is
+    kept up with costs one round trip, not two.
+
+    A round asks every candidate partition for an even share of what COUNT leaves
     (all of it without COUNT); a partition that returns its whole share may have more and
     stays a candidate. Rounds ask for no more than COUNT leaves, so only a hand-over read
     (which asks for all that was handed over) can come back with more than COUNT: the rest is
@@ -344,7 +353,7 @@ class GroupRead:
             return self.finish() if cut else self._next(cands)
         if r.count and self.total >= r.count:
             return self.finish()
-        p = self._sticky() if r.count else None
+        p = self._sticky() if r.count and self.key not in self.ps.sparse else None
         if p is None:
             return self.round(cands)
         req = r._req(self.ps.keys[p], b">", r.count - self.total)
@@ -502,6 +511,10 @@ class GroupRead:
                 r.caps.used -= self.head  # type: ignore[union-attr]  # the key is left out
         else:
             taken = keep(self.ps, self.key, self.got, r.count, r.noack)
+            if r.count and self.total >= r.count:  # a backlog: the next read sticks
+                self.ps.sparse.discard(self.key)
+            elif r.count:
+                self.ps.sparse.add(self.key)
         err = self.error
         if err is not None and not taken and not (self.answered and error_code(err) == b"NOGROUP"):
             return r.got(self.i, err)

@@ -94,7 +94,7 @@ class PStream:
     """A logical stream as a router routes it (from its PStreamRecord)."""
 
     __slots__ = ("name", "n", "stride", "keys", "slots", "key_field", "rr", "rd", "cursor",
-                 "handover", "late")
+                 "sparse", "handover", "late")
 
     def __init__(self, name: bytes, rec: PStreamRecord) -> None:
         self.name = name
@@ -109,6 +109,9 @@ class PStream:
         # it stays while that partition fills COUNT (one read, and one XACK, per COUNT
         # entries), and moves on once it comes back short (router/pstreamreads.py).
         self.cursor: dict[tuple[bytes, bytes], int] = {}
+        # (group, consumer)s whose last `>` read came back short of COUNT: no backlog, so
+        # their next read asks every partition at once (one round trip) instead of the cursor's.
+        self.sparse: set[tuple[bytes, bytes]] = set()
         # (group, consumer) -> partition -> what it was delivered and not yet given
         self.handover: dict[tuple[bytes, bytes], dict[int, Handover]] = {}
         # (group, consumer) -> [partitions of an answered blocked read still to answer, the
@@ -130,7 +133,7 @@ def load(router: Router, records: dict[str, PStreamRecord]) -> dict[bytes, PStre
         ps = out[b] = PStream(b, rec)
         prev = old.get(b)
         if prev is not None:
-            ps.rr, ps.rd, ps.cursor = prev.rr, prev.rd, prev.cursor
+            ps.rr, ps.rd, ps.cursor, ps.sparse = prev.rr, prev.rd, prev.cursor, prev.sparse
             ps.handover, ps.late = prev.handover, prev.late
     return out
 

@@ -13,6 +13,7 @@ import itertools
 import json
 import subprocess
 import threading
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -531,6 +532,43 @@ def upstream_reads(pc: Cluster) -> int:
             n += sum(st.get(f"cmdstat_{c}", {}).get("calls", 0)
                      for c in ("xreadgroup", "client|id", "client|unblock"))
     return n
+
+
+def test_a_backlog_read_sticks_to_one_partition(pc: Cluster, r: redis.Redis) -> None:
+    """With a backlog, an XREADGROUP `>` asks one partition (the consumer's cursor) for all of
+    COUNT, and keeps asking it while it fills COUNT; a short answer is made up from the
+    others in one even round and moves the cursor on. A consumer whose last read came back
+    short asks every partition at once (shares of COUNT), until a read fills COUNT again."""
+    name, _keys = make(pc, r, 6)
+    r.xgroup_create(name, "g", "0", mkstream=True)
+
+    def fill(per: int, at: int) -> None:
+        pipe = r.pipeline(transaction=False)
+        for k in range(per):
+            for p in range(6):
+                pipe.xadd(name, {"i": k}, id=pid(at + k, p))
+        pipe.execute()
+
+    def read(count: int) -> Counter[int]:
+        got = r.xreadgroup("g", "c", {name: ">"}, count=count)
+        ids = [e[0] for e in got[0][1]] if got else []
+        assert ids == sorted(ids, key=sid_key)
+        assert not ids or r.xack(name, "g", *ids) == len(ids)
+        return Counter(int(i.split(b"-")[1]) % STRIDE for i in ids)
+
+    fill(150, 1000)
+    first = read(100)
+    assert len(first) == 1 and sum(first.values()) == 100  # one partition gave all 100
+    p0 = next(iter(first))
+    assert read(100) == Counter({p0: 50, **{p: 10 for p in range(6) if p != p0}})
+    assert read(100) == Counter({(p0 + 1) % 6: 100})  # the cursor moved on
+    while read(100):
+        pass  # drained: the last read came back short
+    fill(10, 5000)
+    assert read(12) == Counter({p: 2 for p in range(6)})  # no backlog: every partition
+    third = read(12)  # that one filled COUNT: the next asks its cursor's partition first
+    assert sum(third.values()) == 12 and max(third.values()) == 8
+    assert r.xpending(name, "g")["pending"] == 0
 
 
 def test_upstream_round_trips_per_delivered_entry(pc: Cluster, r: redis.Redis) -> None:
