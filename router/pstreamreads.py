@@ -279,9 +279,10 @@ class GroupRead:
     With COUNT, while the consumer has a backlog (its last read filled COUNT), the read asks
     one partition, the consumer's cursor (`_sticky`), for all COUNT leaves: a read that it
     fills is one upstream read, and its XACK one upstream XACK. A short answer moves the
-    cursor on, and rounds ask the others for the rest. A consumer without a backlog (last
-    read short: `PStream.sparse`) goes to the rounds at once, so a read of a stream that is
-    kept up with costs one round trip, not two.
+    cursor on to the next partition, asked for the rest (a backlog's partitions run dry one
+    at a time, so it usually fills it); only when that one is short too do rounds ask the
+    others. A consumer without a backlog (last read short: `PStream.sparse`) goes to the
+    rounds at once, so a read of a stream that is kept up with costs one round, not three.
 
     A round asks every candidate partition for an even share of what COUNT leaves
     (all of it without COUNT); a partition that returns its whole share may have more and
@@ -396,10 +397,12 @@ class GroupRead:
         r._reply(head + bulk(self.ps.name) + rep[len(real):])
         return True
 
-    def _stuck(self, p: int, replies: list[bytes]) -> None:
+    def _stuck(self, p: int, replies: list[bytes], then: bool = True) -> None:
         """The cursor's partition answered: when it filled what COUNT left, the read is done
-        and the cursor stays; else the cursor moves on and one round asks the others for
-        the rest (as a read without a backlog would)."""
+        and the cursor stays; else the cursor moves on to the next partition, which is asked
+        for the rest (`then`: a backlog's partitions run dry one by one, so that one usually
+        fills it, at one more request), and when that one comes back short too, one round
+        asks the others for the rest (as a read without a backlog would)."""
         rep, ps = replies[0], self.ps
         if error_code(rep) is not None:
             if self.error is None:
@@ -415,6 +418,13 @@ class GroupRead:
                 return self.finish()
         ps.cursor[self.key] = (p + 1) % ps.n
         self.got.setdefault(p, [])  # asked: not a candidate again in this read
+        q = self._sticky() if then and self.error is None else None
+        if q is not None:
+            r = self.read
+            req = r._req(ps.keys[q], b">", r.count - self.total)
+            _send(r.router, r.c, [(ps.slots[q], req)], True, list,  # type: ignore[arg-type]
+                  partial(self._stuck, q, then=False))
+            return None
         return self.round([(p + j) % ps.n for j in range(1, ps.n)
                            if (p + j) % ps.n not in self.got])
 

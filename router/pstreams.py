@@ -886,12 +886,12 @@ def _unread_as_zero(ms: list[tuple[bytes, list[bytes]]]) -> list[tuple[bytes, li
 
 def _xinfo_list(rules: dict[bytes, str],
                 prepare: Callable[[list[tuple[bytes, list[bytes]]]],
-                                  list[tuple[bytes, list[bytes]]]] | None = None
-                ) -> Callable[..., None]:
+                                  list[tuple[bytes, list[bytes]]]] | None = None,
+                then: Callable[[bytes], None] | None = None) -> Callable[..., None]:
     """XINFO GROUPS / CONSUMERS: one row per name over the partitions, folded field by field,
     in name order (as one stream lists them: its groups and consumers are kept sorted by
     name; a consumer may exist on some partitions only); `prepare` sees one name's rows
-    first."""
+    first; `then` gets the reply instead of the client."""
     def handler(router: Router, c: RouterClient, argv: list[bytes], ps: PStream,
                 cell: Cell) -> None:
         def merged(replies: list[bytes]) -> bytes:
@@ -907,8 +907,50 @@ def _xinfo_list(rules: dict[bytes, str],
                     rows.setdefault(name, []).append((kind, els))
             return _array([_fold_maps(prepare(ms) if prepare else ms, rules)
                            for _, ms in sorted(rows.items())])
-        _all(router, c, argv, ps, cell, merged, key_at=2)
+        if then is None:
+            return _all(router, c, argv, ps, cell, merged, key_at=2)
+        reqs = [(s, _with_key(argv, 2, k)) for k, s in zip(ps.keys, ps.slots, strict=True)]
+        return _send(router, c, reqs, False, merged, then)
     return handler
+
+
+def xinfo_groups(router: Router, c: RouterClient, argv: list[bytes], ps: PStream,
+                 cell: Cell) -> None:
+    """XINFO GROUPS, folded (`_xinfo_list`); then each group's consumers are counted once
+    over the partitions (XINFO CONSUMERS on each): a consumer that read only some
+    partitions (a backlog's reads stick to one) is on those only, so no partition's count
+    is the group's."""
+    conn = _conn(c)
+
+    def folded(r: bytes) -> None:
+        if error_code(r) is not None or r == _array([]):
+            return conn.fill(cell, r)
+        rows = reply_elements(r)[1]
+        names = [_field(row, b"name") for row in rows]
+        reqs = [(s, [b"XINFO", b"CONSUMERS", k, bulk_value(n)])
+                for n in names for k, s in zip(ps.keys, ps.slots, strict=True)]
+
+        def counted(replies: list[bytes]) -> bytes:
+            out = []
+            for i, row in enumerate(rows):
+                who = {_field(e, b"name") for rep in replies[i * ps.n:(i + 1) * ps.n]
+                       if error_code(rep) is None for e in reply_elements(rep)[1]}
+                out.append(_set_field(row, b"consumers", integer(len(who))))
+            return _array(out)
+        return _send(router, c, reqs, False, counted, partial(conn.fill, cell))
+    _xinfo_list(_GROUP_FIELDS, _unread_as_zero, folded)(router, c, argv, ps, cell)
+
+
+def _field(reply: bytes, name: bytes) -> bytes:
+    """The value of field `name` in a map (or RESP2 flat array) reply."""
+    els = reply_elements(reply)[1]
+    return next(els[j + 1] for j in range(0, len(els), 2) if bulk_value(els[j]) == name)
+
+
+def _set_field(reply: bytes, name: bytes, value: bytes) -> bytes:
+    kind, els = reply_elements(reply)
+    els = [value if j % 2 and bulk_value(els[j - 1]) == name else e for j, e in enumerate(els)]
+    return map_header(len(els) // 2, 3 if kind == b"%" else 2) + b"".join(els)
 
 
 HANDLERS: dict[bytes, Callable[..., None]] = {
@@ -928,7 +970,7 @@ HANDLERS: dict[bytes, Callable[..., None]] = {
     b"xpending": xpending,
     b"xautoclaim": xautoclaim,
     b"xinfo|stream": xinfo_stream,
-    b"xinfo|groups": _xinfo_list(_GROUP_FIELDS, _unread_as_zero),
+    b"xinfo|groups": xinfo_groups,
     b"xinfo|consumers": _xinfo_list(_CONSUMER_FIELDS),
     b"xgroup|create": xgroup_create,
     b"xgroup|destroy": _xgroup(_fold_max),
