@@ -2,7 +2,8 @@
 record, the other commands and the helpers both use).
 
 A read asks every partition of each logical key and merges in ID order, COUNT applying to
-the total. XREADGROUP `>` never loses a delivery: its rounds ask the partitions for no more
+the total; but an XREADGROUP `>` of a consumer with a backlog asks one partition, its cursor,
+for all of COUNT first (`GroupRead`). XREADGROUP `>` never loses a delivery: its rounds ask the partitions for no more
 than COUNT leaves, and with BLOCK every partition blocks, the first answer wins and the others
 are ended with CLIENT UNBLOCK. Entries a partition delivered after the read was answered stay
 pending for the consumer, and the router remembers where (`Handover`): the consumer's next read
@@ -25,9 +26,12 @@ from functools import partial
 from typing import TYPE_CHECKING
 
 from node.resp import (
+    bulk,
     encode_command,
     error,
     error_code,
+    keyed_header,
+    keyed_pair,
     null_array,
     parse_redirect,
     reply_elements,
@@ -45,12 +49,14 @@ if TYPE_CHECKING:
     from router.upstream import Pool, Upstream
 from router.pstreams import (  # the record and the helpers every command uses
     MIXED_BLOCK,
+    NOT_SUPPORTED,
     Handover,
     PStream,
     _array,
     _entry_id,
     _first_error,
     _merged,
+    _reachable,
     _read_entries,
     _read_reply,
     _renamed,
@@ -73,6 +79,13 @@ def run_xread(router: Router, c: RouterClient, argv: list[bytes], options: XRead
     named = [pstreams[k] for k in keys if k in pstreams]
     if not named:
         return False
+    if options.claim >= 0:
+        # One stream returns its idle pending entries first, the longest idle first, then
+        # new ones, COUNT over both: the partitions would each claim their own longest idle.
+        c.conn.fill(cell, error(NOT_SUPPORTED % (  # type: ignore[union-attr]
+            b"XREADGROUP ... CLAIM", named[0].name,
+            b" (use XAUTOCLAIM or XCLAIM on it, then XREADGROUP)")))
+        return True
     Read(router, c, argv, options, cell).start()
     return True
 
@@ -261,8 +274,17 @@ def _head(key: bytes, proto: int) -> int:
 
 
 class GroupRead:
-    """XREADGROUP `>` on one logical stream: first what was handed over, then rounds of new
-    entries. A round asks every candidate partition for an even share of what COUNT leaves
+    """XREADGROUP `>` on one logical stream: first what was handed over, then new entries.
+
+    With COUNT, while the consumer has a backlog (its last read filled COUNT), the read asks
+    one partition, the consumer's cursor (`_sticky`), for all COUNT leaves: a read that it
+    fills is one upstream read, and its XACK one upstream XACK. A short answer moves the
+    cursor on to the next partition, asked for the rest (a backlog's partitions run dry one
+    at a time, so it usually fills it); only when that one is short too do rounds ask the
+    others. A consumer without a backlog (last read short: `PStream.sparse`) goes to the
+    rounds at once, so a read of a stream that is kept up with costs one round, not three.
+
+    A round asks every candidate partition for an even share of what COUNT leaves
     (all of it without COUNT); a partition that returns its whole share may have more and
     stays a candidate. Rounds ask for no more than COUNT leaves, so only a hand-over read
     (which asks for all that was handed over) can come back with more than COUNT: the rest is
@@ -332,7 +354,79 @@ class GroupRead:
             return self.finish() if cut else self._next(cands)
         if r.count and self.total >= r.count:
             return self.finish()
-        return self.round(cands)
+        p = self._sticky() if r.count and self.key not in self.ps.sparse else None
+        if p is None:
+            return self.round(cands)
+        req = r._req(self.ps.keys[p], b">", r.count - self.total)
+        _send(r.router, r.c, [(self.ps.slots[p], req)], True, list,  # type: ignore[arg-type]
+              partial(self._stuck, p))
+        return None
+
+    def _sticky(self) -> int | None:
+        """The consumer's cursor partition, or the next one after it whose primary the router
+        can reach and that gave nothing by hand-over in this read (None: none). A consumer
+        new to this router starts where the reads' rotating start is, so that consumers
+        spread over the partitions."""
+        ps, r = self.ps, self.read
+        at = ps.cursor.get(self.key)
+        if at is None:
+            at = ps.rd % ps.n
+            ps.rd = at + 1
+        for j in range(ps.n):
+            p = (at + j) % ps.n
+            if p in self.got:
+                continue
+            pool = r.router.primary_pool(ps.slots[p], r.c.proto)
+            if pool is not None and _reachable(pool):
+                ps.cursor[self.key] = p
+                return p
+        return None
+
+    def _relay(self, p: int, rep: bytes, count: int) -> bool:
+        """A read of this one key that one partition filled (`count` entries): its reply is
+        the client's, with the logical name for the partition's (False: not such a read, or
+        not such a reply)."""
+        r = self.read
+        if len(r.keys) != 1 or r.over:
+            return False
+        proto = r.c.proto
+        head = keyed_header(1, proto) + keyed_pair(proto)
+        real = head + bulk(self.ps.keys[p])
+        if not rep.startswith(real) or len(reply_elements(rep[len(real):])[1]) < count:
+            return False
+        r._reply(head + bulk(self.ps.name) + rep[len(real):])
+        return True
+
+    def _stuck(self, p: int, replies: list[bytes], then: bool = True) -> None:
+        """The cursor's partition answered: when it filled what COUNT left, the read is done
+        and the cursor stays; else the cursor moves on to the next partition, which is asked
+        for the rest (`then`: a backlog's partitions run dry one by one, so that one usually
+        fills it, at one more request), and when that one comes back short too, one round
+        asks the others for the rest (as a read without a backlog would)."""
+        rep, ps = replies[0], self.ps
+        if error_code(rep) is not None:
+            if self.error is None:
+                self.error = _renamed(ps, rep)
+        else:
+            self.answered = True
+            left = self.read.count - self.total
+            if not self.total and self._relay(p, rep, left):
+                return None
+            es = _read_entries(rep)
+            self._add(p, es)
+            if len(es) >= left:
+                return self.finish()
+        ps.cursor[self.key] = (p + 1) % ps.n
+        self.got.setdefault(p, [])  # asked: not a candidate again in this read
+        q = self._sticky() if then and self.error is None else None
+        if q is not None:
+            r = self.read
+            req = r._req(ps.keys[q], b">", r.count - self.total)
+            _send(r.router, r.c, [(ps.slots[q], req)], True, list,  # type: ignore[arg-type]
+                  partial(self._stuck, q, then=False))
+            return None
+        return self.round([(p + j) % ps.n for j in range(1, ps.n)
+                           if (p + j) % ps.n not in self.got])
 
     def _next(self, cands: list[int]) -> None:
         """Under caps: ask the next partition for what COUNT and the caps have left."""
@@ -408,7 +502,9 @@ class GroupRead:
             if n is not None and len(es) == n:
                 full.append(p)
         count = self.read.count
-        if self.error is None and count and self.total < count and (later or full):
+        # A NOGROUP beside answers is a partition added since the group was made: go on.
+        go = self.error is None or (self.answered and error_code(self.error) == b"NOGROUP")
+        if go and count and self.total < count and (later or full):
             return self.round(later + full)
         return self.finish()
 
@@ -425,6 +521,10 @@ class GroupRead:
                 r.caps.used -= self.head  # type: ignore[union-attr]  # the key is left out
         else:
             taken = keep(self.ps, self.key, self.got, r.count, r.noack)
+            if r.count and self.total >= r.count:  # a backlog: the next read sticks
+                self.ps.sparse.discard(self.key)
+            elif r.count:
+                self.ps.sparse.add(self.key)
         err = self.error
         if err is not None and not taken and not (self.answered and error_code(err) == b"NOGROUP"):
             return r.got(self.i, err)

@@ -32,7 +32,6 @@ from base.records import PStreamRecord, choose_partition
 from node import errors
 from node.resp import (
     OK,
-    ZERO,
     ReplyError,
     array_header,
     bulk,
@@ -45,7 +44,6 @@ from node.resp import (
     integer,
     keyed_header,
     keyed_pair,
-    map_header,
     null_array,
     reply_elements,
     status,
@@ -92,8 +90,8 @@ class Handover:
 class PStream:
     """A logical stream as a router routes it (from its PStreamRecord)."""
 
-    __slots__ = ("name", "n", "stride", "keys", "slots", "key_field", "rr", "rd", "handover",
-                 "late")
+    __slots__ = ("name", "n", "stride", "keys", "slots", "key_field", "rr", "rd", "cursor",
+                 "sparse", "handover", "late")
 
     def __init__(self, name: bytes, rec: PStreamRecord) -> None:
         self.name = name
@@ -104,6 +102,13 @@ class PStream:
         self.key_field = rec.key_field.encode() if rec.key_field is not None else None
         self.rr = 0  # the next partition of an XADD spread evenly
         self.rd = 0  # where the next XREADGROUP's partitions start
+        # (group, consumer) -> the partition its next `>` read asks first for all of COUNT:
+        # it stays while that partition fills COUNT (one read, and one XACK, per COUNT
+        # entries), and moves on once it comes back short (router/pstreamreads.py).
+        self.cursor: dict[tuple[bytes, bytes], int] = {}
+        # (group, consumer)s whose last `>` read came back short of COUNT: no backlog, so
+        # their next read asks every partition at once (one round trip) instead of the cursor's.
+        self.sparse: set[tuple[bytes, bytes]] = set()
         # (group, consumer) -> partition -> what it was delivered and not yet given
         self.handover: dict[tuple[bytes, bytes], dict[int, Handover]] = {}
         # (group, consumer) -> [partitions of an answered blocked read still to answer, the
@@ -125,7 +130,7 @@ def load(router: Router, records: dict[str, PStreamRecord]) -> dict[bytes, PStre
         ps = out[b] = PStream(b, rec)
         prev = old.get(b)
         if prev is not None:
-            ps.rr, ps.rd = prev.rr, prev.rd
+            ps.rr, ps.rd, ps.cursor, ps.sparse = prev.rr, prev.rd, prev.cursor, prev.sparse
             ps.handover, ps.late = prev.handover, prev.late
     return out
 
@@ -194,7 +199,10 @@ def _read_entries(r: bytes) -> list[bytes]:
 
 
 def _merged(lists: list[list[bytes]], reverse: bool = False) -> list[bytes]:
-    return list(heapq.merge(*lists, key=_entry_id, reverse=reverse))
+    some = [es for es in lists if es]
+    if len(some) == 1:  # one partition's (a sticky read's): in order already
+        return list(some[0])
+    return list(heapq.merge(*some, key=_entry_id, reverse=reverse))
 
 
 def _array(items: list[bytes]) -> bytes:
@@ -572,7 +580,32 @@ def _codes_fold(missing: int, parts: list[tuple[list[int], bytes]], n: int) -> b
 
 
 def xack(router: Router, c: RouterClient, argv: list[bytes], ps: PStream, cell: Cell) -> None:
-    _by_ids(router, c, ps, cell, argv[:3], argv[3:], [], True, _count_fold)
+    """XACK: IDs by partition, counts summed. The IDs of one read usually name one partition
+    (a backlog's reads stick to one): that is one upstream XACK whose reply is the client's."""
+    ids = argv[3:]
+    p = _one_partition(ps, ids)
+    if p is None:
+        return _by_ids(router, c, ps, cell, argv[:3], ids, [], True, _count_fold)
+    conn = _conn(c)
+    Forward(router, c, encode_command(_with_key(argv, 1, ps.keys[p])), ps.slots[p], True,
+            done=lambda r: conn.fill(cell, _renamed(ps, r))).send()
+    return None
+
+
+def _one_partition(ps: PStream, ids: list[bytes]) -> int | None:
+    """The partition every ID names (seq mod stride) when that is one existing partition,
+    else None. An ID that is not `digits-digits` gives None too (the split path checks it);
+    one whose digits are out of range goes to the node, which answers Redis's error for it,
+    as for any invalid ID, before it acknowledges anything."""
+    stride = ps.stride
+    try:
+        parts = {int(b[b.index(b"-") + 1:]) % stride for b in ids}
+    except ValueError:
+        return None
+    if len(parts) != 1:
+        return None
+    p = parts.pop()
+    return p if p < ps.n else None
 
 
 def xdel(router: Router, c: RouterClient, argv: list[bytes], ps: PStream, cell: Cell) -> None:
@@ -723,67 +756,6 @@ def xautoclaim(router: Router, c: RouterClient, argv: list[bytes], ps: PStream,
     return None
 
 
-# --- XINFO ---------------------------------------------------------------------------------------
-# How each field of one partition's XINFO reply folds into the logical stream's; see
-# docs/partitioned-streams.md for which are exact. A field not named here (a later Redis's)
-# is summed when it is an integer and otherwise taken from the first partition.
-_STREAM_FIELDS = {
-    b"length": "sum", b"radix-tree-keys": "sum", b"radix-tree-nodes": "sum",
-    b"entries-added": "sum", b"pids-tracked": "sum", b"iids-tracked": "sum",
-    b"iids-added": "sum", b"iids-duplicates": "sum", b"groups": "max",
-    b"last-generated-id": "max_id", b"max-deleted-entry-id": "max_id",
-    b"recorded-first-entry-id": "min_id", b"first-entry": "min_entry",
-    b"last-entry": "max_entry", b"idmp-duration": "first", b"idmp-maxsize": "first",
-}
-_GROUP_FIELDS = {
-    b"name": "first", b"consumers": "max", b"pending": "sum", b"last-delivered-id": "max_id",
-    b"entries-read": "sum_or_nil", b"lag": "sum_or_nil",
-}
-_CONSUMER_FIELDS = {b"name": "first", b"pending": "sum", b"idle": "min",
-                    b"inactive": "min_seen"}
-
-
-def _id_of(v: bytes) -> int:
-    return parse_id(bulk_value(v)) or 0
-
-
-def _fold_field(how: str, vals: list[bytes]) -> bytes:
-    ints = all(v[:1] == b":" for v in vals)
-    if how == "sum" or (how == "" and ints):
-        return integer(sum(int_value(v) for v in vals)) if ints else vals[0]
-    if how == "sum_or_nil":
-        return integer(sum(int_value(v) for v in vals)) if ints else \
-            next(v for v in vals if v[:1] != b":")
-    if how in ("max", "min"):
-        f = max if how == "max" else min
-        return integer(f(int_value(v) for v in vals)) if ints else vals[0]
-    if how == "min_seen":  # -1: never active
-        seen = [int_value(v) for v in vals if v[:1] == b":" and int_value(v) >= 0]
-        return integer(min(seen)) if seen else vals[0]
-    if how in ("max_id", "min_id"):
-        return (max if how == "max_id" else min)(vals, key=_id_of)
-    if how in ("min_entry", "max_entry"):
-        real = [v for v in vals if v[:1] in (b"*", b"~") and not v.startswith(b"*-1")]
-        if not real:
-            return vals[0]
-        return (min if how == "min_entry" else max)(real, key=_entry_id)
-    return vals[0]
-
-
-def _fold_maps(maps: list[tuple[bytes, list[bytes]]], rules: dict[bytes, str]) -> bytes:
-    """Maps (RESP3) or flat arrays (RESP2) of the same fields, folded field by field."""
-    kind = maps[0][0]
-    first = maps[0][1]
-    names = [bulk_value(first[j]) for j in range(0, len(first), 2)]
-    by_name = [{bulk_value(els[j]): els[j + 1] for j in range(0, len(els), 2)}
-               for _, els in maps]
-    out = []
-    for j, n in enumerate(names):
-        vals = [m[n] for m in by_name if n in m]
-        out.append(first[2 * j] + _fold_field(rules.get(n, ""), vals))
-    return map_header(len(out), 3 if kind == b"%" else 2) + b"".join(out)
-
-
 def _existing(ps: PStream, replies: list[bytes]) -> list[bytes] | bytes:
     """The replies of the partitions that exist (`no such key` from the others), or the
     error to give."""
@@ -791,89 +763,6 @@ def _existing(ps: PStream, replies: list[bytes]) -> list[bytes] | bytes:
     if ok:
         return ok
     return _renamed(ps, replies[0])
-
-
-def xinfo_stream(router: Router, c: RouterClient, argv: list[bytes], ps: PStream,
-                 cell: Cell) -> None:
-    if len(argv) > 3:
-        return _refuse(c, cell, b"XINFO STREAM ... FULL", ps)
-
-    def merged(replies: list[bytes]) -> bytes:
-        ok = _existing(ps, replies)
-        if isinstance(ok, bytes):
-            return ok
-        maps = [reply_elements(r) for r in ok]
-        nonempty = [m for m in maps if any(
-            bulk_value(m[1][j]) == b"length" and m[1][j + 1] != ZERO
-            for j in range(0, len(m[1]), 2))]
-        out = _fold_maps(maps, _STREAM_FIELDS)
-        if nonempty and len(nonempty) < len(maps):  # the first ID of an empty one is 0-0
-            rec = _fold_maps(nonempty, _STREAM_FIELDS)
-            out = _replace_field(out, rec, b"recorded-first-entry-id")
-        return out
-    _all(router, c, argv, ps, cell, merged, key_at=2)
-    return None
-
-
-def _replace_field(reply: bytes, other: bytes, name: bytes) -> bytes:
-    kind, els = reply_elements(reply)
-    oels = reply_elements(other)[1]
-    for j in range(0, len(els), 2):
-        if bulk_value(els[j]) == name:
-            els[j + 1] = next(oels[k + 1] for k in range(0, len(oels), 2)
-                              if bulk_value(oels[k]) == name)
-    return map_header(len(els) // 2, 3 if kind == b"%" else 2) + b"".join(els)
-
-
-def _unread_as_zero(ms: list[tuple[bytes, list[bytes]]]) -> list[tuple[bytes, list[bytes]]]:
-    """A group's rows over the partitions, where a partition that has delivered nothing yet
-    (last-delivered-id 0-0, entries-read nil) counts as 0 entries read once another partition
-    has a count. One stream's entries-read is nil only until its first delivery; the logical
-    stream's would otherwise stay nil for as long as one partition (one with no entries, say)
-    has delivered nothing."""
-    def field(els: list[bytes], name: bytes) -> int | None:
-        return next((j + 1 for j in range(0, len(els), 2) if bulk_value(els[j]) == name), None)
-
-    counted = False
-    for _kind, els in ms:
-        j = field(els, b"entries-read")
-        counted = counted or (j is not None and els[j][:1] == b":")
-    if not counted:
-        return ms
-    out = []
-    for kind, els in ms:
-        j, last = field(els, b"entries-read"), field(els, b"last-delivered-id")
-        if j is not None and last is not None and els[j][:1] != b":" and \
-                bulk_value(els[last]) == b"0-0":
-            els = [*els[:j], integer(0), *els[j + 1:]]
-        out.append((kind, els))
-    return out
-
-
-def _xinfo_list(rules: dict[bytes, str],
-                prepare: Callable[[list[tuple[bytes, list[bytes]]]],
-                                  list[tuple[bytes, list[bytes]]]] | None = None
-                ) -> Callable[..., None]:
-    """XINFO GROUPS / CONSUMERS: one row per name over the partitions, folded field by field,
-    in the order the first partition lists them (then any others); `prepare` sees one name's
-    rows first."""
-    def handler(router: Router, c: RouterClient, argv: list[bytes], ps: PStream,
-                cell: Cell) -> None:
-        def merged(replies: list[bytes]) -> bytes:
-            ok = _existing(ps, replies)  # (a partition without the key or group: none)
-            if isinstance(ok, bytes):
-                return ok
-            rows: dict[bytes, list[tuple[bytes, list[bytes]]]] = {}
-            for r in ok:
-                for row in reply_elements(r)[1]:
-                    kind, els = reply_elements(row)
-                    name = next(bulk_value(els[j + 1]) for j in range(0, len(els), 2)
-                                if bulk_value(els[j]) == b"name")
-                    rows.setdefault(name, []).append((kind, els))
-            return _array([_fold_maps(prepare(ms) if prepare else ms, rules)
-                           for ms in rows.values()])
-        _all(router, c, argv, ps, cell, merged, key_at=2)
-    return handler
 
 
 HANDLERS: dict[bytes, Callable[..., None]] = {
@@ -892,9 +781,6 @@ HANDLERS: dict[bytes, Callable[..., None]] = {
     b"xtrim": xtrim,
     b"xpending": xpending,
     b"xautoclaim": xautoclaim,
-    b"xinfo|stream": xinfo_stream,
-    b"xinfo|groups": _xinfo_list(_GROUP_FIELDS, _unread_as_zero),
-    b"xinfo|consumers": _xinfo_list(_CONSUMER_FIELDS),
     b"xgroup|create": xgroup_create,
     b"xgroup|destroy": _xgroup(_fold_max),
     b"xgroup|setid": _xgroup(_fold_first),
@@ -902,3 +788,6 @@ HANDLERS: dict[bytes, Callable[..., None]] = {
     b"xgroup|delconsumer": _xgroup(_fold_sum),
 }
 """Handlers by command fullname; anything else on a logical name is refused (or WRONGTYPE)."""
+
+# XINFO (router/pstreaminfo.py) uses the helpers above and adds its handlers to HANDLERS.
+import router.pstreaminfo  # noqa: E402, F401

@@ -139,3 +139,27 @@ def test_one_workload_on_a_partitioned_and_a_plain_stream(pair: tuple[Side, Side
     assert sum(consumers[ps.key].values()) == sum(consumers[plain.key].values())
     assert r.xlen(ps.key) == r.xlen(plain.key) == total - len(range(0, total, 7))
     assert sorted(payloads(r, ps.key)) == payloads(r, plain.key)
+
+
+def test_xreadgroup_claim_is_refused_on_a_logical_name(pair: tuple[Side, Side, list[str]]
+                                                      ) -> None:
+    """XREADGROUP ... CLAIM puts one stream's longest idle pending entries first (Redis 8.4),
+    which partitions each claiming their own cannot give: it is refused with an error that
+    says so, and claims nothing; a plain stream's CLAIM through the same router still works."""
+    ps, plain, _keys = pair
+    r = ps.r
+    for side in (ps, plain):
+        r.xgroup_create(side.key, "g", "0", mkstream=True)
+        for i in range(6):
+            r.xadd(side.key, {"i": i})
+        r.xreadgroup("g", "dead", {side.key: ">"}, count=4)
+    with pytest.raises(redis.ResponseError) as e:
+        r.xreadgroup("g", "alive", {ps.key: ">"}, count=10, claim_min_idle_time=0)
+    assert str(e.value) == (f"XREADGROUP ... CLAIM is not supported on partitioned stream "
+                            f"'{ps.key}' (use XAUTOCLAIM or XCLAIM on it, then XREADGROUP)")
+    with pytest.raises(redis.ResponseError):
+        r.xreadgroup("g", "alive", {ps.key: ">"}, count=1, block=10, claim_min_idle_time=0)
+    assert r.xpending(ps.key, "g")["consumers"] == [{"name": b"dead", "pending": 4}]
+    assert r.xlen(ps.key) == 6 and r.xinfo_groups(ps.key)[0]["pending"] == 4
+    got = r.xreadgroup("g", "alive", {plain.key: ">"}, count=10, claim_min_idle_time=0)
+    assert [int(e[3]) > 0 for e in got[0][1]] == [True] * 4 + [False] * 2  # 4 claimed, 2 new
