@@ -21,6 +21,8 @@ from node.stream import Stream
 from node.streamid import SEQ_MAX
 
 if TYPE_CHECKING:
+    from node.client import Client
+    from node.cmdstats import CommandStats
     from node.context import ServerContext
 
 log = logging.getLogger("xshard.node")
@@ -154,6 +156,13 @@ class EffectApplier:
         self.run_sids: list[int] = []
         self.run_fields: list[list[bytes]] = []
         self.run_argvs: list[list[bytes]] = []
+        from node.commands.groups import apply_setid_effect, apply_xclaim_effect, xack
+
+        # The group effects of a delivery, applied by their handlers without the dispatch,
+        # and the command stats each counts under.
+        self.direct: dict[bytes, tuple[Callable[[Client, list[bytes]], bytes | None], bytes]] = {
+            b"XCLAIM": (apply_xclaim_effect, b"xclaim"), b"XACK": (xack, b"xack"),
+            b"XGROUP": (apply_setid_effect, b"xgroup|setid")}
 
     def reset_partial(self) -> None:
         """Forget what the stream had not completed: a partial command and an open
@@ -219,6 +228,9 @@ class EffectApplier:
                     continue
                 if self.run_sids:
                     self.flush_run()
+                if batch and not client.in_multi and self._direct(argv):
+                    publish = done
+                    continue
                 reply = server.execute(client, argv)
                 # A transaction is published (and counted in the offset) only once its EXEC
                 # (or DISCARD) has arrived, as Redis advances a replica's offset: a link cut
@@ -291,6 +303,36 @@ class EffectApplier:
         self.run_argvs.append(argv)
         return True
 
+    def _direct(self, argv: list[bytes]) -> bool:
+        """Apply a delivery's group effect (XCLAIM of the shape propagate_xclaim writes, XACK,
+        XGROUP SETID) straight through its handler: what `call()` does around it (the command
+        time, stats, SLOWLOG, blocked readers' wake-up) without the dispatch and its checks,
+        which a primary's effects skip anyway (node/server.py `execute`, is_master). False,
+        with nothing applied, for any other command, another shape, or an error: the dispatch
+        runs it then, with its own error reply and counts (the handlers fail before they
+        change anything)."""
+        direct = self.direct.get(argv[0])
+        if direct is None or len(argv) < 4:  # XACK's arity: shorter ones get the dispatch's
+            return False
+        fn, name = direct
+        server = self.server
+        client = self.client
+        t0 = perf_counter_ns()
+        client.last_interaction_ms = server.cmd_time_ms = time_ns() // 1000000
+        try:
+            reply = fn(client, argv)
+        except Exception:  # ReplyError, or a bug: the dispatch reports it
+            return False
+        if reply is None:
+            return False
+        ns = perf_counter_ns() - t0
+        _count(server.stats, name, ns)
+        if ns // 1000 >= server.slow_usec:
+            server.slow_command(client, argv, argv[0].lower(), ns // 1000)
+        if server.blocking.ready:
+            server.blocking.serve_ready()
+        return True
+
     def flush_run(self) -> None:
         """Apply the collected run of XADDs: what one `call()` per effect would have done (the
         entries, WATCH and blocked readers' wake-up, the dirty count, command stats)."""
@@ -326,3 +368,16 @@ class EffectApplier:
         server.stats.timed_many(b"xadd", added, (perf_counter_ns() - t0) // 1000)
         if server.blocking.ready:
             server.blocking.serve_ready()
+
+
+
+def _count(stats: CommandStats, name: bytes, ns: int) -> None:
+    """One call of the plain command (or `container|sub`) `name` that ran for `ns`, counted
+    as Server.call counts one."""
+    st = stats.calls.get(name)
+    if st is None:
+        st = stats.entry(name)
+    st.calls += 1
+    st.usec += ns // 1000
+    st.hist[ns.bit_length()] += 1
+    stats.total_commands += 1

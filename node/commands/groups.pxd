@@ -52,9 +52,22 @@ cpdef bytes xack(c, argv)
 cpdef list parse_strict_ids_or_error(args)
 
 # XCLAIM: every delivery a replica applies is one.
-@cython.locals(s=Stream, g=ConsumerGroup, cons=Consumer, argc=Py_ssize_t, j=Py_ssize_t,
-               out=list, ids=list)
+@cython.locals(s=Stream, g=ConsumerGroup, argc=Py_ssize_t, j=Py_ssize_t, out=list, ids=list)
 cpdef bytes xclaim(c, argv)
+
+@cython.locals(cons=Consumer, out=list)
+cdef list _claim(c, key, groupname, Stream s, ConsumerGroup g, name, list ids, minidle,
+                 retrycount, deliverytime, bint force, bint justid, last_id, now, bint replies)
+
+# A replica's apply of the group effects of a delivery (node/effects.py EffectApplier._direct).
+@cython.locals(s=Stream, g=ConsumerGroup, out=list)
+cpdef apply_xclaim_effect(c, list argv)
+
+@cython.locals(g=ConsumerGroup, n="long long")
+cpdef apply_setid_effect(c, list argv)
+
+@cython.locals(db=Keyspace, s=object)
+cdef tuple _live_group(c, key, groupname)
 
 @cython.locals(argc=Py_ssize_t, moreargs=Py_ssize_t)
 cdef tuple _xclaim_options(list argv, Py_ssize_t j, now)

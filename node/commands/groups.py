@@ -32,15 +32,12 @@ from node.errors import string2ll
 from node.groups import Consumer, ConsumerGroup, Nack, clamp_entries_read, create_group
 from node.references import delete_entry
 from node.resp import (
-    EMPTY_ARRAY,
-    NULL_ARRAY,
     OK,
     ONE,
     ZERO,
     ReplyError,
     array_header,
     bulk,
-    encode,
     integer,
 )
 from node.stream import Stream
@@ -598,88 +595,6 @@ def xnack(c: Client, argv: list[bytes]) -> bytes:
     return integer(released)
 
 
-# --- XPENDING ------------------------------------------------------------------------------
-def _xpending_range(argv: list[bytes]) -> tuple[int, int, int, int, bytes | None]:
-    """XPENDING's extended form, parsed before the key is looked up (Redis's order): (min
-    idle, first ID, last ID, count, consumer or None); exclusive bounds made inclusive."""
-    argc = len(argv)
-    minidle = 0
-    si = 3
-    if argv[3].lower() == b"idle":
-        minidle = errors.parse_int_or_error(argv[4])
-        if argc < 8:
-            raise ReplyError(errors.SYNTAX)
-        si += 2
-    count = max(errors.parse_int_or_error(argv[si + 2]), 0)
-    start, startex = parse_range_id_or_error(argv[si], 0)
-    if startex:
-        if start == MAX_ID:
-            raise ReplyError(errors.INVALID_START_ID)
-        start += 1
-    end, endex = parse_range_id_or_error(argv[si + 1], SEQ_MAX)
-    if endex:
-        if end == 0:
-            raise ReplyError(errors.INVALID_END_ID)
-        end -= 1
-    return minidle, start, end, count, argv[si + 3] if si + 3 < argc else None
-
-
-@command(b"xpending")
-def xpending(c: Client, argv: list[bytes]) -> bytes:
-    """XPENDING key group [[IDLE min-idle] start end count [consumer]]"""
-    argc = len(argv)
-    justinfo = argc == 3
-    if argc != 3 and (argc < 6 or argc > 9):
-        raise ReplyError(errors.SYNTAX)
-    count = minidle = start = end = 0
-    consumername = None
-    if argc >= 6:
-        minidle, start, end, count, consumername = _xpending_range(argv)
-
-    key, groupname = argv[1], argv[2]
-    s = c.db.get_stream(key)
-    g = s.groups.get(groupname) if s is not None else None
-    if g is None:
-        raise ReplyError(errors.nogroup_key_or_group(key, groupname))
-
-    if justinfo:
-        pel = g.pel
-        if not pel:
-            return encode([0, None, None, NULL_ARRAY], c.proto)
-        owners = [[cons.name, b"%d" % len(cons.pel)] for cons in g.sorted_consumers() if cons.pel]
-        return encode([len(pel), format_id(pel.peekitem(0)[0]), format_id(pel.peekitem(-1)[0]),
-                       owners], c.proto)
-
-    if consumername is not None:
-        cons = g.consumers.get(consumername)
-        if cons is None:
-            return EMPTY_ARRAY
-        ids = cons.pel.irange(start, end)
-    else:
-        ids = g.pel.irange(start, end)
-    now = c.server.now_ms()
-    pel = g.pel
-    out: list[bytes] = []
-    n = 0
-    for sid in ids:
-        if not count:
-            break
-        t, dc, owner = pel[sid]
-        if minidle and now - t < minidle:
-            continue
-        n += 1
-        count -= 1
-        sids = format_id(sid)
-        elapsed = now - t
-        if elapsed < 0:
-            elapsed = 0
-        if owner is None:  # released by XNACK: nobody's
-            owner = b""
-        out.append(b"".join([array_header(4), bulk(sids), bulk(owner), integer(elapsed),
-                             integer(dc)]))
-    return array_header(n) + b"".join(out)
-
-
 # --- XCLAIM --------------------------------------------------------------------------------
 def _xclaim_options(argv: list[bytes], j: int, now: int) -> tuple[int, int, bool, bool, int]:
     """XCLAIM's options from argv[j] on: (RETRYCOUNT or -1, delivery time from IDLE/TIME or
@@ -741,7 +656,17 @@ def xclaim(c: Client, argv: list[bytes]) -> bytes:
 
     now = c.server.now_ms()
     retrycount, deliverytime, force, justid, last_id = _xclaim_options(argv, j, now)
+    out = _claim(c, key, groupname, s, g, name, ids, minidle, retrycount, deliverytime, force,
+                 justid, last_id, now, True)
+    return array_header(len(out)) + b"".join(out)
 
+
+def _claim(c: Client, key: bytes, groupname: bytes, s: Stream, g: ConsumerGroup, name: bytes,
+           ids: list[int], minidle: int, retrycount: int, deliverytime: int, force: bool,
+           justid: bool, last_id: int, now: int, replies: bool) -> list[bytes]:
+    """XCLAIM once its arguments are read: the claimed entries' replies (IDs with JUSTID),
+    or (not `replies`) as many empty ones. The one body of the command and of a replica's
+    apply of its delivery effects, whose replies nobody reads."""
     propagate_last_id = False
     if last_id > g.last_id:
         g.last_id = last_id
@@ -782,7 +707,7 @@ def xclaim(c: Client, argv: list[bytes]) -> bytes:
         elif not justid:
             dcount += 1
         nack = g.set_nack(sid, cons, deliverytime, dcount)
-        out.append(bulk_id(sid) if justid else entry_reply(sid, fields))
+        out.append((bulk_id(sid) if justid else entry_reply(sid, fields)) if replies else b"")
         cons.active_time = now
         c.server.dirty += 1
         propagate_xclaim(c, key, groupname, g, sid, nack)
@@ -791,7 +716,66 @@ def xclaim(c: Client, argv: list[bytes]) -> bytes:
         c.server.dirty += 1
         propagate_group_id(c, key, groupname, g)
     _group_changed(c, key)
-    return array_header(len(out)) + b"".join(out)
+    return out
+
+
+def apply_xclaim_effect(c: Client, argv: list[bytes]) -> bytes | None:
+    """A delivery's effect as propagate_xclaim writes it (`XCLAIM key group consumer 0 id TIME
+    ms RETRYCOUNT n FORCE JUSTID LASTID last-id`, one of them per delivered entry on a replica)
+    applied as xclaim() applies it, without its option parser; the reply is the count of
+    entries claimed (a replica drops it). None, with nothing done, for any other shape or a key
+    that is not a live stream with that group: the caller dispatches those, and the command's
+    own checks and errors apply."""
+    if (len(argv) != 14 or argv[4] != b"0" or argv[6] != b"TIME" or argv[8] != b"RETRYCOUNT"
+            or argv[10] != b"FORCE" or argv[11] != b"JUSTID" or argv[12] != b"LASTID"):
+        return None
+    sid = _strict_id(argv[5])
+    last_id = _strict_id(argv[13])
+    deliverytime = plain_uint(argv[7])
+    retrycount = plain_uint(argv[9])
+    if sid is None or last_id is None or deliverytime < 0 or retrycount < 0:
+        return None
+    s, g = _live_group(c, argv[1], argv[2])
+    if g is None:
+        return None
+    out = _claim(c, argv[1], argv[2], s, g, argv[3], [sid], 0, retrycount, deliverytime, True,
+                 True, last_id, c.server.now_ms(), False)
+    return integer(len(out))
+
+
+def apply_setid_effect(c: Client, argv: list[bytes]) -> bytes | None:
+    """The cursor effect of a delivering read as propagate_group_id writes it (`XGROUP SETID
+    key group ms-seq ENTRIESREAD n`, n -1 for none) applied as XGROUP SETID applies an effect
+    (the counter stored as given), without the subcommand's parser; None, with nothing done,
+    for any other shape or key: the caller dispatches those."""
+    if len(argv) != 7 or argv[1] != b"SETID" or argv[5] != b"ENTRIESREAD":
+        return None
+    sid = _strict_id(argv[4])
+    er = argv[6]
+    n = -1 if er == b"-1" else plain_uint(er)
+    if sid is None or (n < 0 and er != b"-1"):
+        return None
+    _s, g = _live_group(c, argv[2], argv[3])
+    if g is None:
+        return None
+    g.last_id = sid
+    g.entries_read = None if n < 0 else n
+    _group_written(c, argv[2], argv)
+    return OK
+
+
+def _live_group(c: Client, key: bytes, groupname: bytes
+                ) -> tuple[Stream | None, ConsumerGroup | None]:
+    """The stream at `key` and its group, when both exist and the key has no TTL (the
+    dispatch decides what a volatile key holds now); else (None, None)."""
+    db = c.db
+    if db.expires and key in db.expires:
+        return None, None
+    s = db.data.get(key)
+    if type(s) is not Stream:
+        return None, None
+    g = s.groups.get(groupname)
+    return (s, g) if g is not None else (None, None)
 
 
 command(b"xclaim")(xclaim)  # not a decorator: compiled, xclaim is cpdef
