@@ -237,7 +237,7 @@ class ConsumerGroup:
     def redeliver(self, sid: int, now_ms: int) -> Nack:
         """A history read (XREADGROUP with an explicit ID) delivers a pending entry again."""
         t, n, name = self.pel[sid]
-        nack = self.pel[sid] = (now_ms, n + 1, name)
+        nack = self.pel[sid] = (now_ms, min(n + 1, LLONG_MAX), name)  # FATAL's stays
         return nack
 
     def ack(self, sid: int) -> bool:

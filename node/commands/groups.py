@@ -704,7 +704,7 @@ def _claim(c: Client, key: bytes, groupname: bytes, s: Stream, g: ConsumerGroup,
             dcount = nack[1]
         if retrycount >= 0:
             dcount = retrycount
-        elif not justid:
+        elif not justid and dcount < _LLONG_MAX:  # XNACK FATAL's count stays at the top
             dcount += 1
         nack = g.set_nack(sid, cons, deliverytime, dcount)
         out.append((bulk_id(sid) if justid else entry_reply(sid, fields)) if replies else b"")
@@ -851,7 +851,8 @@ def xautoclaim(c: Client, argv: list[bytes]) -> bytes:
         i += 1
         if minidle and now - nack[0] < minidle:
             continue
-        nack = g.set_nack(sid, cons, now, nack[1] if justid else nack[1] + 1)
+        nack = g.set_nack(sid, cons, now,
+                          nack[1] if justid else min(nack[1] + 1, _LLONG_MAX))
         out.append(bulk_id(sid) if justid else entry_reply(sid, fields))
         count -= 1
         cons.active_time = now

@@ -281,3 +281,25 @@ def test_xnack_serves_a_reader_blocked_with_claim(node: NodeHandle, r: redis.Red
     (entry,) = got[0][0][1]
     assert (entry[0], entry[1], entry[3]) == (b"1-0", {b"n": b"1"}, 1)
     assert pending(r) == {b"1-0": (b"c2", 2)}
+
+
+def test_a_fatal_count_stays_at_llong_max_and_replays(xnode: Callable[..., NodeHandle]) -> None:
+    """XNACK FATAL sets the delivery count to LLONG_MAX (sure); an XCLAIM, an XAUTOCLAIM or a
+    history read of such an entry leaves it there (open in Redis, whose count would overflow:
+    xshard keeps the top, as XREADGROUP CLAIM does), so the XCLAIM effect each writes is one
+    that a replica and the AOF replay accept: after a restart the PEL is the same."""
+    h = xnode("--appendonly", "yes", "--appendfsync", "always")
+    c = h.client()
+    setup_stream(c, 3)
+    c.xreadgroup("g", "c1", {"s": ">"})
+    c.xnack("s", "g", "FATAL", "1-0", "2-0", "3-0")
+    c.xclaim("s", "g", "c2", 0, ["1-0"])
+    c.xautoclaim("s", "g", "c3", 0, "2-0", count=1)
+    c.xclaim("s", "g", "c1", 0, ["3-0"], justid=True)
+    c.xreadgroup("g", "c1", {"s": "0"})  # history: 3-0 delivered again
+    want = pending(c)
+    assert want == {b"1-0": (b"c2", LLONG_MAX), b"2-0": (b"c3", LLONG_MAX),
+                    b"3-0": (b"c1", LLONG_MAX)}
+    h.kill()
+    h.start()
+    assert pending(h.client()) == want

@@ -55,8 +55,8 @@ def _workload(srv: Server, seed: int) -> None:
             _run(srv, c, "XAUTOCLAIM", key, grp, cons, "0", "0-0", "COUNT", "3")
         elif op < 0.85 and ids[key]:
             _run(srv, c, "XDEL", key, rnd.choice(ids[key]))  # a pending entry may go
-        elif op < 0.88 and ids[key]:  # not FATAL: its count + 1 on a claim overflows
-            _run(srv, c, "XNACK", key, grp, rnd.choice(["SILENT", "FAIL"]), "IDS",
+        elif op < 0.88 and ids[key]:
+            _run(srv, c, "XNACK", key, grp, rnd.choice(["SILENT", "FAIL", "FATAL"]), "IDS",
                  "1", rnd.choice(ids[key]))
         elif op < 0.91 and ids[key]:
             _run(srv, c, "XGROUP", "SETID", key, grp, rnd.choice(ids[key]))
