@@ -1,3 +1,5 @@
+cimport cython
+
 # Cython declarations for node/cmdstats.py (pure-Python mode; node/native.py, setup.py).
 # The totals and a command's counters are C fields: Server.call counts every command without
 # an attribute lookup or a new int for them; Python code (INFO, metrics, RESETSTAT, the router)
@@ -14,3 +16,7 @@ cdef class CommandStats:
     cdef public Py_ssize_t net_repl_input_bytes, net_repl_output_bytes
     cdef public Py_ssize_t qbuf_disconnections, obuf_disconnections
     cdef public object _samples
+
+    # One call counted by a replica's directly applied effect (node/effects.py): a C call.
+    @cython.locals(st=CallStats)
+    cpdef timed_ns(self, bytes name, ns)

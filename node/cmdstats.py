@@ -124,6 +124,16 @@ class CommandStats:
         self.total_commands += 1
         return st
 
+    def timed_ns(self, name: bytes, ns: int) -> None:
+        """Count one call of the plain command (or `container|sub`) `name` that ran for `ns`,
+        into the same histogram slot Server.call gives it (a replica's directly applied
+        effects, node/effects.py)."""
+        st = self.entry(name)
+        st.calls += 1
+        st.usec += ns // 1000
+        st.hist[ns.bit_length()] += 1
+        self.total_commands += 1
+
     def timed_many(self, name: bytes, n: int, usec: int) -> None:
         """Count n calls of the plain command `name` that ran together in `usec` (a batch of
         applied effects, node/effects.py): each at their mean time."""

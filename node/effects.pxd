@@ -14,9 +14,3 @@ import cython
 # The offset of every effect nobody listens to (XADD with appendonly no): typed, a C loop.
 @cython.locals(n=Py_ssize_t, la=Py_ssize_t, a=bytes, c=Py_ssize_t)
 cpdef Py_ssize_t _command_len(list argv) except -1
-
-from node.cmdstats cimport CallStats, CommandStats
-
-# Every group effect a replica applies directly is counted here (EffectApplier._direct).
-@cython.locals(st=CallStats)
-cdef _count(CommandStats stats, bytes name, ns)

@@ -22,7 +22,6 @@ from node.streamid import SEQ_MAX
 
 if TYPE_CHECKING:
     from node.client import Client
-    from node.cmdstats import CommandStats
     from node.context import ServerContext
 
 log = logging.getLogger("xshard.node")
@@ -326,7 +325,7 @@ class EffectApplier:
         if reply is None:
             return False
         ns = perf_counter_ns() - t0
-        _count(server.stats, name, ns)
+        server.stats.timed_ns(name, ns)
         if ns // 1000 >= server.slow_usec:
             server.slow_command(client, argv, argv[0].lower(), ns // 1000)
         if server.blocking.ready:
@@ -368,16 +367,3 @@ class EffectApplier:
         server.stats.timed_many(b"xadd", added, (perf_counter_ns() - t0) // 1000)
         if server.blocking.ready:
             server.blocking.serve_ready()
-
-
-
-def _count(stats: CommandStats, name: bytes, ns: int) -> None:
-    """One call of the plain command (or `container|sub`) `name` that ran for `ns`, counted
-    as Server.call counts one."""
-    st = stats.calls.get(name)
-    if st is None:
-        st = stats.entry(name)
-    st.calls += 1
-    st.usec += ns // 1000
-    st.hist[ns.bit_length()] += 1
-    stats.total_commands += 1
