@@ -29,6 +29,7 @@ each entry is delivered once per group and each partition's order is kept.
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable
 from functools import partial
 from typing import TYPE_CHECKING
 
@@ -64,14 +65,16 @@ def tracked(ps: PStream, group: bytes) -> bool:
 class Watch:
     """One partition's watch (see the module docstring)."""
 
-    __slots__ = ("router", "ps", "p", "seen", "up", "state", "gen")
+    __slots__ = ("router", "ps", "p", "seen", "up", "state", "gen", "kicks", "upto")
 
     def __init__(self, router: Router, ps: PStream, p: int) -> None:
         self.router, self.ps, self.p = router, ps, p
-        self.seen = b""  # the last entry ID it saw ("": not pinned yet)
+        self.seen = 0  # the last entry ID it saw (as an int: node/streamid.py)
         self.up: Upstream | None = None
-        self.state = "idle"  # idle, pinning, armed, retrying
-        self.gen = 0  # bumped when it stops: a reply of an older read is ignored
+        self.state = "idle"  # idle, pinning, armed, kicking, retrying
+        self.gen = 0  # bumped when it starts again: what an older read answers is ignored
+        self.kicks = 0  # reads of the partition made for waiting consumers, unanswered
+        self.upto = 0  # the last entry every one of those reads has got so far
 
     def ensure(self) -> None:
         if self.state == "idle":
@@ -99,56 +102,79 @@ class Watch:
 
     def _pinned(self, gen: int, r: bytes | None) -> None:
         if gen != self.gen:
-            return
+            return None
         if r is None or error_code(r) is not None:
             return self._lost()
         es = _entries(r)
-        self.seen = format_id(_entry_id(es[0])) if es else b"0-0"
-        self._arm()
-        # Entries up to `seen` came before the watch: every group may have some unread.
-        self.ps_unread_all()
-        return None
+        self.seen = _entry_id(es[0]) if es else 0
+        # Entries up to `seen` came before the watch: any group may have some unread.
+        return self.wake()
 
     def _arm(self) -> None:
+        if not waiting(self.ps):  # nobody waits: the next consumer that waits starts it
+            self.state = "idle"
+            return None
         up = self._conn()
         if up is None:
             return self._retry()
         self.state = "armed"
         up.send(encode_command([b"XREAD", b"COUNT", b"1", b"BLOCK", b"%d" % WATCH_MS,
-                                b"STREAMS", self.ps.keys[self.p], self.seen]),
+                                b"STREAMS", self.ps.keys[self.p], format_id(self.seen)]),
                 partial(self._fired, self.gen))
         return None
 
     def _fired(self, gen: int, r: bytes | None) -> None:
         if gen != self.gen:
-            return
-        if r is None or (error_code(r) is not None):
+            return None
+        if r is None or error_code(r) is not None:
             return self._lost()
         es = _read_entries(r)
         if es:
-            self.seen = format_id(_entry_id(es[-1]))
-        if not waiting(self.ps):
-            # Nobody waits: stop, and let the next consumer that waits read the partition.
-            self.state = "idle"
-            return self.ps_unread_all()
-        self._arm()
-        self.ps_unread_all()  # an entry came, or the watch's time ran out: read it
+            self.seen = max(self.seen, _entry_id(es[-1]))
+        return self.wake()  # an entry came, or the watch's time ran out: read it
+
+    def wake(self) -> None:
+        """The partition may hold entries some group was not given: one waiting consumer of
+        each group that has an idle one reads it now, every other group counts it unread.
+        The watch is armed again once those reads are answered, after the last entry all of
+        them got (what they took needs no wake-up), or at once when none was made."""
+        ps, p = self.ps, self.p
+        self.state = "kicking"
+        self.kicks = 0
+        self.upto = -1
+        for group, parts in ps.unread.items():
+            w = idle_waiter(ps, group)
+            if w is None:
+                parts.add(p)
+            else:
+                parts.discard(p)
+                self.kicks += 1
+                w.read_partition(p, partial(self.kicked, self.gen))
+        if not self.kicks:
+            return self._arm()
         return None
 
-    def ps_unread_all(self) -> None:
-        ps, p = self.ps, self.p
-        for group, parts in ps.unread.items():
-            parts.add(p)
-            kick(ps, group)
+    def kicked(self, gen: int, last: int) -> None:
+        """A read made by `wake` got entries up to `last` (0: none, or it failed)."""
+        if gen != self.gen or self.state != "kicking":
+            return None
+        self.kicks -= 1
+        got = max(last, self.seen)
+        self.upto = got if self.upto < 0 else min(self.upto, got)
+        if self.kicks:
+            return None
+        self.seen = max(self.seen, self.upto)
+        return self._arm()
 
     def _lost(self) -> None:
         """The connection went, or the node refused the read (its slot moved, no primary):
-        start again at the slot's primary shortly."""
+        start again at the slot's primary shortly, and count the partition unread."""
         self.gen += 1
         up, self.up = self.up, None
         if up is not None:
             up.close()
-        self.ps_unread_all()
+        for parts in self.ps.unread.values():
+            parts.add(self.p)
         return self._retry()
 
     def _retry(self) -> None:
@@ -157,22 +183,31 @@ class Watch:
 
     def _again(self) -> None:
         if self.state != "retrying":
-            return
+            return None
         if not waiting(self.ps):
             self.state = "idle"
             return None
         return self._pin()
 
-    def stop(self) -> None:
-        self.gen += 1
-        self.state = "idle"
-        up, self.up = self.up, None
-        if up is not None:
-            up.close()
-
 
 def waiting(ps: PStream) -> bool:
     return any(ws for ws in ps.waiters.values())
+
+
+def idle_waiter(ps: PStream, group: bytes) -> Wait | None:
+    for w in ps.waiters.get(group, ()):
+        if w.reading is None and not w.over:
+            return w
+    return None
+
+
+def ensure_watches(router: Router, ps: PStream) -> None:
+    watches = ps.watches
+    if len(watches) != ps.n:
+        watches[:] = [Watch(router, ps, p) for p in range(ps.n)]
+    for w in watches:
+        if w.state == "idle":
+            w.ensure()
 
 
 def kick(ps: PStream, group: bytes) -> None:
@@ -212,25 +247,25 @@ class Wait(BlockedParts):
         ps.waiters.setdefault(self.group, deque()).append(self)
         if self.group not in ps.unread:  # a group new here: any partition may have entries
             ps.unread[self.group] = set(range(ps.n))
-        watches = ps.watches
-        if len(watches) != ps.n:
-            watches[:] = [Watch(router, ps, p) for p in range(ps.n)]
-        for w in watches:
-            w.ensure()
+        ensure_watches(router, ps)
         kick(ps, self.group)
 
-    def read_partition(self, p: int) -> None:
+    def read_partition(self, p: int, then: Callable[[int], None] | None = None) -> None:
+        """Read partition p for this consumer, without BLOCK; `then(last entry ID or 0)`
+        once it is answered (a watch's wake-up)."""
         r, ps = self.read, self.ps
         self.reading = p
         req = r._req(ps.keys[p], b">", r.limit() or None)
         _send(r.router, r.c, [(ps.slots[p], req)], True, list,  # type: ignore[arg-type]
-              partial(self._read, p))
+              partial(self._read, p, then))
 
-    def _read(self, p: int, replies: list[bytes]) -> None:
+    def _read(self, p: int, then: Callable[[int], None] | None, replies: list[bytes]) -> None:
         self.reading = None
         rep, ps, r = replies[0], self.ps, self.read
         err = error_code(rep)
         es = [] if err is not None else _read_entries(rep)
+        if then is not None:
+            then(_entry_id(es[-1]) if es else 0)
         if self.over:  # it went away meanwhile: what it was given is its next read's
             from router.pstreamreads import _late_answered, hand_over
             hand_over(ps, self.key, p, es, r.noack)
@@ -255,6 +290,7 @@ class Wait(BlockedParts):
             # (asked for no more than the read's COUNT: all of them are its reply)
             return self.finish(_read_reply([(ps.name, es)], r.c.proto))
         kick(ps, self.group)  # nothing there (now): wait, or read another unread one
+        ensure_watches(r.router, ps)
         return None
 
     def _unread(self, p: int) -> None:
