@@ -3,9 +3,10 @@ record, the other commands and the helpers both use).
 
 A read asks every partition of each logical key and merges in ID order, COUNT applying to
 the total; but an XREADGROUP `>` of a consumer with a backlog asks one partition, its cursor,
-for all of COUNT first (`GroupRead`). XREADGROUP `>` never loses a delivery: its rounds ask the partitions for no more
-than COUNT leaves, and with BLOCK every partition blocks, the first answer wins and the others
-are ended with CLIENT UNBLOCK. Entries a partition delivered after the read was answered stay
+for all of COUNT first (`GroupRead`). XREADGROUP `>` never loses a delivery: its rounds ask
+the partitions for no more than COUNT leaves; with BLOCK a group's `>` on one logical stream
+waits on the partitions' watches (router/pstreamwait.py), and any other blocked read blocks on
+every partition, the first answer wins and the others are ended with CLIENT UNBLOCK. Entries a partition delivered after the read was answered stay
 pending for the consumer, and the router remembers where (`Handover`): the consumer's next read
 through this router reads them back from its history first. With NOACK nothing is pending, so
 the router keeps their bytes instead (in memory only: at most once, as NOACK is). That next
