@@ -28,6 +28,7 @@ each entry is delivered once per group and each partition's order is kept.
 
 from __future__ import annotations
 
+import asyncio
 from collections import deque
 from collections.abc import Callable
 from functools import partial
@@ -50,7 +51,7 @@ from router.pstreams import (
 if TYPE_CHECKING:
     from router.proxy import Router
     from router.pstreamreads import Read
-    from router.upstream import Upstream
+    from router.upstream import Pool, Upstream
 
 __all__ = ["Wait", "Watch", "WATCH_MS", "tracked"]
 
@@ -65,12 +66,13 @@ def tracked(ps: PStream, group: bytes) -> bool:
 class Watch:
     """One partition's watch (see the module docstring)."""
 
-    __slots__ = ("router", "ps", "p", "seen", "up", "state", "gen", "kicks", "upto")
+    __slots__ = ("router", "ps", "p", "seen", "up", "pool", "state", "gen", "kicks", "upto")
 
     def __init__(self, router: Router, ps: PStream, p: int) -> None:
         self.router, self.ps, self.p = router, ps, p
         self.seen = 0  # the last entry ID it saw (as an int: node/streamid.py)
         self.up: Upstream | None = None
+        self.pool: Pool | None = None  # where `up` goes
         self.state = "idle"  # idle, pinning, armed, kicking, retrying
         self.gen = 0  # bumped when it starts again: what an older read answers is ignored
         self.kicks = 0  # reads of the partition made for waiting consumers, unanswered
@@ -81,10 +83,17 @@ class Watch:
             self._pin()
 
     def _conn(self) -> Upstream | None:
-        up = self.up
-        if up is not None and not up.closed:
-            return up
+        """Its connection, to the partition's primary now (a failover or a slot move since
+        the last read: to the new one)."""
         pool = self.router.primary_pool(self.ps.slots[self.p], 2)
+        up = self.up
+        if up is not None and not up.closed and pool is self.pool:
+            return up
+        if up is not None:
+            self.gen += 1  # what the old connection answers (None, as it closes) is ignored
+            up.close()
+        self.up = None
+        self.pool = pool
         if pool is None:
             return None
         self.up = up = pool.get_dedicated()
@@ -234,7 +243,7 @@ class Wait(BlockedParts):
         self.c, self.cell = read.c, read.cell
         self.over = False
         self.reading: int | None = None  # the partition being read for it now
-        self.timer = None
+        self.timer: asyncio.TimerHandle | None = None
         self.group: bytes = read.group or b""
         self.key = (self.group, read.consumer)
 
