@@ -3,9 +3,10 @@ record, the other commands and the helpers both use).
 
 A read asks every partition of each logical key and merges in ID order, COUNT applying to
 the total; but an XREADGROUP `>` of a consumer with a backlog asks one partition, its cursor,
-for all of COUNT first (`GroupRead`). XREADGROUP `>` never loses a delivery: its rounds ask the partitions for no more
-than COUNT leaves, and with BLOCK every partition blocks, the first answer wins and the others
-are ended with CLIENT UNBLOCK. Entries a partition delivered after the read was answered stay
+for all of COUNT first (`GroupRead`). XREADGROUP `>` never loses a delivery: its rounds ask
+the partitions for no more than COUNT leaves; with BLOCK a group's `>` on one logical stream
+waits on the partitions' watches (router/pstreamwait.py), and any other blocked read blocks on
+every partition, the first answer wins and the others are ended with CLIENT UNBLOCK. Entries a partition delivered after the read was answered stay
 pending for the consumer, and the router remembers where (`Handover`): the consumer's next read
 through this router reads them back from its history first. With NOACK nothing is pending, so
 the router keeps their bytes instead (in memory only: at most once, as NOACK is). That next
@@ -41,6 +42,7 @@ from node.streamid import format_id
 from router.fanout import BlockedParts
 from router.forward import MAX_REDIRECTS, Forward
 from router.merge import ReadCaps, cap_stream_reply
+from router.pstreamwait import Wait, tracked
 
 if TYPE_CHECKING:
     from node.commands.reads import XReadOptions
@@ -254,8 +256,7 @@ class Read:
             if self.caps is not None and not self.seq:
                 reply = cap_stream_reply(reply, self.caps, self.c.proto)
             return self._reply(reply)
-        Blocked(self).start()
-        return None
+        return block(self)
 
     def _reply(self, r: bytes) -> None:
         self.over = True
@@ -264,6 +265,18 @@ class Read:
             conn.fill(self.cell, r)
             if self.timeout >= 0:
                 conn.resume()
+
+
+def block(read: Read) -> None:
+    """The read found nothing and blocks: a group's `>` on one logical stream (without
+    MAXCOUNT / MAXSIZE) waits for its partitions' watches (router/pstreamwait.py); any other
+    read blocks on every partition (`Blocked`)."""
+    if read.group is not None and len(read.keys) == 1 and read.ids[0] == b">" \
+            and read.caps is None:
+        ps = read.router.pstreams.get(read.keys[0])
+        if ps is not None:
+            return Wait(read, ps).start()
+    return Blocked(read).start()
 
 
 def _head(key: bytes, proto: int) -> int:
@@ -354,6 +367,11 @@ class GroupRead:
             return self.finish() if cut else self._next(cands)
         if r.count and self.total >= r.count:
             return self.finish()
+        if r.timeout >= 0 and not self.total and self.key in self.ps.sparse \
+                and len(r.keys) == 1 and r.caps is None and tracked(self.ps, self.key[0]):
+            # Kept up with, and the watches say what the group may have unread: wait at
+            # once, where the wait reads those partitions first (router/pstreamwait.py).
+            return Wait(r, self.ps).start()
         p = self._sticky() if r.count and self.key not in self.ps.sparse else None
         if p is None:
             return self.round(cands)

@@ -26,7 +26,7 @@ from __future__ import annotations
 import heapq
 from collections.abc import Callable
 from functools import partial
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from base.records import PStreamRecord, choose_partition
 from node import errors
@@ -91,7 +91,7 @@ class PStream:
     """A logical stream as a router routes it (from its PStreamRecord)."""
 
     __slots__ = ("name", "n", "stride", "keys", "slots", "key_field", "rr", "rd", "cursor",
-                 "sparse", "handover", "late")
+                 "sparse", "handover", "late", "waiters", "unread", "watches")
 
     def __init__(self, name: bytes, rec: PStreamRecord) -> None:
         self.name = name
@@ -115,6 +115,11 @@ class PStream:
         # reads that wait for them]: a partition's late entries are older than anything it
         # delivers to the consumer's next read, so that read starts only once they are in.
         self.late: dict[tuple[bytes, bytes], list] = {}
+        # Blocked `>` reads (router/pstreamwait.py): group -> its consumers waiting here;
+        # group -> partitions it may have unread entries in; one watch per partition.
+        self.waiters: dict[bytes, Any] = {}
+        self.unread: dict[bytes, set[int]] = {}
+        self.watches: list[Any] = []
 
     def partition_of(self, sid: int) -> int:
         return (sid & SEQ_MAX) % self.stride
@@ -132,6 +137,13 @@ def load(router: Router, records: dict[str, PStreamRecord]) -> dict[bytes, PStre
         if prev is not None:
             ps.rr, ps.rd, ps.cursor, ps.sparse = prev.rr, prev.rd, prev.cursor, prev.sparse
             ps.handover, ps.late = prev.handover, prev.late
+            if prev.keys == ps.keys:  # the same partitions: the same watches and waiters
+                ps.waiters, ps.unread, ps.watches = prev.waiters, prev.unread, prev.watches
+                for w in ps.watches:
+                    w.ps = ps
+                for ws in ps.waiters.values():
+                    for wt in ws:
+                        wt.ps = ps
     return out
 
 

@@ -317,3 +317,74 @@ def test_blocked_read_follows_a_partition_slot_move(xcluster) -> None:  # noqa: 
     assert readers == [[want], [want]]
     assert rc.xpending(name, "g")["pending"] == 1
     assert dst.execute_command("CLUSTER", "COUNTKEYSINSLOT", key_slot(keys[p].encode())) == 1
+
+
+def blocked_on_nodes(pc: Cluster) -> int:
+    n = 0
+    for h in pc.primaries():
+        with h.client() as cl:
+            n += int(cl.info("clients")["blocked_clients"])
+    return n
+
+
+def test_blocked_consumers_wait_on_one_watch_per_partition(pc: Cluster, r: redis.Redis) -> None:
+    """Six consumers of one group blocked on a 4-partition stream hold 4 blocked reads on the
+    nodes, not 24: one watch per partition, shared (router/pstreamwait.py). An entry written
+    straight to a partition key (not through the router) wakes one of them with it, and every
+    entry is delivered once: each consumer's pending entries are what it was returned."""
+    name, keys = make(pc, r, 4)
+    r.xgroup_create(name, "g", "$", mkstream=True)
+    got: dict[str, list] = {}
+    readers = [pc.client() for _ in range(6)]
+
+    def read(i: int) -> None:
+        got[f"c{i}"] = readers[i].xreadgroup("g", f"c{i}", {name: ">"}, count=10, block=20000)
+    threads = [threading.Thread(target=read, args=(i,)) for i in range(6)]
+    for t in threads:
+        t.start()
+    wait_until(lambda: r.info("clients")["blocked_clients"] >= 6, 10, what="6 blocked")
+    wait_until(lambda: blocked_on_nodes(pc) == 4, 10, what="one watch per partition")
+    written = [owner_client(pc, k).xadd(k, {"p": p}, id=pid(2000, p))
+               for p, k in enumerate(keys)]
+    wait_until(lambda: len(got) >= 4, 10, what="four consumers woken")
+    # two more, for the two still waiting
+    written += [owner_client(pc, k).xadd(k, {"p": p}, id=pid(2001, p))
+                for p, k in enumerate(keys[:2])]
+    for t in threads:
+        t.join(20)
+    ids = [e[0] for res in got.values() if res for e in res[0][1]]
+    assert sorted(ids) == sorted(written) and len(ids) == len(set(ids))
+    for who, res in got.items():
+        mine = [e[0] for e in res[0][1]] if res else []
+        pending = r.xpending_range(name, "g", "-", "+", 100, consumername=who)
+        assert sorted(x["message_id"] for x in pending) == sorted(mine), who
+    for cl in readers:
+        cl.close()
+
+
+def owner_client(pc: Cluster, key: str) -> redis.Redis:
+    """The primary that owns `key`, as a plain client of it (not the router)."""
+    return pc.primary(pc.shard_of(key)).client()
+
+
+def test_a_waiting_consumer_finds_what_no_watch_saw(pc: Cluster, r: redis.Redis) -> None:
+    """A group moved back with XGROUP SETID straight on a partition (no new entry, so no
+    watch answers) is still found by a consumer blocked on the logical name: each watch
+    blocks for at most WATCH_MS and then has its partition read again."""
+    name, keys = make(pc, r, 4)
+    r.xgroup_create(name, "g", "$", mkstream=True)
+    first = [r.xadd(name, {"i": i}, id=pid(3000, 1, i)) for i in range(3)]
+    got = r.xreadgroup("g", "c", {name: ">"}, count=10)
+    assert [e[0] for e in got[0][1]] == first
+    assert r.xack(name, "g", *first) == 3
+    res: list = []
+    reader = pc.client()
+    t = threading.Thread(target=lambda: res.append(
+        reader.xreadgroup("g", "c", {name: ">"}, count=10, block=15000)))
+    t.start()
+    wait_until(lambda: r.info("clients")["blocked_clients"] >= 1, 10)
+    node = owner_client(pc, keys[1])
+    assert node.execute_command("XGROUP", "SETID", keys[1], "g", "0") == b"OK"
+    t.join(20)
+    assert res and res[0] and [e[0] for e in res[0][0][1]] == first
+    reader.close()
