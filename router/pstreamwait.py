@@ -106,18 +106,8 @@ class Watch:
         self.state = "pinning"
         key = self.ps.keys[self.p]
         up.send(encode_command([b"XREVRANGE", key, b"+", b"-", b"COUNT", b"1"]),
-                partial(self._pinned, self.gen))
+                partial(self._answered, self.gen, True))
         return None
-
-    def _pinned(self, gen: int, r: bytes | None) -> None:
-        if gen != self.gen:
-            return None
-        if r is None or error_code(r) is not None:
-            return self._lost()
-        es = _entries(r)
-        self.seen = _entry_id(es[0]) if es else 0
-        # Entries up to `seen` came before the watch: any group may have some unread.
-        return self.wake()
 
     def _arm(self) -> None:
         if not waiting(self.ps):  # nobody waits: the next consumer that waits starts it
@@ -129,18 +119,23 @@ class Watch:
         self.state = "armed"
         up.send(encode_command([b"XREAD", b"COUNT", b"1", b"BLOCK", b"%d" % WATCH_MS,
                                 b"STREAMS", self.ps.keys[self.p], format_id(self.seen)]),
-                partial(self._fired, self.gen))
+                partial(self._answered, self.gen, False))
         return None
 
-    def _fired(self, gen: int, r: bytes | None) -> None:
+    def _answered(self, gen: int, pin: bool, r: bytes | None) -> None:
+        """The pin (XREVRANGE: the last entry, from which the watch starts; entries up to it
+        came before the watch, so any group may have some unread) or the watch (an entry
+        came, or its time ran out) answered: either way the partition is read."""
         if gen != self.gen:
             return None
         if r is None or error_code(r) is not None:
             return self._lost()
-        es = _read_entries(r)
-        if es:
+        es = _entries(r) if pin else _read_entries(r)
+        if pin:
+            self.seen = _entry_id(es[0]) if es else 0
+        elif es:
             self.seen = max(self.seen, _entry_id(es[-1]))
-        return self.wake()  # an entry came, or the watch's time ran out: read it
+        return self.wake()
 
     def wake(self) -> None:
         """The partition may hold entries some group was not given: one waiting consumer of
