@@ -78,10 +78,6 @@ class Watch:
         self.kicks = 0  # reads of the partition made for waiting consumers, unanswered
         self.upto = 0  # the last entry every one of those reads has got so far
 
-    def ensure(self) -> None:
-        if self.state == "idle":
-            self._pin()
-
     def _conn(self) -> Upstream | None:
         """Its connection, to the partition's primary now (a failover or a slot move since
         the last read: to the new one)."""
@@ -89,10 +85,7 @@ class Watch:
         up = self.up
         if up is not None and not up.closed and pool is self.pool:
             return up
-        if up is not None:
-            self.gen += 1  # what the old connection answers (None, as it closes) is ignored
-            up.close()
-        self.up = None
+        self._close()
         self.pool = pool
         if pool is None:
             return None
@@ -112,6 +105,8 @@ class Watch:
     def _arm(self) -> None:
         if not waiting(self.ps):  # nobody waits: the next consumer that waits starts it
             self.state = "idle"
+            if self.router.pstreams.get(self.ps.name) is not self.ps:
+                self._close()  # the stream was altered or deleted: this watch is done
             return None
         up = self._conn()
         if up is None:
@@ -173,13 +168,16 @@ class Watch:
     def _lost(self) -> None:
         """The connection went, or the node refused the read (its slot moved, no primary):
         start again at the slot's primary shortly, and count the partition unread."""
-        self.gen += 1
-        up, self.up = self.up, None
-        if up is not None:
-            up.close()
+        self._close()
         for parts in self.ps.unread.values():
             parts.add(self.p)
         return self._retry()
+
+    def _close(self) -> None:
+        self.gen += 1  # what its connection answers (None, as it closes) is ignored
+        up, self.up = self.up, None
+        if up is not None:
+            up.close()
 
     def _retry(self) -> None:
         self.state = "retrying"
@@ -211,7 +209,7 @@ def ensure_watches(router: Router, ps: PStream) -> None:
         watches[:] = [Watch(router, ps, p) for p in range(ps.n)]
     for w in watches:
         if w.state == "idle":
-            w.ensure()
+            w._pin()
 
 
 def kick(ps: PStream, group: bytes) -> None:
@@ -277,11 +275,12 @@ class Wait(BlockedParts):
                 self._unread(p)
             _late_answered(ps, self.key)
             return None
-        if err == b"NOGROUP":
-            # A partition without the group (added by `alter` just now), or the group went:
-            # the consumer's next read asks every partition again, and says which.
-            ps.unread.pop(self.group, None)
-        elif err is not None:
+        if err is not None:
+            # NOGROUP: the group went (`alter` makes it on new partitions before they are
+            # routed to), and as a node does, the blocked read ends with the error; its
+            # partitions are no longer known, so the next read asks every one.
+            if err == b"NOGROUP":
+                ps.unread.pop(self.group, None)
             return self.finish(_renamed(ps, rep))
         if es:
             if r.count:

@@ -388,3 +388,28 @@ def test_a_waiting_consumer_finds_what_no_watch_saw(pc: Cluster, r: redis.Redis)
     t.join(20)
     assert res and res[0] and [e[0] for e in res[0][0][1]] == first
     reader.close()
+
+
+def test_a_waiting_consumer_gets_nogroup_when_its_group_goes(pc: Cluster, r: redis.Redis) -> None:
+    """A group destroyed while a consumer waits on the logical name ends the wait with
+    NOGROUP naming the logical stream, as a node ends a blocked XREADGROUP, instead of a
+    wait that only its timeout ends (found when the watch next reads the partitions)."""
+    name, _keys = make(pc, r, 4)
+    r.xgroup_create(name, "g", "$", mkstream=True)
+    assert r.xreadgroup("g", "c", {name: ">"}, count=10) == []
+    res: list = []
+    reader = pc.client()
+
+    def read() -> None:
+        try:
+            res.append(reader.xreadgroup("g", "c", {name: ">"}, count=10, block=15000))
+        except redis.ResponseError as e:
+            res.append(str(e))
+    t = threading.Thread(target=read)
+    t.start()
+    wait_until(lambda: r.info("clients")["blocked_clients"] >= 1, 10)
+    assert r.xgroup_destroy(name, "g") == 1
+    t.join(20)
+    assert res and isinstance(res[0], str) and res[0].startswith("NOGROUP"), res
+    assert f"'{name}'" in res[0]
+    reader.close()
