@@ -27,7 +27,7 @@ cdef class RouterCore:
 cdef class ClientConn(RespConnection):
     cdef public RouterCore router
     cdef public list cells, _out
-    cdef public Py_ssize_t _head
+    cdef public Py_ssize_t _head, reads
     cdef public bint _close_after, _queued
     cdef public Outbox outbox
     cdef public Writer _writer

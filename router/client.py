@@ -71,7 +71,7 @@ class ClientConn(RespConnection):
     """One client socket of the router: requests run in order, replies leave in order."""
 
     __slots__ = ("router", "outbox", "cells", "_head", "_close_after", "_out", "_queued",
-                 "_writer", "_send")
+                 "_writer", "_send", "reads")
 
     def __init__(self, router: Router) -> None:
         # keep_spans: each request of a pipeline is relayed as its bytes (self.raw)
@@ -87,6 +87,9 @@ class ClientConn(RespConnection):
         self._queued = False  # registered with the router's outbox (router/outbox.py)
         self._writer = ReplyWriter(self)  # what registers
         self._send: Callable[[bytes], object] | None = None  # transport.write
+        # Reads from the socket so far: the requests of one read share a number (a spread
+        # XADD's partition sticks for one read, router/pstreamwrite.py).
+        self.reads = 0
 
     def _submit(self, c: Client, argv: list[bytes]) -> None:
         """Run one request; its reply goes into its cell whenever it is ready."""
@@ -106,6 +109,7 @@ class ClientConn(RespConnection):
         """node/protocol.py's, held (router/outbox.py `hold`): a request for an idle node
         leaves in `_after_run`, and only what is still queued after the read asks for the
         end-of-iteration callback."""
+        self.reads += 1
         held = self.outbox.hold()
         try:
             RespConnection.data_received(self, data)

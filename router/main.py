@@ -10,6 +10,7 @@ import os
 import signal
 import sys
 
+from base.records import PStreamRecord
 from node.config import Config
 
 log = logging.getLogger("xshard.router")
@@ -34,7 +35,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--cluster", default="xshard", help="cluster name, the etcd key prefix "
                    "/xshard/NAME/ (default: xshard)")
     p.add_argument("--topology", default="", help="a JSON file {nodes, shards, slots} in the "
-                   "etcd value formats, instead of etcd (static set-ups and tests)")
+                   "etcd value formats, instead of etcd (static set-ups and tests); an optional "
+                   "'pstreams' {name: record} adds partitioned streams")
     p.add_argument("--router-id", default="", help="this router's id in etcd and CLUSTER "
                    "replies (default: a random one)")
     # The passwords also come from the environment, so that they need not be on argv.
@@ -98,10 +100,17 @@ def load_topology_file(path: str) -> dict:
     for k in ("nodes", "shards", "slots"):
         if k not in topo:
             raise ValueError(f"{path}: missing '{k}'")
+    # partitioned streams, in the etcd record's format (base/records.py)
+    try:
+        topo["pstreams"] = {str(name): PStreamRecord.decode(json.dumps(v).encode())
+                            for name, v in dict(topo.get("pstreams", {})).items()}
+    except (KeyError, TypeError, ValueError) as e:
+        raise ValueError(f"{path}: bad 'pstreams': {e!r}") from None
     return topo
 
 
 async def _serve(args: argparse.Namespace) -> int:
+    from router import pstreams
     from router.proxy import Router
 
     config = Config()
@@ -127,6 +136,7 @@ async def _serve(args: argparse.Namespace) -> int:
             print(f"xshard router: cannot read topology: {e}", file=sys.stderr)
             return 1
         router.set_topology(topo["nodes"], topo["shards"], topo["slots"], 1)
+        router.pstreams = pstreams.load(router, topo.get("pstreams", {}))
     # Metrics first: once the client port answers, /metrics does too (a scraper or a test
     # that saw the router ready must not find the metrics port closed).
     metrics = None

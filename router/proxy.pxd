@@ -12,6 +12,7 @@ from node.slots cimport key_slot
 from router.client cimport ClientConn, RouterClient, RouterCore
 from router.forward cimport BlockedRead, Forward, blocked_read, to_cell
 from router.outbox cimport Outbox
+from router.pstreamwrite cimport relay
 from router.routes cimport Route
 from router.upstream cimport Pool
 

@@ -10,7 +10,8 @@ The parts, each in its own module:
 - routes.py: the routing table; forward.py: requests, redirects, retries, blocked reads;
 - fanout.py + merge.py: commands sent to several shards and their merged replies;
 - xread.py: XREAD/XREADGROUP over several slots;
-- pstreams.py, pstreamreads.py: partitioned streams' logical names (one dict lookup per keyed request) and their reads;
+- pstreams.py, pstreamwrite.py, pstreamreads.py: partitioned streams' logical names (one dict
+  lookup per keyed request), their XADD and their reads;
 - commands.py, transactions.py, introspection.py: what the router answers by a rule of its own;
 - upstream.py: connections to the nodes; topology.py: etcd.
 
@@ -48,6 +49,7 @@ from router.commands import ROUTER_COMMANDS
 from router.forward import BlockedRead, Forward, blocked_read, to_cell
 from router.metrics import UpstreamStats
 from router.outbox import Outbox
+from router.pstreamwrite import relay
 from router.routes import Kind, Route, build
 from router.upstream import Pool
 from router.xread import dollar_ids, xread_fanout
@@ -304,6 +306,8 @@ class Router(RouterCore):
             if self.pstreams:  # a logical name (router/pstreams.py): one dict lookup
                 ps = self.pstreams.get(argv[fk])
                 if ps is not None:
+                    if route.name == b"xadd" and relay(self, c, argv, ps, cell, raw):
+                        return None  # relayed as its bytes (router/pstreamwrite.py)
                     return pstreams.run(self, c, argv, route, ps, cell)
             f = to_cell(self, c, raw or encode_command(argv), key_slot(argv[fk]), route.write,
                         cell)

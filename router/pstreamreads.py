@@ -58,13 +58,13 @@ from router.pstreams import (  # the record and the helpers every command uses
     _entry_id,
     _first_error,
     _merged,
-    _reachable,
     _read_entries,
     _read_reply,
     _renamed,
     _send,
     _share,
 )
+from router.pstreamwrite import reachable
 
 __all__ = ["run_xread", "keep", "hand_over"]
 
@@ -395,7 +395,7 @@ class GroupRead:
             if p in self.got:
                 continue
             pool = r.router.primary_pool(ps.slots[p], r.c.proto)
-            if pool is not None and _reachable(pool):
+            if pool is not None and reachable(pool):
                 ps.cursor[self.key] = p
                 return p
         return None

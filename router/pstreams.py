@@ -28,7 +28,7 @@ from collections.abc import Callable
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from base.records import PStreamRecord, choose_partition
+from base.records import PStreamRecord
 from node import errors
 from node.resp import (
     OK,
@@ -50,19 +50,16 @@ from node.resp import (
 )
 from node.slots import key_slot
 from node.streamid import SEQ_MAX, format_id, parse_id
-from router.forward import RETRY_DELAY, Forward, Gather
+from router.forward import Forward, Gather
 
 if TYPE_CHECKING:
     from router.client import Cell, ClientConn, RouterClient
     from router.proxy import Router
     from router.routes import Route
-    from router.upstream import Pool
 
 __all__ = ["PStream", "load", "run", "run_keys", "KEYS_COMMANDS"]
 
 NOT_SUPPORTED = b"ERR %s is not supported on partitioned stream '%s'%s"
-NO_PARTITION = (b"ERR The ID specified in XADD names partition %d of partitioned stream '%s', "
-                b"which has %d partitions")
 MIXED_BLOCK = (b"ERR XREADGROUP with BLOCK on a partitioned stream must name only that stream")
 IN_MULTI = (b"ERR a partitioned stream cannot be used inside MULTI (its partitions are on several "
             b"shards)")
@@ -90,8 +87,8 @@ class Handover:
 class PStream:
     """A logical stream as a router routes it (from its PStreamRecord)."""
 
-    __slots__ = ("name", "n", "stride", "keys", "slots", "key_field", "rr", "rd", "cursor",
-                 "sparse", "handover", "late", "waiters", "unread", "watches")
+    __slots__ = ("name", "n", "stride", "keys", "slots", "key_field", "rd", "cursor",
+                 "sparse", "handover", "late", "waiters", "unread", "watches", "writes")
 
     def __init__(self, name: bytes, rec: PStreamRecord) -> None:
         self.name = name
@@ -100,7 +97,8 @@ class PStream:
         self.keys = [k.encode() for k in rec.keys]
         self.slots = [key_slot(k) for k in self.keys]
         self.key_field = rec.key_field.encode() if rec.key_field is not None else None
-        self.rr = 0  # the next partition of an XADD spread evenly
+        # where XADDs go, read by the compiled relay (router/pstreamwrite.py)
+        self.writes = router.pstreamwrite.Writes(name, self.keys, self.slots, self.key_field)
         self.rd = 0  # where the next XREADGROUP's partitions start
         # (group, consumer) -> the partition its next `>` read asks first for all of COUNT:
         # it stays while that partition fills COUNT (one read, and one XACK, per COUNT
@@ -135,7 +133,8 @@ def load(router: Router, records: dict[str, PStreamRecord]) -> dict[bytes, PStre
         ps = out[b] = PStream(b, rec)
         prev = old.get(b)
         if prev is not None:
-            ps.rr, ps.rd, ps.cursor, ps.sparse = prev.rr, prev.rd, prev.cursor, prev.sparse
+            ps.writes.rr, ps.rd, ps.cursor, ps.sparse = (prev.writes.rr, prev.rd, prev.cursor,
+                                                         prev.sparse)
             ps.handover, ps.late = prev.handover, prev.late
             if prev.keys == ps.keys:  # the same partitions: the same watches and waiters
                 ps.waiters, ps.unread, ps.watches = prev.waiters, prev.unread, prev.watches
@@ -271,94 +270,8 @@ def run(router: Router, c: RouterClient, argv: list[bytes], route: Route, ps: PS
     return _refuse(c, cell, route.name.upper().replace(b"|", b" "), ps)
 
 
-def xadd(router: Router, c: RouterClient, argv: list[bytes], ps: PStream, cell: Cell) -> None:
-    """XADD: an explicit ID goes to its partition (seq mod stride); else the key field's
-    value, or IDMP's producer id, picks the partition by a stable hash; else round robin over
-    the partitions whose shard has a primary the router can reach now (a failover elsewhere
-    costs no write)."""
-    from node.commands.streams import _parse_add_or_trim
-    a, i = _parse_add_or_trim(c, argv, True)  # Redis's errors, before any partition sees it
-    chosen: int | None
-    if a.id_given and a.seq_given:
-        chosen = ps.partition_of(a.id)
-        if chosen >= ps.n:
-            return _conn(c).fill(cell, error(NO_PARTITION % (chosen, ps.name, ps.n)))
-    else:
-        value = None
-        if ps.key_field is not None:
-            for j in range(i + 1, len(argv) - 1, 2):
-                if argv[j] == ps.key_field:
-                    value = argv[j + 1]
-                    break
-        chosen = choose_partition(ps.n, value, a.idmp_pid)
-    spread = chosen is None
-    p = _next_live(router, ps, c.proto) if chosen is None else chosen
-    out = _with_key(argv, 1, ps.keys[p])
-    if a.strategy == "maxlen":  # each partition keeps its share (see XTRIM)
-        for j in range(2, i):
-            if argv[j].lower() == b"maxlen":
-                k = j + 2 if argv[j + 1] in (b"~", b"=") else j + 1
-                out[k] = b"%d" % _share(a.threshold, ps.n)
-                break
-    if spread:
-        return SpreadWrite(router, c, out, ps, p, cell).send()
-    return Forward(router, c, encode_command(out), ps.slots[p], True, cell=cell).send()
-
-
-class SpreadWrite(Forward):
-    """An XADD that round robin placed: when its partition's primary cannot take it (the
-    connection was lost, or the shard has no primary), it goes to another partition the
-    router can reach instead of waiting for the failover, each partition tried once. A
-    request lost in flight may have run there, so this is at-least-once, as the retry at the
-    new primary would be; and the dead node stays among the client's written nodes, so its
-    WAIT counts 0 for it, as a router's WAIT does for any node that died."""
-
-    def __init__(self, router: Router, c: RouterClient, argv: list[bytes], ps: PStream, p: int,
-                 cell: Cell) -> None:
-        super().__init__(router, c, encode_command(argv), ps.slots[p], True, cell=cell)
-        self.argv, self.ps, self.tried = argv, ps, {p}
-
-    def _retry(self, final: bytes, addr: tuple[str, int] | None = None,
-               delay: float = RETRY_DELAY) -> None:
-        ps, router = self.ps, self.router
-        for _ in range(ps.n - len(self.tried) if addr is None else 0):
-            p = _next_live(router, ps, self.c.proto)
-            pool = router.primary_pool(ps.slots[p], self.c.proto)
-            if p not in self.tried and pool is not None and _reachable(pool):
-                self.tried.add(p)
-                self.data = encode_command(_with_key(self.argv, 1, ps.keys[p]))
-                self.slot = ps.slots[p]
-                return self.send()
-        return super()._retry(final, addr, delay)
-
-
 def _share(total: int, n: int) -> int:
     return -(-total // n)
-
-
-def _next_live(router: Router, ps: PStream, proto: int) -> int:
-    for _ in range(ps.n):
-        p = ps.rr % ps.n
-        ps.rr = p + 1
-        pool = router.primary_pool(ps.slots[p], proto)
-        if pool is not None and _reachable(pool):
-            return p
-    return ps.rr % ps.n  # none has a primary: the write waits for one, as a plain key's
-
-
-def _reachable(pool: Pool) -> bool:
-    """False while the router's connections to a primary are lost (it died: etcd still names
-    it until its lease expires) and none has come back up: a write sent there would wait for
-    the failover. A lost connection is opened again in the background here, so the partition
-    takes writes again as soon as its node answers. A pool whose first connections are still
-    being made (a router that just started, a new primary) has lost nothing and is
-    reachable: skipping it would skew the spread for no failure."""
-    ups = [u for u in pool.conns if u is not None]
-    if any(u.closed for u in ups) and all(u.closed or u.transport is None for u in ups):
-        if all(u.closed for u in ups):
-            pool.get(0)
-        return False
-    return True
 
 
 def _all(router: Router, c: RouterClient, argv: list[bytes], ps: PStream, cell: Cell,
@@ -778,7 +691,6 @@ def _existing(ps: PStream, replies: list[bytes]) -> list[bytes] | bytes:
 
 
 HANDLERS: dict[bytes, Callable[..., None]] = {
-    b"xadd": xadd,
     b"xlen": xlen,
     b"xcfgset": xcfgset,
     b"type": type_,
@@ -801,5 +713,7 @@ HANDLERS: dict[bytes, Callable[..., None]] = {
 }
 """Handlers by command fullname; anything else on a logical name is refused (or WRONGTYPE)."""
 
-# XINFO (router/pstreaminfo.py) uses the helpers above and adds its handlers to HANDLERS.
+# XINFO (router/pstreaminfo.py) and XADD (router/pstreamwrite.py) use the helpers above and add
+# their handlers to HANDLERS.
 import router.pstreaminfo  # noqa: E402, F401
+import router.pstreamwrite  # noqa: E402, F401
