@@ -4,7 +4,8 @@
 
 Wall-clock ratios on this shared 2-core machine move with everybody else's load; the number
 of instructions a server executes for a command does not. Each measurement starts the server
-under test (an `xshard node`, or an `xshard router` in front of a plain node) under
+under test (an `xshard node`, or an `xshard router` in front of a plain node; for
+`router-pxadd`, `s` is a partitioned stream of 4 partitions there) under
 `valgrind --tool=callgrind`, warms it up, zeroes the counters (`callgrind_control -z`), sends
 N commands from outside, dumps the counters (`callgrind_control -d`) and divides. Only the work
 inside uvloop's socket-read callback is counted (READ_CALLBACK): idle timers would otherwise
@@ -54,8 +55,8 @@ XADD = ["XADD", "s", "*", *FIELDS]
 SCALE = {"xrange": 0.1, "xrevrange": 0.1, "xrange-xdel": 0.1, "xrevrange-xdel": 0.1,
          "xreadgroup-xack": 0.1, "aof-replay": 30, "router-deliver": 0.1}
 SCENARIOS = ["xadd-p1", "xadd-p4", "xadd-p16", "xreadgroup-xack", "xrange", "xrevrange",
-             "xrange-xdel", "xrevrange-xdel", "router-xadd", "router-xadd-p16", "router-deliver",
-             "aof-replay"]
+             "xrange-xdel", "xrevrange-xdel", "router-xadd", "router-xadd-p16", "router-pxadd",
+             "router-pxadd-p16", "router-deliver", "aof-replay"]
 RANGES = ("xrange", "xrevrange", "xrange-xdel", "xrevrange-xdel")
 
 
@@ -196,7 +197,9 @@ def measure(name: str, n: int, env: dict[str, str], work: Path) -> tuple[float, 
             "nodes": {"p": {"id": "p", "host": "127.0.0.1", "port": nport, "shard": "0",
                             "role": "primary"}},
             "shards": {"0": {"primary": "p", "replicas": [], "epoch": 1}},
-            "slots": [[0, 16383, "0"]]}))
+            "slots": [[0, 16383, "0"]],
+            # router-pxadd: `s` is a partitioned stream of 4 partitions (on the one node)
+            "pstreams": {"s": _pstream_record(4)} if name.startswith("router-pxadd") else {}}))
         argv = [sys.executable, "-m", "control.cli", "router", "--port", str(port),
                 "--topology", str(topo)]
     else:
@@ -217,7 +220,8 @@ def measure(name: str, n: int, env: dict[str, str], work: Path) -> tuple[float, 
                     c.call("XGROUP", "CREATE", "s", "g", "0")
                 _readgroup_ack(port, 20)
         warm = {"xadd-p1": (XADD, 1), "xadd-p4": (XADD, 4), "xadd-p16": (XADD, 16), "router-xadd": (XADD, 1),
-                "router-xadd-p16": (XADD, 16),
+                "router-xadd-p16": (XADD, 16), "router-pxadd": (XADD, 1),
+                "router-pxadd-p16": (XADD, 16),
                 "xrange": (["XRANGE", "s", "-", "+", "COUNT", "100"], 1),
                 "xrevrange": (["XREVRANGE", "s", "+", "-", "COUNT", "100"], 1),
                 "xrange-xdel": (["XRANGE", "s", "-", "+", "COUNT", "100"], 1),
@@ -244,6 +248,14 @@ def measure(name: str, n: int, env: dict[str, str], work: Path) -> tuple[float, 
             helper.terminate()
             helper.wait(60)
     return total / n, what
+
+
+def _pstream_record(n: int) -> dict:
+    """A partitioned stream's record (base/records.py) as `xshard stream create` makes it."""
+    from control.streamctl import DEFAULT_STRIDE, partition_key, spread_tags
+    return {"partitions": n, "stride": DEFAULT_STRIDE, "key_field": None,
+            "keys": [partition_key(t, "s", p, DEFAULT_STRIDE)
+                     for p, t in enumerate(spread_tags(n))]}
 
 
 def _aof_replay(n: int, env: dict[str, str], d: Path) -> tuple[float, str]:

@@ -742,7 +742,8 @@ def test_writes_without_a_key_skip_partitions_without_a_primary() -> None:
     """Round robin over the partitions whose shard has a primary in the router's map (a
     shard in failover has none) and whose connection to it is not known lost (a primary
     killed a moment ago, still named by etcd): the others take the writes, evenly."""
-    from router.pstreams import PStream, _next_live
+    from router.pstreams import PStream
+    from router.pstreamwrite import _next_live
 
     keys = partition_keys("f", 4)
     ps = PStream(b"f", PStreamRecord(4, STRIDE, keys))
@@ -766,17 +767,17 @@ def test_writes_without_a_key_skip_partitions_without_a_primary() -> None:
     class Map:
         def primary_pool(self, slot: int, proto: int) -> object | None:
             return None if slot in down else pools[slot]
-    picks = [_next_live(Map(), ps, 2) for _ in range(9)]  # type: ignore[arg-type]
+    picks = [_next_live(Map(), ps.writes, 2) for _ in range(9)]  # type: ignore[arg-type]
     assert sorted(picks) == [0, 0, 0, 2, 2, 2, 3, 3, 3]
     down.clear()
-    assert sorted(_next_live(Map(), ps, 2) for _ in range(8)) == [0, 0, 1, 1, 2, 2, 3, 3]  # type: ignore[arg-type]
+    assert sorted(_next_live(Map(), ps.writes, 2) for _ in range(8)) == [0, 0, 1, 1, 2, 2, 3, 3]  # type: ignore[arg-type]
     lost = pools[ps.slots[2]]
     lost.conns[0] = Up(True)  # its node died: skipped once, and a reconnect is started
-    assert sorted(_next_live(Map(), ps, 2) for _ in range(3)) == [0, 1, 3]
+    assert sorted(_next_live(Map(), ps.writes, 2) for _ in range(3)) == [0, 1, 3]
     assert lost.reconnects == 1
-    assert sorted(_next_live(Map(), ps, 2) for _ in range(4)) == [0, 1, 2, 3]  # up again
+    assert sorted(_next_live(Map(), ps.writes, 2) for _ in range(4)) == [0, 1, 2, 3]  # up again
     starting = pools[ps.slots[3]]
     fresh = Up(False)
     fresh.transport = None  # its first connection is still being made: nothing was lost
     starting.conns[0] = fresh
-    assert sorted(_next_live(Map(), ps, 2) for _ in range(4)) == [0, 1, 2, 3]
+    assert sorted(_next_live(Map(), ps.writes, 2) for _ in range(4)) == [0, 1, 2, 3]

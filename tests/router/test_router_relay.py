@@ -4,18 +4,26 @@ request goes to the node as the bytes the client sent."""
 from __future__ import annotations
 
 import asyncio
+import json
 import socket
+import subprocess
+import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import hiredis
 import pytest
+import redis
 import uvloop
 
 from router.main import load_topology_file
 from router.outbox import Outbox
 from router.upstream import Upstream
+from tests.conftest import REPO, NodeHandle, _node_env
+from tests.router.conftest import ROUTER_ARGS
 from tests.support.cluster import Cluster
+from tests.support.procs import LOCALHOST, ServerProcess
 
 
 class _Transport:
@@ -294,3 +302,134 @@ def test_the_primary_address_follows_every_topology_change() -> None:
     finally:
         loop.close()
         asyncio.set_event_loop(None)
+
+
+# --- XADD on a partitioned stream's logical name (router/pstreamwrite.py) ----------------------
+# A router that reads its map from a topology file takes partitioned streams from it too.
+PS_PARTS = 4
+
+
+def _ps_keys(name: str) -> list[str]:
+    from control.streamctl import DEFAULT_STRIDE, partition_key, spread_tags
+    return [partition_key(t, name, p, DEFAULT_STRIDE) for p, t in enumerate(spread_tags(PS_PARTS))]
+
+
+@pytest.fixture(scope="module")
+def prouter(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[NodeHandle]:
+    """A second router over the package's cluster whose topology file names the partitioned
+    streams `ev` and `kv` (key field `user`), in the etcd record's format."""
+    from control.streamctl import DEFAULT_STRIDE
+    assert cluster.topology_file is not None
+    topo = json.loads(cluster.topology_file.read_text())
+    topo["pstreams"] = {name: {"partitions": PS_PARTS, "stride": DEFAULT_STRIDE,
+                               "key_field": field, "keys": _ps_keys(name)}
+                        for name, field in (("ev", None), ("kv", "user"))}
+    base = tmp_path_factory.mktemp("prouter")
+    (base / "topology.json").write_text(json.dumps(topo))
+
+    def argv(port: int) -> list[str]:
+        return [sys.executable, "-m", "control.cli", "router", "--port", str(port),
+                "--topology", str(base / "topology.json"), *ROUTER_ARGS]
+
+    proc = ServerProcess("prouter", argv, base / "router.log", cwd=REPO, env=_node_env()).start()
+    h = NodeHandle("prouter", LOCALHOST, proc.port, proc)
+    yield h
+    h.close()
+
+
+def _cmd(*argv: bytes) -> bytes:
+    return b"*%d\r\n" % len(argv) + b"".join(b"$%d\r\n%s\r\n" % (len(a), a) for a in argv)
+
+
+def _exchange(port: int, requests: list[bytes], replies: int) -> list[object]:
+    """Send `requests` in one write and read `replies` replies."""
+    reader = hiredis.Reader()
+    got: list[object] = []
+    with socket.create_connection((LOCALHOST, port), timeout=10) as s:
+        s.sendall(b"".join(requests))
+        while len(got) < replies:
+            data = s.recv(65536)
+            assert data, "the router closed the connection"
+            reader.feed(data)
+            while (rep := reader.gets()) is not False:
+                got.append(rep)
+    return got
+
+
+def _partition_of(sid: bytes) -> int:
+    from control.streamctl import DEFAULT_STRIDE
+    return int(sid.split(b"-")[1]) % DEFAULT_STRIDE
+
+
+def test_a_pipeline_of_spread_writes_goes_to_one_partition(prouter: NodeHandle,
+                                                           r: redis.Redis) -> None:
+    """Writes without a key field that arrive in one client read go to one partition (one
+    upstream write, appended as a batch), the next read's to the next partition: 8 pipelines
+    of 20 sent as one write each cover all 4 partitions, each pipeline at most 2 of them (2
+    only if TCP split its bytes, which one loopback segment does not)."""
+    for k in range(8):
+        reqs = [_cmd(b"XADD", b"ev", b"*", b"pipe", b"%d" % k, b"i", b"%d" % i) for i in range(20)]
+        ids = _exchange(prouter.port, reqs, 20)
+        assert all(isinstance(i, bytes) and b"-" in i for i in ids), ids
+    pr = prouter.client()
+    per = [{int(f[b"pipe"]) for _, f in pr.xrange(key)} for key in _ps_keys("ev")]
+    assert all(per), per  # every partition took some
+    for k in range(8):
+        assert sum(k in pipes for pipes in per) <= 2, per
+    assert pr.xlen("ev") == 160
+    # each partition's entries of one pipeline are in the order they were sent
+    for key in _ps_keys("ev"):
+        entries = [(int(f[b"pipe"]), int(f[b"i"])) for _, f in pr.xrange(key)]
+        assert entries == sorted(entries)
+
+
+def test_xadd_written_otherwise_still_reaches_a_partition(prouter: NodeHandle,
+                                                          r: redis.Redis, cluster: Cluster
+                                                          ) -> None:
+    """The relay splices a partition key's bulk in where the name's is, at an offset that
+    depends on the request's argument count (lengths have no leading zeros: the parser
+    refuses those, as Redis does); an inline command or a key field is parsed and encoded
+    again. Every entry lands whole in the partition its ID names, and nothing is written under
+    the logical name itself."""
+    def wide(n: int, tag: bytes) -> bytes:  # XADD ev * with n field/value pairs
+        return _cmd(b"XADD", b"ev", b"*", b"a", tag,
+                    *[x for i in range(n - 1) for x in (b"f%d" % i, b"v%d" % i)])
+    reqs = [wide(1, b"1"), wide(4, b"2"), wide(60, b"3"),  # 5, 11 and 123 arguments
+            _cmd(b"xadd", b"ev", b"*", b"a", b"4"),
+            b"XADD ev * a 5\r\n"]
+    ids = _exchange(prouter.port, reqs, len(reqs))
+    assert all(isinstance(i, bytes) and b"-" in i for i in ids), ids
+    pr = prouter.client()
+    got = {sid: f for key in _ps_keys("ev") for sid, f in pr.xrange(key)}
+    assert sorted(int(f[b"a"]) for f in got.values()) == [1, 2, 3, 4, 5]
+    assert len(got[ids[2]]) == 60 and got[ids[2]][b"f58"] == b"v58"
+    keys = _ps_keys("ev")
+    for sid in ids:
+        assert sid in {s for s, _ in pr.xrange(keys[_partition_of(sid)])}
+    for shard in range(cluster.shards):
+        assert cluster.primary(shard).client().exists("ev") == 0
+    # a key field picks the partition by its value: one user's entries in one partition, in order
+    for i in range(12):
+        pr.xadd("kv", {"user": f"u{i % 3}", "i": i})
+    for key in _ps_keys("kv"):
+        rows = [(f[b"user"], int(f[b"i"])) for _, f in pr.xrange(key)]
+        assert rows == sorted(rows, key=lambda x: x[1])
+    users = [{f[b"user"] for _, f in pr.xrange(key)} for key in _ps_keys("kv")]
+    assert sum(len(u) for u in users) == 3  # each user in exactly one partition
+    assert pr.xlen("kv") == 12
+
+
+def test_a_bad_pstreams_entry_in_a_topology_file_is_refused(cluster: Cluster,
+                                                            tmp_path: Path) -> None:
+    """A router does not start on a topology file whose partitioned streams it cannot read:
+    it says which part is bad and exits 1."""
+    assert cluster.topology_file is not None
+    topo = json.loads(cluster.topology_file.read_text())
+    topo["pstreams"] = {"ev": {"partitions": 4}}  # no stride, no keys
+    path = tmp_path / "topology.json"
+    path.write_text(json.dumps(topo))
+    p = subprocess.run([sys.executable, "-m", "control.cli", "router", "--port", "0",
+                        "--topology", str(path)], cwd=REPO, env=_node_env(), capture_output=True,
+                       text=True, timeout=60)
+    assert p.returncode == 1, p.stderr
+    assert "bad 'pstreams'" in p.stderr and "cannot read topology" in p.stderr
