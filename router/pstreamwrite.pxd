@@ -7,7 +7,7 @@ from router.client cimport ClientConn, RouterClient, RouterCore
 from router.forward cimport Forward, to_cell
 
 cdef class Writes:
-    cdef public Py_ssize_t n, name_len, rr, stick, stick_client, stick_read
+    cdef public Py_ssize_t n, name_len, rr, stick, stick_client, stick_read, stuck
     cdef public list keys, slots, key_bulks
     cdef public object key_field
 

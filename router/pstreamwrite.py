@@ -6,11 +6,12 @@ Which partition:
 - else the key field's value, or IDMP's producer id, by a stable hash (`choose_partition`),
   so one value's entries stay in one partition, in order;
 - else the write is spread. The writes of one client read (a pipeline, as it arrived) go to
-  one partition, and the next read's to the next partition whose primary the router can
-  reach, as Kafka's sticky partitioner fills one partition's batch before it moves on: a
-  pipeline of N writes is then one upstream write that the node appends as a batch to one
-  stream, as for a plain key, instead of N/partitions appends to every partition. A client
-  that sends one XADD at a time still goes round robin, one partition per write.
+  one partition, up to STICKY_WRITES of them, then the next partition whose primary the
+  router can reach takes over, and the next read's writes start at the one after, as Kafka's
+  sticky partitioner fills one partition's batch before it moves on: a pipeline of N writes
+  is then one upstream write that the node appends as a batch to one stream, as for a plain
+  key, instead of N/partitions appends to every partition. A client that sends one XADD at a
+  time still goes round robin, one partition per write.
 
 How it gets there: the usual `XADD name * field value ...` (no options, no explicit ID) is
 relayed as the client's own bytes with the partition key's bulk spliced in for the name's
@@ -39,6 +40,11 @@ if TYPE_CHECKING:
 
 __all__ = ["Writes", "relay", "xadd", "SpreadWrite", "NO_PARTITION", "reachable"]
 
+# At most this many spread writes of one client read go to one partition before the next
+# partition takes over (Kafka's sticky partitioner closes a batch at batch.size): a pipeline
+# of this many stays one batch, and one long pipeline still reaches every partition.
+STICKY_WRITES = 100
+
 NO_PARTITION = (b"ERR The ID specified in XADD names partition %d of partitioned stream '%s', "
                 b"which has %d partitions")
 
@@ -49,7 +55,7 @@ class Writes:
     the partitions' keys, slots and key bulks, and where spread writes go."""
 
     __slots__ = ("n", "keys", "slots", "key_bulks", "name_len", "key_field", "rr", "stick",
-                 "stick_client", "stick_read")
+                 "stick_client", "stick_read", "stuck")
 
     def __init__(self, name: bytes, keys: list[bytes], slots: list[int],
                  key_field: bytes | None) -> None:
@@ -65,6 +71,7 @@ class Writes:
         self.stick = 0
         self.stick_client = -1
         self.stick_read = -1
+        self.stuck = 0  # spread writes of that read sent to it so far
 
 
 def relay(router: Router, c: RouterClient, argv: list[bytes], ps: PStream, cell: Cell,
@@ -135,14 +142,15 @@ def xadd(router: Router, c: RouterClient, argv: list[bytes], ps: PStream, cell: 
 
 
 def _spread(router: Router, c: RouterClient, w: Writes) -> int:
-    """The partition of a spread write: the one this client read's writes went to, else the
-    next one the router can reach (round robin)."""
+    """The partition of a spread write: the one this client read's writes went to, up to
+    STICKY_WRITES of them, else the next one the router can reach (round robin)."""
     conn = c.conn
     reads = conn.reads  # type: ignore[union-attr]
-    if w.stick_read == reads and w.stick_client == c.id:
+    if w.stick_read == reads and w.stick_client == c.id and w.stuck < STICKY_WRITES:
+        w.stuck += 1
         return w.stick
     p = _next_live(router, w, c.proto)
-    w.stick, w.stick_client, w.stick_read = p, c.id, reads
+    w.stick, w.stick_client, w.stick_read, w.stuck = p, c.id, reads, 1
     return p
 
 

@@ -381,6 +381,11 @@ def test_a_pipeline_of_spread_writes_goes_to_one_partition(prouter: NodeHandle,
     for key in _ps_keys("ev"):
         entries = [(int(f[b"pipe"]), int(f[b"i"])) for _, f in pr.xrange(key)]
         assert entries == sorted(entries)
+    # one partition takes at most STICKY_WRITES (100) of a read: a pipeline of 250 reaches 3
+    reqs = [_cmd(b"XADD", b"ev", b"*", b"pipe", b"99", b"i", b"%d" % i) for i in range(250)]
+    assert len(_exchange(prouter.port, reqs, 250)) == 250
+    counts = [sum(f[b"pipe"] == b"99" for _, f in pr.xrange(key)) for key in _ps_keys("ev")]
+    assert sum(counts) == 250 and sum(1 for n in counts if n) >= 3, counts
 
 
 def test_xadd_written_otherwise_still_reaches_a_partition(prouter: NodeHandle,
