@@ -63,6 +63,7 @@ COMPILED = [
     "router.metrics",
     "router.outbox",
     "router.proxy",
+    "router.pstreamids",
     "router.pstreamwrite",
     "router.routes",
     "router.upstream",

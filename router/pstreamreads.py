@@ -410,9 +410,12 @@ class GroupRead:
         proto = r.c.proto
         head = keyed_header(1, proto) + keyed_pair(proto)
         real = head + bulk(self.ps.keys[p])
-        if not rep.startswith(real) or len(reply_elements(rep[len(real):])[1]) < count:
+        at = len(real)
+        # The entries' array header says how many came (no parse of the entries).
+        if not rep.startswith(real) or rep[at:at + 1] != b"*" \
+                or int(rep[at + 1:rep.index(b"\r\n", at)]) < count:
             return False
-        r._reply(head + bulk(self.ps.name) + rep[len(real):])
+        r._reply(b"".join((head, bulk(self.ps.name), memoryview(rep)[at:])))
         return True
 
     def _stuck(self, p: int, replies: list[bytes], then: bool = True) -> None:

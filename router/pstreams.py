@@ -51,6 +51,7 @@ from node.resp import (
 from node.slots import key_slot
 from node.streamid import SEQ_MAX, format_id, parse_id
 from router.forward import Forward, Gather
+from router.pstreamids import one_partition
 
 if TYPE_CHECKING:
     from router.client import Cell, ClientConn, RouterClient
@@ -508,29 +509,16 @@ def xack(router: Router, c: RouterClient, argv: list[bytes], ps: PStream, cell: 
     """XACK: IDs by partition, counts summed. The IDs of one read usually name one partition
     (a backlog's reads stick to one): that is one upstream XACK whose reply is the client's."""
     ids = argv[3:]
-    p = _one_partition(ps, ids)
-    if p is None:
+    # An ID that is not `ms-digits` takes the split path, which answers its error; one whose
+    # ms part is not a number goes to the node, which answers Redis's error for it before it
+    # acknowledges anything.
+    p = one_partition(ids, ps.stride, ps.n)
+    if p < 0:
         return _by_ids(router, c, ps, cell, argv[:3], ids, [], True, _count_fold)
     conn = _conn(c)
     Forward(router, c, encode_command(_with_key(argv, 1, ps.keys[p])), ps.slots[p], True,
             done=lambda r: conn.fill(cell, _renamed(ps, r))).send()
     return None
-
-
-def _one_partition(ps: PStream, ids: list[bytes]) -> int | None:
-    """The partition every ID names (seq mod stride) when that is one existing partition,
-    else None. An ID that is not `digits-digits` gives None too (the split path checks it);
-    one whose digits are out of range goes to the node, which answers Redis's error for it,
-    as for any invalid ID, before it acknowledges anything."""
-    stride = ps.stride
-    try:
-        parts = {int(b[b.index(b"-") + 1:]) % stride for b in ids}
-    except ValueError:
-        return None
-    if len(parts) != 1:
-        return None
-    p = parts.pop()
-    return p if p < ps.n else None
 
 
 def xdel(router: Router, c: RouterClient, argv: list[bytes], ps: PStream, cell: Cell) -> None:
