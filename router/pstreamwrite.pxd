@@ -23,6 +23,9 @@ cdef class SpreadWrite(Forward):
 cpdef bint relay(RouterCore router, RouterClient c, list argv, object ps, list cell,
                  object raw) except -1
 
+@cython.locals(size=Py_ssize_t, out=bytes, dst=cython.p_char, src=cython.p_char)
+cdef bytes _splice(bytes r, Py_ssize_t i, Py_ssize_t ln, bytes kb)
+
 @cython.locals(conn=ClientConn, reads=Py_ssize_t, p=Py_ssize_t)
 cpdef Py_ssize_t _spread(RouterCore router, RouterClient c, Writes w) except -1
 

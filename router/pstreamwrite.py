@@ -27,11 +27,17 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+import cython
+
 from base.records import choose_partition
 from node.resp import bulk, encode_command, error
 from router import pstreams
 from router.forward import RETRY_DELAY, Forward, to_cell
 from router.pstreams import PStream, _conn, _share, _with_key
+
+if cython.compiled:
+    from cython.cimports.cpython.bytes import PyBytes_AS_STRING, PyBytes_FromStringAndSize
+    from cython.cimports.libc.string import memcpy
 
 if TYPE_CHECKING:
     from router.client import Cell, RouterClient
@@ -100,14 +106,30 @@ def relay(router: Router, c: RouterClient, argv: list[bytes], ps: PStream, cell:
             if argv[j] == key_field:
                 value = argv[j + 1]
                 break
-    chosen = choose_partition(w.n, value)  # None: no key field's value, the write is spread
+    # None: no key field's value, the write is spread
+    chosen = None if value is None else choose_partition(w.n, value)
     p = _spread(router, c, w) if chosen is None else chosen
-    data = r[:i] + w.key_bulks[p] + r[i + ln:]
+    data = _splice(r, i, ln, w.key_bulks[p])
     if chosen is None:
         spread_write(router, c, data, argv, w, p, cell).send()
     else:
         to_cell(router, c, data, w.slots[p], True, cell).send()
     return True
+
+
+def _splice(r: bytes, i: int, ln: int, kb: bytes) -> bytes:
+    """r with its `ln` bytes at i replaced by kb: one allocation and three copies when
+    compiled (two slices and two concatenations were a seventh of a relayed XADD's cost)."""
+    if cython.compiled:
+        size = len(r) - ln + len(kb)
+        out = PyBytes_FromStringAndSize(cython.NULL, size)
+        dst = PyBytes_AS_STRING(out)
+        src = PyBytes_AS_STRING(r)
+        memcpy(dst, src, i)
+        memcpy(dst + i, PyBytes_AS_STRING(kb), len(kb))
+        memcpy(dst + i + len(kb), src + i + ln, len(r) - i - ln)
+        return out
+    return b"".join((r[:i], kb, r[i + ln:]))
 
 
 def xadd(router: Router, c: RouterClient, argv: list[bytes], ps: PStream, cell: Cell) -> None:
