@@ -78,7 +78,7 @@ SERVED: dict[str, list[str] | None] = {
                 "getkeysinslot", "setslot", "help"],
     # moving keys between servers (node/rdb.py, node/commands/migrate.py)
     "dump": None, "restore": None, "restore-asking": None, "migrate": None,
-    "xshard.restore": None,
+    "xshard.restore": None, "xshard.idlepending": None,
     "role": None, "replicaof": None, "slaveof": None, "replconf": None, "psync": None,
     "sync": None,
     # a few non-stream types so that tools and WRONGTYPE tests work
@@ -137,6 +137,21 @@ HAND_WRITTEN: dict[str, dict[str, Any]] = {
                               {"name": "blocks", "type": "pure-token", "token": "BLOCKS"},
                               {"name": "pel", "type": "pure-token", "token": "PEL"}]},
                           {"name": "payload", "type": "string"}]},
+        "hand-written (xshard's own; no Redis has it)"),
+    # xshard's own: what XREADGROUP ... CLAIM would take, read by a router before it claims
+    # on a partitioned stream (node/commands/pending.py, router/pstreamclaim.py).
+    "xshard.idlepending": _key_command(
+        "xshard.idlepending", 5, ["readonly"], ["@read", "@stream", "@slow"], ["RO", "access"], {
+            "summary": "An internal command of xshard's routers: the pending entries of a "
+                       "consumer group that XREADGROUP ... CLAIM would take, the longest idle "
+                       "first, without taking them",
+            "since": "xshard", "group": "stream",
+            "complexity": "O(N) where N is the number of pending entries of the group",
+            "doc_flags": ["syscmd"],
+            "arguments": [{"name": "key", "type": "key", "key_spec_index": 0},
+                          {"name": "group", "type": "string"},
+                          {"name": "min-idle-time", "type": "integer"},
+                          {"name": "count", "type": "integer"}]},
         "hand-written (xshard's own; no Redis has it)"),
     # CLIENT SETINFO is new in 7.2 (client-setinfo.json); redis-py and redis-cli send it on
     # connect, so answering it with the real arity/flags keeps them quiet.

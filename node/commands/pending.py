@@ -92,3 +92,40 @@ def xpending(c: Client, argv: list[bytes]) -> bytes:
         out.append(b"".join([array_header(4), bulk(sids), bulk(owner), integer(elapsed),
                              integer(dc)]))
     return array_header(n) + b"".join(out)
+
+
+@command(b"xshard.idlepending")
+def xshard_idlepending(c: Client, argv: list[bytes]) -> bytes:
+    """XSHARD.IDLEPENDING key group min-idle-time count: the group's pending entries idle at
+    least min-idle-time ms whose entry is still in the stream, the longest idle first, up to
+    count (0: all), as [id, ms idle] pairs: what XREADGROUP ... CLAIM would take, in its
+    order (ConsumerGroup.idle_pending), without taking anything. A router asks every
+    partition of a logical stream before it claims (router/pstreamclaim.py): only then does it
+    know how many of the longest idle entries of the whole stream each partition holds."""
+    minidle = errors.parse_int_or_error(argv[3], errors.CLAIM_MIN_IDLE)
+    count = max(errors.parse_int_or_error(argv[4]), 0)  # as XREADGROUP's COUNT
+    if minidle < 0:
+        raise ReplyError(errors.CLAIM_MIN_IDLE)
+    key, groupname = argv[1], argv[2]
+    s = c.db.get_stream(key)
+    g = s.groups.get(groupname) if s is not None else None
+    if s is None or g is None:
+        raise ReplyError(errors.nogroup_key_or_group(key, groupname))
+    now = c.server.now_ms()
+    pel = g.pel
+    out: list[bytes] = []
+    seen: set[int] = set()  # looked at: a second look (after entries that are gone) skips them
+    while True:
+        sids = [x for x in g.idle_pending(now, minidle, count + len(seen) if count else 0)
+                if x not in seen]
+        for sid in sids:
+            if count and len(out) == count:
+                break
+            seen.add(sid)
+            if s.get(sid) is None:  # gone from the stream: CLAIM drops it, counting nothing
+                continue
+            idle = max(now - pel[sid][0], 0)
+            out.append(array_header(2) + bulk(format_id(sid)) + integer(idle))
+        if not sids or not count or len(out) == count:
+            break
+    return array_header(len(out)) + b"".join(out)

@@ -97,6 +97,35 @@ def test_claim_takes_idle_entries_first_longest_idle_first(r: redis.Redis) -> No
     assert b"5-0" not in pending(r)
 
 
+def test_idlepending_lists_what_claim_takes_without_taking_it(r: redis.Redis) -> None:
+    """XSHARD.IDLEPENDING (xshard's own, for a router's CLAIM on a partitioned stream): the
+    [id, ms idle] pairs a CLAIM read would take, in its order (the longest idle first, then
+    by ID), up to COUNT (0: all), leaving entries gone from the stream out; nothing changes."""
+    setup_stream(r, 8)
+    r.xreadgroup("g", "dead", {"s": ">"}, count=6)
+    for sid, idle in (("4-0", 40_000), ("2-0", 30_000), ("6-0", 30_000), ("1-0", 20_000),
+                      ("3-0", 1_000)):
+        r.xclaim("s", "g", "dead", 0, [sid], idle=idle, justid=True)
+    r.xdel("s", "6-0")
+    before = pending(r)
+    got = r.execute_command("XSHARD.IDLEPENDING", "s", "g", 5_000, 0)
+    assert [e[0] for e in got] == [b"4-0", b"2-0", b"1-0"]  # 5-0 was delivered just now
+    assert got[0][1] >= 40_000 and got[1][1] >= 30_000 and got[2][1] >= 20_000
+    assert [e[0] for e in r.execute_command("XSHARD.IDLEPENDING", "s", "g", 5_000, 2)] == \
+        [b"4-0", b"2-0"]
+    assert pending(r) == before
+    assert [e[0] for e in claim_read(r, "g", "alive", 5_000, count=3)] == [b"4-0", b"2-0", b"1-0"]
+    assert r.execute_command("XSHARD.IDLEPENDING", "s", "g", 5_000, 0) == []
+    with pytest.raises(redis.ResponseError, match="NOGROUP"):
+        r.execute_command("XSHARD.IDLEPENDING", "s", "nog", 0, 0)
+    with pytest.raises(redis.ResponseError, match="NOGROUP"):
+        r.execute_command("XSHARD.IDLEPENDING", "nokey", "g", 0, 0)
+    with pytest.raises(redis.ResponseError, match="min-idle-time"):
+        r.execute_command("XSHARD.IDLEPENDING", "s", "g", -1, 0)
+    with pytest.raises(redis.ResponseError, match="not an integer"):
+        r.execute_command("XSHARD.IDLEPENDING", "s", "g", 0, "x")
+
+
 def test_claim_only_with_gt_and_noack_keeps_claimed_pending(r: redis.Redis) -> None:
     """C3: with an explicit ID CLAIM is ignored (plain 2-element history read); C4: with
     NOACK the claimed entries stay pending, the new ones do not."""

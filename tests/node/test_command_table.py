@@ -346,7 +346,7 @@ def test_command_list_matches_oracle(oracle_raw: dict[int, RawClient], proto: in
     hand_written = {s.name for c in table.TABLE.values() for s in (c, *c.subcommands.values())
                     if not _from_oracle(s)}
     assert hand_written == {b"waitaof", b"client|setinfo", b"xcfgset", b"xshard.restore",
-                            b"xdelex", b"xackdel", b"xnack"}
+                            b"xshard.idlepending", b"xdelex", b"xackdel", b"xnack"}
     for filt in ([], ["FILTERBY", "ACLCAT", "stream"], ["FILTERBY", "aclcat", "WRITE"],
                  ["FILTERBY", "ACLCAT", "connection"], ["FILTERBY", "PATTERN", "x*"],
                  ["FILTERBY", "PATTERN", "*|help"], ["FILTERBY", "pattern", "X[A-G]*"],
