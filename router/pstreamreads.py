@@ -81,12 +81,16 @@ def run_xread(router: Router, c: RouterClient, argv: list[bytes], options: XRead
     named = [pstreams[k] for k in keys if k in pstreams]
     if not named:
         return False
-    if options.claim >= 0:
-        # One stream returns its idle pending entries first, the longest idle first, then
-        # new ones, COUNT over both: the partitions would each claim their own longest idle.
-        c.conn.fill(cell, error(NOT_SUPPORTED % (  # type: ignore[union-attr]
-            b"XREADGROUP ... CLAIM", named[0].name,
-            b" (use XAUTOCLAIM or XCLAIM on it, then XREADGROUP)")))
+    if options.claim >= 0 and b">" in argv[first + nkeys:]:
+        # Idle entries first, the longest idle of the whole stream first: ranked over the
+        # partitions before any is claimed (router/pstreamclaim.py), for one logical key.
+        if len(keys) != 1 or options.maxcount or options.maxsize:
+            c.conn.fill(cell, error(NOT_SUPPORTED % (  # type: ignore[union-attr]
+                b"XREADGROUP ... CLAIM", named[0].name,
+                b" with other keys or with MAXCOUNT / MAXSIZE (read it on its own)")))
+            return True
+        from router.pstreamclaim import ClaimRead
+        ClaimRead(router, c, argv, options, named[0], cell).start()
         return True
     Read(router, c, argv, options, cell).start()
     return True

@@ -9,6 +9,7 @@ bytes for both.
 from __future__ import annotations
 
 import itertools
+import random
 import threading
 from pathlib import Path
 
@@ -20,6 +21,7 @@ from node.slots import key_slot
 from tests.router.test_pstreams import (
     IOREDIS_HEAD,
     IOREDIS_TAIL,
+    err,
     fill_both,
     make,
     pc,
@@ -413,3 +415,124 @@ def test_a_waiting_consumer_gets_nogroup_when_its_group_goes(pc: Cluster, r: red
     assert res and isinstance(res[0], str) and res[0].startswith("NOGROUP"), res
     assert f"'{name}'" in res[0]
     reader.close()
+
+
+# --- XREADGROUP ... CLAIM (Redis 8.4) on a logical name (router/pstreamclaim.py) -------------
+# Rules (redis-8-streams notes, "sure"): a claimed entry is [id, fields, ms since its last
+# delivery, deliveries]; with CLAIM new entries have four elements too, ending 0, 0; idle
+# pending entries come first, the longest idle first, then new entries in stream order,
+# COUNT over both. Compared with one plain stream holding the same entries and the same PEL.
+def claim_pair(pc: Cluster, r: redis.Redis) -> tuple[str, str, list[str]]:
+    """A logical and a plain stream with 24 entries, all pending for c1, each entry's idle
+    time set by XCLAIM ... IDLE (a shuffled order over the partitions), and then 6 more
+    entries nobody read."""
+    name, _keys = make(pc, r, 4)
+    plain = "plain"
+    ids = fill_both(r, name, plain, 24)
+    order = list(range(24))
+    random.Random(84).shuffle(order)
+    for k in (name, plain):
+        r.xgroup_create(k, "g", "0")
+        assert len(r.xreadgroup("g", "c1", {k: ">"}, count=100)[0][1]) == 24
+        for rank, i in enumerate(order):  # rank 0: the longest idle (1000 s)
+            r.execute_command("XCLAIM", k, "g", "c1", 0, ids[i], "IDLE", 1_000_000 - rank * 10_000,
+                              "RETRYCOUNT", 1 + rank % 3)
+    for i in range(6):
+        sid = pid(5000 + i, i % 4)
+        ids.append(sid)
+        for k in (name, plain):
+            r.xadd(k, {"new": i}, id=sid)
+    return name, plain, ids
+
+
+def claim(r: redis.Redis, key: str, *opts: object) -> list:
+    """The entries of a CLAIM read, as the server sent them (redis-py's parser of XREADGROUP
+    keeps only an entry's ID and fields)."""
+    cb = r.response_callbacks.pop("XREADGROUP", None)
+    try:
+        reply = r.execute_command("XREADGROUP", "GROUP", "g", "c2", *opts, "STREAMS", key, ">")
+    finally:
+        if cb is not None:
+            r.response_callbacks["XREADGROUP"] = cb
+    if reply is None:
+        return []
+    assert len(reply) == 1
+    return reply[0][1]
+
+
+def test_claim_takes_the_longest_idle_of_the_whole_stream(pc: Cluster, r: redis.Redis) -> None:
+    name, plain, ids = claim_pair(pc, r)
+    # idle >= 900 s: ranks 0-10; COUNT 4 of them, then the next 4
+    for count in (4, 4):
+        got = {k: claim(r, k, "COUNT", count, "CLAIM", 900_000) for k in (name, plain)}
+        assert [e[0] for e in got[name]] == [e[0] for e in got[plain]]
+        assert len(got[name]) == count
+        for a, b in zip(got[name], got[plain], strict=True):
+            assert len(a) == len(b) == 4
+            assert a[1] == b[1] and a[3] == b[3]  # fields, deliveries before this one
+            assert a[2] >= 900_000 and abs(a[2] - b[2]) < 60_000  # ms idle, both clocks
+    # The rest of the idle ones (3), then COUNT's remainder from the new entries, as 0, 0.
+    got = {k: claim(r, k, "COUNT", 5, "CLAIM", 900_000) for k in (name, plain)}
+    assert [e[0] for e in got[name][:3]] == [e[0] for e in got[plain][:3]]
+    for k in (name, plain):
+        assert len(got[k]) == 5
+        assert all(e[2] >= 900_000 for e in got[k][:3])
+        assert [(e[2], e[3]) for e in got[k][3:]] == [(0, 0), (0, 0)]
+        assert {e[0].decode() for e in got[k][3:]} <= set(ids[24:])
+    old = {i.encode() for i in ids[:24]}  # which new entries each got differs (partitions)
+    pending = {k: sorted((e["message_id"], e["consumer"], e["times_delivered"])
+                         for e in r.xpending_range(k, "g", "-", "+", 100)
+                         if e["message_id"] in old) for k in (name, plain)}
+    assert pending[name] == pending[plain]
+
+
+def test_claim_without_count_takes_every_idle_then_every_new(pc: Cluster, r: redis.Redis) -> None:
+    name, plain, ids = claim_pair(pc, r)
+    gone = ids[order_first(r, plain)]  # a pending entry gone from the stream: dropped
+    assert r.xdel(name, gone) == r.xdel(plain, gone) == 1
+    got = {k: claim(r, k, "CLAIM", 850_000) for k in (name, plain)}
+    idle = {k: [e for e in got[k] if e[3]] for k in (name, plain)}
+    assert [e[0] for e in idle[name]] == [e[0] for e in idle[plain]]
+    assert len(idle[name]) == 16 - 1  # ranks 0-15 idle >= 850 s, less the deleted one
+    assert [e[0] for e in got[name][15:]] == [e[0] for e in got[plain][15:]] == \
+        [i.encode() for i in ids[24:]]  # then every new entry, in ID order
+    assert claim(r, name, "CLAIM", 850_000) == claim(r, plain, "CLAIM", 850_000) == []
+
+
+def order_first(r: redis.Redis, plain: str) -> int:
+    """The index (in fill order) of the plain stream's longest idle pending entry."""
+    pending = r.xpending_range(plain, "g", "-", "+", 100)
+    longest = max(pending, key=lambda e: e["time_since_delivered"])["message_id"].decode()
+    ids = [e[0].decode() for e in r.xrange(plain)]
+    return ids.index(longest)
+
+
+def test_claim_blocks_and_wakes_on_a_new_entry(pc: Cluster, r: redis.Redis) -> None:
+    """Nothing idle and nothing new: without BLOCK nil, with BLOCK the consumer waits as a
+    blocked `>` read does, and the entry that wakes it comes with CLAIM's 0, 0."""
+    name, _keys = make(pc, r, 4)
+    r.xgroup_create(name, "g", "$", mkstream=True)
+    assert claim(r, name, "COUNT", 10, "CLAIM", 60_000) == []
+    out: list = []
+    reader = pc.client()
+    t = threading.Thread(target=lambda: out.append(
+        claim(reader, name, "COUNT", 10, "BLOCK", 20_000, "CLAIM", 60_000)))
+    t.start()
+    wait_until(lambda: r.info("clients")["blocked_clients"] >= 1, 10, what="blocked")
+    sid = r.xadd(name, {"b": 2})
+    t.join(20)
+    assert out and out[0] == [[sid, [b"b", b"2"], 0, 0]]
+    reader.close()
+
+
+def test_claim_errors_on_a_logical_name(pc: Cluster, r: redis.Redis) -> None:
+    name, _keys = make(pc, r, 4)
+    r.xadd("plain", {"a": 1})
+    assert "not supported" in err(r, "XREADGROUP", "GROUP", "g", "c", "CLAIM", 10,
+                                  "STREAMS", name, "plain", ">", ">")
+    assert "not supported" in err(r, "XREADGROUP", "GROUP", "g", "c", "MAXCOUNT", 2, "CLAIM", 10,
+                                  "STREAMS", name, ">")
+    r.xadd(name, {"a": 1})
+    assert err(r, "XREADGROUP", "GROUP", "nog", "c", "CLAIM", 10, "STREAMS", name, ">") == \
+        err(r, "XREADGROUP", "GROUP", "nog", "c", "CLAIM", 10, "STREAMS", "plain", ">").replace(
+            "plain", name)
