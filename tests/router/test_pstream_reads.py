@@ -525,6 +525,27 @@ def test_claim_blocks_and_wakes_on_a_new_entry(pc: Cluster, r: redis.Redis) -> N
     reader.close()
 
 
+IOREDIS_CLAIM = IOREDIS_HEAD + r"""
+  // c1 takes all 20 and acknowledges none; 0 ms later c2's CLAIM 0 takes the 5 longest idle.
+  const first = await cluster.xreadgroup("GROUP", "g", "c1", "COUNT", 100, "STREAMS", name, ">");
+  const r = await cluster.xreadgroup("GROUP", "g", "c2", "COUNT", 5, "CLAIM", 0,
+                                     "STREAMS", name, ">");
+  const pend = await cluster.xpending(name, "g", "-", "+", 100, "c2");
+  console.log(JSON.stringify({first: first[0][1].length, claimed: r[0][1],
+                              pending: pend.map((e) => e[0])}));
+""" + IOREDIS_TAIL
+
+
+def test_ioredis_claims_on_a_logical_name(pc: Cluster, r: redis.Redis, ioredis_dir: Path) -> None:
+    name, _keys = make(pc, r, 4)
+    out = run_ioredis(pc, ioredis_dir, IOREDIS_CLAIM, name)
+    assert out["first"] == 20
+    claimed = out["claimed"]
+    assert len(claimed) == 5 and all(len(e) == 4 and e[3] == 1 for e in claimed)
+    assert sorted(e[0] for e in claimed) == sorted(out["pending"])
+    assert [e[2] for e in claimed] == sorted((e[2] for e in claimed), reverse=True)
+
+
 def test_claim_errors_on_a_logical_name(pc: Cluster, r: redis.Redis) -> None:
     name, _keys = make(pc, r, 4)
     r.xadd("plain", {"a": 1})
