@@ -31,14 +31,7 @@ from node.commands.reads import parse_xread_options
 from node.resp import error_code, reply_elements
 from node.streamid import parse_id
 from router.pstreamreads import Read, block
-from router.pstreams import (
-    PStream,
-    _entry_id,
-    _read_entries,
-    _read_reply,
-    _renamed,
-    _send,
-)
+from router.pstreams import PStream, _entry_id, _read_entries, _read_reply, _renamed, _send
 
 if TYPE_CHECKING:
     from node.commands.reads import XReadOptions
