@@ -509,9 +509,9 @@ def xack(router: Router, c: RouterClient, argv: list[bytes], ps: PStream, cell: 
     """XACK: IDs by partition, counts summed. The IDs of one read usually name one partition
     (a backlog's reads stick to one): that is one upstream XACK whose reply is the client's."""
     ids = argv[3:]
-    # An ID that is not `ms-digits` takes the split path, which answers its error; one whose
-    # ms part is not a number goes to the node, which answers Redis's error for it before it
-    # acknowledges anything.
+    # IDs that do not all end `-digits` take the split path, which answers their error; one
+    # whose part before that `-` is not a number goes to the node, which answers Redis's
+    # error for it before it acknowledges anything.
     p = one_partition(ids, ps.stride, ps.n)
     if p < 0:
         return _by_ids(router, c, ps, cell, argv[:3], ids, [], True, _count_fold)

@@ -141,25 +141,23 @@ def test_one_workload_on_a_partitioned_and_a_plain_stream(pair: tuple[Side, Side
     assert sorted(payloads(r, ps.key)) == payloads(r, plain.key)
 
 
-def test_xreadgroup_claim_is_refused_on_a_logical_name(pair: tuple[Side, Side, list[str]]
-                                                      ) -> None:
-    """XREADGROUP ... CLAIM puts one stream's longest idle pending entries first (Redis 8.4),
-    which partitions each claiming their own cannot give: it is refused with an error that
-    says so, and claims nothing; a plain stream's CLAIM through the same router still works."""
+def test_xreadgroup_claim_as_one_stream(pair: tuple[Side, Side, list[str]]) -> None:
+    """XREADGROUP ... CLAIM (Redis 8.4): one stream's idle pending entries first, then new
+    ones, COUNT over both (router/pstreamclaim.py ranks the partitions' idle entries before
+    any claims). The same workload on both sides: what `dead` had is claimed first, each with
+    its delivery count, then the new entries; the group's bookkeeping matches."""
     ps, plain, _keys = pair
     r = ps.r
+    dead = {}
     for side in (ps, plain):
         r.xgroup_create(side.key, "g", "0", mkstream=True)
         for i in range(6):
             r.xadd(side.key, {"i": i})
-        r.xreadgroup("g", "dead", {side.key: ">"}, count=4)
-    with pytest.raises(redis.ResponseError) as e:
-        r.xreadgroup("g", "alive", {ps.key: ">"}, count=10, claim_min_idle_time=0)
-    assert str(e.value) == (f"XREADGROUP ... CLAIM is not supported on partitioned stream "
-                            f"'{ps.key}' (use XAUTOCLAIM or XCLAIM on it, then XREADGROUP)")
-    with pytest.raises(redis.ResponseError):
-        r.xreadgroup("g", "alive", {ps.key: ">"}, count=1, block=10, claim_min_idle_time=0)
-    assert r.xpending(ps.key, "g")["consumers"] == [{"name": b"dead", "pending": 4}]
-    assert r.xlen(ps.key) == 6 and r.xinfo_groups(ps.key)[0]["pending"] == 4
-    got = r.xreadgroup("g", "alive", {plain.key: ">"}, count=10, claim_min_idle_time=0)
-    assert [int(e[3]) > 0 for e in got[0][1]] == [True] * 4 + [False] * 2  # 4 claimed, 2 new
+        dead[side.key] = [e[0] for e in r.xreadgroup("g", "dead", {side.key: ">"}, count=4)[0][1]]
+    for side in (ps, plain):
+        got = r.xreadgroup("g", "alive", {side.key: ">"}, count=10, claim_min_idle_time=0)
+        es = got[0][1]
+        assert [int(e[3]) > 0 for e in es] == [True] * 4 + [False] * 2  # 4 claimed, 2 new
+        assert sorted(e[0] for e in es[:4]) == sorted(dead[side.key])
+        assert r.xpending(side.key, "g")["consumers"] == [{"name": b"alive", "pending": 6}]
+        assert r.xinfo_groups(side.key)[0]["pending"] == 6
