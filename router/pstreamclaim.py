@@ -27,8 +27,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from node.commands.reads import parse_xread_options
-from node.resp import error_code, reply_elements
+from node.resp import bulk_value, error_code, int_value, reply_elements
 from node.streamid import parse_id
 from router.pstreamreads import Read, block
 from router.pstreams import PStream, _entry_id, _read_entries, _read_reply, _renamed, _send
@@ -53,12 +52,14 @@ class ClaimRead:
     """One XREADGROUP GROUP g c [COUNT n] [BLOCK ms] [NOACK] CLAIM t STREAMS name > on a
     logical name (see the module docstring)."""
 
-    __slots__ = ("router", "c", "argv", "o", "cell", "ps", "count", "rank", "claimed")
+    __slots__ = ("router", "c", "argv", "o", "cell", "ps", "count", "read", "rank", "claimed")
 
     def __init__(self, router: Router, c: RouterClient, argv: list[bytes], o: XReadOptions,
                  ps: PStream, cell: Cell) -> None:
         self.router, self.c, self.argv, self.o, self.ps, self.cell = router, c, argv, o, ps, cell
         self.count = o.count  # 0: no limit
+        # The client's read: it words the partitions' CLAIM reads, and it blocks (step 3).
+        self.read = Read(router, c, argv, o, cell)
         self.rank: dict[int, int] = {}  # entry ID -> its place among the claimed
         self.claimed: list[bytes] = []
 
@@ -72,7 +73,7 @@ class ClaimRead:
 
     def _ranked(self, replies: list[bytes]) -> None:
         """Step 1 answered: rank the idle entries of every partition, and claim."""
-        ps, o = self.ps, self.o
+        ps = self.ps
         found: list[tuple[int, int, int]] = []  # (-ms idle, id, partition)
         for p, r in enumerate(replies):
             err = error_code(r)
@@ -82,8 +83,7 @@ class ClaimRead:
                 return self._new() if err in (b"NOGROUP", b"WRONGTYPE") else self._done(r)
             for pair in reply_elements(r)[1]:
                 sid_b, idle_b = reply_elements(pair)[1]
-                sid = parse_id(_bulk(sid_b))
-                found.append((-int(idle_b[1:-2]), sid or 0, p))
+                found.append((-int_value(idle_b), parse_id(bulk_value(sid_b)) or 0, p))
         found.sort()
         if self.count:
             found = found[:self.count]
@@ -93,15 +93,8 @@ class ClaimRead:
         for i, (_, sid, p) in enumerate(found):
             share[p] += 1
             self.rank[sid] = i
-        reqs = []
-        for p, k in enumerate(share):
-            if not k:
-                continue
-            argv = [b"XREADGROUP", b"GROUP", o.group or b"", o.consumer, b"COUNT", b"%d" % k]
-            if o.noack:
-                argv.append(b"NOACK")
-            argv += [b"CLAIM", b"%d" % o.claim, b"STREAMS", ps.keys[p], b">"]
-            reqs.append((ps.slots[p], argv))
+        reqs = [(ps.slots[p], self.read._req(ps.keys[p], b">", k))
+                for p, k in enumerate(share) if k]
         _send(self.router, self.c, reqs, True, list, self._claimed)  # type: ignore[arg-type]
         return None
 
@@ -126,14 +119,7 @@ class ClaimRead:
     def _new(self) -> None:
         """Step 3: new entries for what COUNT leaves, by the logical stream's `>` read
         (without BLOCK: a read that found nothing at all blocks below)."""
-        o = self.o
-        argv = [b"XREADGROUP", b"GROUP", o.group or b"", o.consumer]
-        if self.count:
-            argv += [b"COUNT", b"%d" % (self.count - len(self.claimed))]
-        if o.noack:
-            argv.append(b"NOACK")
-        argv += [b"STREAMS", self.ps.name, b">"]
-        _NewRead(self, argv).start()
+        _NewRead(self).start()
 
     def _after_new(self, r: bytes) -> None:
         if error_code(r) is not None:
@@ -142,8 +128,7 @@ class ClaimRead:
         if self.claimed or new or self.o.timeout < 0:
             return self._reply(new)
         # Nothing at all: wait as a group's blocked `>` read, each partition read with CLAIM.
-        read = Read(self.router, self.c, self.argv, self.o, self.cell)
-        return block(read)
+        return block(self.read)
 
     def _reply(self, new: list[bytes]) -> None:
         es = self.claimed + new
@@ -159,17 +144,17 @@ class ClaimRead:
 
 
 class _NewRead(Read):
-    """Step 3's `>` read: its reply goes back to the ClaimRead, not to the client."""
+    """Step 3's `>` read: the client's read for what COUNT leaves, without CLAIM or BLOCK;
+    its reply goes back to the ClaimRead, not to the client."""
 
-    def __init__(self, claim: ClaimRead, argv: list[bytes]) -> None:
-        super().__init__(claim.router, claim.c, argv, parse_xread_options(argv, 0), claim.cell)
+    def __init__(self, claim: ClaimRead) -> None:
+        super().__init__(claim.router, claim.c, claim.argv, claim.o, claim.cell)
         self.claim_read = claim
+        self.claim = self.timeout = -1
+        if self.count:
+            self.count -= len(claim.claimed)
 
     def _reply(self, r: bytes) -> None:
         self.over = True
         self.claim_read._after_new(r)
 
-
-def _bulk(b: bytes) -> bytes:
-    """The payload of a bulk string reply `$n\\r\\n...\\r\\n`."""
-    return b[b.index(b"\r\n") + 2:-2]
