@@ -53,10 +53,11 @@ repo = harness.REPO_ROOT  # the checkout whose code the servers run (--repo)
 FIELDS = [tok for i in range(1, 6) for tok in (f"f{i}", f"value{i:05d}")]
 XADD = ["XADD", "s", "*", *FIELDS]
 SCALE = {"xrange": 0.1, "xrevrange": 0.1, "xrange-xdel": 0.1, "xrevrange-xdel": 0.1,
-         "xreadgroup-xack": 0.1, "aof-replay": 30, "router-deliver": 0.1}
+         "xreadgroup-xack": 0.1, "aof-replay": 30, "router-deliver": 0.1,
+         "deliver": 0.1}
 SCENARIOS = ["xadd-p1", "xadd-p4", "xadd-p16", "xreadgroup-xack", "xrange", "xrevrange",
              "xrange-xdel", "xrevrange-xdel", "router-xadd", "router-xadd-p16", "router-pxadd",
-             "router-pxadd-p16", "router-deliver", "aof-replay"]
+             "router-pxadd-p16", "router-deliver", "deliver", "aof-replay"]
 RANGES = ("xrange", "xrevrange", "xrange-xdel", "xrevrange-xdel")
 
 
@@ -160,18 +161,25 @@ def _readgroup_ack(port: int, rounds: int) -> None:
             c.call("XACK", "s", "g", *ids)
 
 
-def _deliver(port: int, node_port: int, rounds: int) -> None:
+def _deliver(port: int, node_port: int, rounds: int, settle: float = 0.0) -> None:
     """`rounds` deliveries one at a time, e2e_bench.py's shape at low load: a consumer parks an
     XREADGROUP BLOCK, an XADD wakes it, it XACKs the entry. Each XADD waits until the read is
-    parked on the node (its INFO, asked directly), so every round takes the blocked path."""
+    parked on the node (its INFO, asked directly), so every round takes the blocked path; with
+    `settle`, it waits that long instead, and asks INFO every 50th round only (the node itself
+    is counted, and its INFO would be: a round's work takes a few ms under callgrind)."""
     with harness.Conn(port, timeout=600) as cons, harness.Conn(port, timeout=600) as prod, \
             harness.Conn(node_port, timeout=600) as node:
         read = hiredis.pack_command(("XREADGROUP", "GROUP", "g", "c", "COUNT", "100", "BLOCK",
                                      "100000", "STREAMS", "s", ">"))
         add = hiredis.pack_command(tuple(XADD))
-        for _ in range(rounds):
+        for i in range(rounds):
             cons.send(read)
-            while b"blocked_clients:1" not in node.call("INFO", "clients"):
+            if settle:
+                time.sleep(settle)
+                # every 50th round checks that the margin held (the read was parked)
+                if i % 50 == 0 and b"blocked_clients:1" not in node.call("INFO", "clients"):
+                    raise RuntimeError(f"the XREADGROUP was not parked within {settle} s")
+            while not settle and b"blocked_clients:1" not in node.call("INFO", "clients"):
                 time.sleep(0.001)
             prod.send(add)
             r = cons.read_reply()
@@ -202,15 +210,18 @@ def measure(name: str, n: int, env: dict[str, str], work: Path) -> tuple[float, 
             "pstreams": {"s": _pstream_record(4)} if name.startswith("router-pxadd") else {}}))
         argv = [sys.executable, "-m", "control.cli", "router", "--port", str(port),
                 "--topology", str(topo)]
+    elif name == "deliver":  # the AOF on, so that the delivery's effects are built
+        argv = _node_argv(port, d, "--appendonly", "yes", "--appendfsync", "everysec")
     else:
         argv = _node_argv(port, d)
     vg = Callgrind(argv, port, d, env, (READ_CALLBACK, IDLE_CALLBACK) if helper is not None
                    else (READ_CALLBACK,))
     try:
-        if name == "router-deliver":
+        if name in ("router-deliver", "deliver"):
             with harness.Conn(port) as c:
                 c.call("XGROUP", "CREATE", "s", "g", "$", "MKSTREAM")
-            _deliver(port, nport, 20)
+            _deliver(port, port if name == "deliver" else nport, 20,
+                     0.05 if name == "deliver" else 0.0)
         if name == "xreadgroup-xack" or name in RANGES:
             _fill(port, 10 * n + 1000 if name == "xreadgroup-xack" else 1000)
             if name.endswith("-xdel"):
@@ -237,6 +248,11 @@ def measure(name: str, n: int, env: dict[str, str], work: Path) -> tuple[float, 
             _deliver(port, nport, n)
             what = ("delivery through the router (XADD, the parked XREADGROUP BLOCK's reply, "
                     "XACK, the next XREADGROUP BLOCK; one at a time)")
+        elif name == "deliver":
+            vg.zero()
+            _deliver(port, port, n, 0.05)
+            what = ("delivery on a node with its AOF (XREADGROUP BLOCK, parked 50 ms before the "
+                    "XADD that wakes it, XACK; one at a time)")
         else:
             vg.zero()
             _readgroup_ack(port, n)
