@@ -308,8 +308,14 @@ class Server:
         return err
 
     def check_fence(self) -> bytes | None:
-        """CLUSTERDOWN on a primary whose etcd lease or role is not fresh (node/membership/agent.py)."""
-        return self.agent.fence() if self.agent is not None else None
+        """CLUSTERDOWN on a primary whose etcd lease or role is not fresh (node/membership/agent.py):
+        until the deadline of the last fence that passed (`Agent.fresh_until`) without asking."""
+        agent = self.agent
+        if agent is None:
+            return None
+        if agent.fresh_until > time.monotonic():
+            return None
+        return agent.fence()
 
     def check_misconf(self) -> bytes | None:
         """MISCONF while the AOF cannot be written or the last snapshot failed.
