@@ -13,7 +13,10 @@ entries would return others, in another order. So the router claims in three ste
 3. what COUNT leaves goes to new entries (the usual `>` read of the logical stream,
    router/pstreamreads.py), each with the two trailing zeros a CLAIM read gives new entries.
 
-The reply lists the claimed entries in the ranked order, then the new ones. With BLOCK and
+The reply lists the claimed entries by the idle times their claims report, the longest first
+and in the ranked order among equal ones, then the new ones. Each partition measures idle
+times at its own claim, a millisecond or so after another's, so the ranked order alone could
+show a shorter idle time before a longer one, which one stream's reply never does. With BLOCK and
 nothing to return, the consumer waits as any group's blocked `>` read does
 (router/pstreamwait.py), and the partition read that answers it carries the CLAIM: a woken
 read returns that partition's idle entries first, then its new ones.
@@ -46,6 +49,12 @@ _ZEROS = b":0\r\n:0\r\n"  # a new entry's ms idle and deliveries in a CLAIM read
 def as_claimed(entry: bytes) -> bytes:
     """A new entry `*2 id fields` as a CLAIM read gives it: `*4 id fields 0 0`."""
     return b"*4" + entry[2:] + _ZEROS if entry.startswith(b"*2\r\n") else entry
+
+
+def _idle(entry: bytes) -> int:
+    """The ms idle of a claimed entry `*4 id fields idle deliveries` (0 for a new one)."""
+    els = reply_elements(entry)[1]
+    return int_value(els[2]) if len(els) == 4 else 0
 
 
 class ClaimRead:
@@ -110,7 +119,7 @@ class ClaimRead:
         if failed is not None and not got:  # else what the others claimed is returned
             return self._done(failed)
         last = len(self.rank)
-        got.sort(key=lambda e: (self.rank.get(_entry_id(e), last), _entry_id(e)))
+        got.sort(key=lambda e: (-_idle(e), self.rank.get(_entry_id(e), last), _entry_id(e)))
         self.claimed = got
         if self.count and len(got) >= self.count:
             return self._reply([])
