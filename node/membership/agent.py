@@ -177,7 +177,11 @@ class Agent:
             log.warning("agent: lease %x lost (%s); fenced, registering again", session.id, why)
 
     def _lease_gone(self, _done: object) -> None:
-        """The lease is lost or closed: no write passes the fence without asking it."""
+        """The lease is lost or closed: no write passes the fence without asking it. (A
+        future's callbacks run on the next loop turn: the writes of this one pass as they
+        would have had the keep-alive's answer come a turn later. The time bound holds
+        regardless: `fresh_until` is never later than the last accepted keep-alive's send
+        time plus FENCE_AFTER.)"""
         self.fresh_until = 0.0
 
     async def _register(self) -> None:
