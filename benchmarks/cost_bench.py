@@ -59,6 +59,11 @@ SCENARIOS = ["xadd-p1", "xadd-p4", "xadd-p16", "xreadgroup-xack", "xrange", "xre
              "xrange-xdel", "xrevrange-xdel", "router-xadd", "router-xadd-p16", "router-pxadd",
              "router-pxadd-p16", "router-deliver", "deliver", "aof-replay"]
 RANGES = ("xrange", "xrevrange", "xrange-xdel", "xrevrange-xdel")
+DELIVERIES = {  # what one op of the delivery scenarios is
+    "router-deliver": "delivery through the router (XADD, the parked XREADGROUP BLOCK's reply, "
+                      "XACK, the next XREADGROUP BLOCK; one at a time)",
+    "deliver": "delivery on a node with its AOF (XREADGROUP BLOCK, parked 50 ms before the XADD "
+               "that wakes it, XACK; one at a time)"}
 
 
 # Only what runs inside uvloop's socket-read callback is counted: the request path of both
@@ -217,11 +222,13 @@ def measure(name: str, n: int, env: dict[str, str], work: Path) -> tuple[float, 
     vg = Callgrind(argv, port, d, env, (READ_CALLBACK, IDLE_CALLBACK) if helper is not None
                    else (READ_CALLBACK,))
     try:
-        if name in ("router-deliver", "deliver"):
+        if name in DELIVERIES:
             with harness.Conn(port) as c:
                 c.call("XGROUP", "CREATE", "s", "g", "$", "MKSTREAM")
-            _deliver(port, port if name == "deliver" else nport, 20,
-                     0.05 if name == "deliver" else 0.0)
+            # the node's INFO: the router's helper node, or (deliver) the counted node itself,
+            # which is asked only now and then, after a settle time
+            info_port, settle = (nport, 0.0) if name == "router-deliver" else (port, 0.05)
+            _deliver(port, info_port, 20, settle)
         if name == "xreadgroup-xack" or name in RANGES:
             _fill(port, 10 * n + 1000 if name == "xreadgroup-xack" else 1000)
             if name.endswith("-xdel"):
@@ -243,16 +250,10 @@ def measure(name: str, n: int, env: dict[str, str], work: Path) -> tuple[float, 
             vg.zero()
             _bench(port, n, p, cmd)
             what = f"{cmd[0]} (50 clients, pipeline {p})"
-        elif name == "router-deliver":
+        elif name in DELIVERIES:
             vg.zero()
-            _deliver(port, nport, n)
-            what = ("delivery through the router (XADD, the parked XREADGROUP BLOCK's reply, "
-                    "XACK, the next XREADGROUP BLOCK; one at a time)")
-        elif name == "deliver":
-            vg.zero()
-            _deliver(port, port, n, 0.05)
-            what = ("delivery on a node with its AOF (XREADGROUP BLOCK, parked 50 ms before the "
-                    "XADD that wakes it, XACK; one at a time)")
+            _deliver(port, info_port, n, settle)
+            what = DELIVERIES[name]
         else:
             vg.zero()
             _readgroup_ack(port, n)
