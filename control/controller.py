@@ -216,7 +216,9 @@ class Controller:
             await self._campaign()
             log.warning("controller %s: elected leader (leader key revision %d)", self.id,
                         self.leader_rev)
-            async for view in self.store.views(resync=TICK):
+            # Every TICK for the probes and the fence waits, on the view the watch keeps
+            # current: etcd is read after a change and at least once a lease interval.
+            async for view in self.store.views(resync=TICK, reread=POLICY.interval):
                 self.session.check()
                 if view.leader is None or view.leader.create != self.leader_rev:
                     raise LeaseLost("lost leadership")
@@ -279,8 +281,9 @@ class Controller:
             self.blocked[sid] = why
 
     def _seen(self, view: View) -> None:
-        self.view = view
-        self.view_at = time.monotonic()
+        if view is not self.view:  # a view read now, not the last one yielded again
+            self.view = view
+            self.view_at = time.monotonic()
 
     async def _probe(self, view: View, sid: str, nid: str) -> None:
         n = view.nodes[nid]

@@ -4,7 +4,7 @@ store (base/memstore.py) and scripted nodes, as kvrocks-controller tests its con
 What is decided here: which replica a failover promotes (highest offset, ties by replica
 order), the epoch bump and the new membership in one guarded transaction, fencing by compare
 on the leader key's create revision (a deposed leader changes nothing), and level-triggered
-ticks (a lost watch event costs one tick, not the failover). The real-etcd versions of these
+ticks (a lost watch event costs one re-read of etcd, a lease interval, not the failover). The real-etcd versions of these
 run in test_control.py.
 """
 
@@ -201,14 +201,14 @@ async def test_a_deposed_leader_cannot_fail_over(etcd: MemoryEtcd, store: Memory
 
 
 @in_memory
-async def test_a_missed_watch_event_costs_one_tick_not_the_failover(etcd: MemoryEtcd,
+async def test_a_missed_watch_event_costs_one_reread_not_the_failover(etcd: MemoryEtcd,
                                                                     store: MemoryStore) -> None:
     leases = await make_shard(store, {"p": True, "r1": True, "r2": True})
     nodes = ScriptedNodes({7001: 30, 7002: 20})
     _c, task = await elect(etcd, store, "A", nodes)
     etcd.silent = True  # no watch event from here on
     await store.revoke(leases["p"])
-    await until(lambda: _primary_is(store, "r1"), "failover from a resync tick",
+    await until(lambda: _primary_is(store, "r1"), "failover from a re-read of etcd",
                 timeout=20 * TICK + 5)
     rec = (await store.view()).shards["0"].value
     assert rec.epoch == 6 and rec.replicas == ["r2", "p"]
