@@ -40,6 +40,7 @@ __all__ = ["COMPILED", "PURE_ENV", "compiled", "install", "is_stale", "pure_forc
 # The modules setup.py compiles (dotted names; the `.py` and optional `.pxd` are beside). The
 # router's are here too: it imports `node` first, so this finder covers them.
 COMPILED = [
+    "node.blocking",
     "node.client",
     "node.cmdstats",
     "node.commands.entryreplies",
