@@ -10,8 +10,12 @@ cpdef bytes array_header(Py_ssize_t n)
 cpdef bytes keyed_header(Py_ssize_t n, int proto)
 cpdef bytes keyed_key_header(Py_ssize_t klen, int proto)
 
-@cython.locals(n=Py_ssize_t, k=Py_ssize_t, parts=list, heads=list)
+@cython.locals(n=Py_ssize_t, k=Py_ssize_t, parts=list, heads=list, out=object)
 cpdef bytes encode_command(argv)
+
+@cython.locals(heads=list, head=bytes, h=bytes, total=Py_ssize_t, k=Py_ssize_t,
+               out=bytes, p="char *")
+cdef object _encode_command_c(argv, Py_ssize_t n)
 
 # reply_scan frames every reply the router relays (router/upstream.py calls it as C).
 cpdef tuple reply_scan(object buf, Py_ssize_t pos, Py_ssize_t need=*)

@@ -20,8 +20,8 @@ from typing import Any
 import cython
 
 if cython.compiled:
-    from cython.cimports.cpython.bytes import PyBytes_AS_STRING
-    from cython.cimports.libc.string import memchr
+    from cython.cimports.cpython.bytes import PyBytes_AS_STRING, PyBytes_FromStringAndSize
+    from cython.cimports.libc.string import memchr, memcpy
 
 __all__ = [
     "Status", "Verbatim", "Raw", "Map", "RespSet", "ReplyError", "NULL_ARRAY",
@@ -259,6 +259,10 @@ def _encode_other(v: Any, t: type, proto: int, out: list[bytes]) -> None:
 def encode_command(argv: list[bytes] | tuple[bytes, ...]) -> bytes:
     """A request (array of bulk strings): the wire form of effects and of upstream commands."""
     n = len(argv)
+    if cython.compiled and n < 256:
+        out = _encode_command_c(argv, n)
+        if out is not None:
+            return out
     parts = [ARRAY_HEADS[n] if n < 256 else b"*%d\r\n" % n]
     heads = BULK_HEADS
     for a in argv:
@@ -267,6 +271,39 @@ def encode_command(argv: list[bytes] | tuple[bytes, ...]) -> bytes:
         parts.append(a)
         parts.append(CRLF)
     return b"".join(parts)
+
+
+def _encode_command_c(argv: list[bytes] | tuple[bytes, ...], n: int) -> bytes | None:
+    """encode_command compiled: the size summed, one bytes allocated and every piece copied
+    into place. A join of the 3n+1 pieces cost ~3.3k instructions an effect under callgrind
+    (a buffer taken and released per piece), ~30% of a delivery's four effects. None for
+    what it does not take (an argument that is not bytes, or of 4096 bytes or more)."""
+    heads = BULK_HEADS
+    head = ARRAY_HEADS[n]
+    total = len(head)
+    for a in argv:
+        if type(a) is not bytes:
+            return None
+        k = len(a)
+        if k >= 4096:
+            return None
+        total += len(heads[k]) + k + 2
+    out = PyBytes_FromStringAndSize(cython.NULL, total)
+    p = PyBytes_AS_STRING(out)
+    k = len(head)
+    memcpy(p, PyBytes_AS_STRING(head), k)
+    p += k
+    for a in argv:
+        k = len(a)
+        h = heads[k]
+        memcpy(p, PyBytes_AS_STRING(h), len(h))
+        p += len(h)
+        memcpy(p, PyBytes_AS_STRING(a), k)
+        p += k
+        p[0] = 13
+        p[1] = 10
+        p += 2
+    return out
 
 
 # --- requests ----------------------------------------------------------------------------------

@@ -1,9 +1,12 @@
 """The aggregate headers of node/resp.py that handlers and the router frame replies with: each
 must give what `encode` gives the same value, on both sides of the sizes its tables cover
-(16 keyed streams, 256-byte keys), in RESP2 and RESP3."""
+(16 keyed streams, 256-byte keys), in RESP2 and RESP3. And `encode_command`, the wire form of
+effects and of the router's upstream requests, against hiredis's own encoder, on both sides of
+what its compiled copy takes (255 arguments, 4095-byte ones, bytes only)."""
 
 from __future__ import annotations
 
+import hiredis
 import pytest
 
 from node import resp
@@ -47,3 +50,19 @@ def test_aggregate_header_keeps_the_kind() -> None:
     assert resp.aggregate_header(b"*", 0) == resp.EMPTY_ARRAY
     assert resp.aggregate_header(b"%", 1) + resp.bulk(b"a") + resp.ONE == resp.encode(
         resp.Map([(b"a", 1)]), 3)
+
+
+@pytest.mark.parametrize("argv", [
+    [b"PING"], [b""], [b"XADD", b"s", b"*", b"f", b"v"],
+    [b"ECHO", b"a\r\n$3\r\n*1\r\n\x00"],
+    [b"x" * 4095], [b"x" * 4096, b"y"], [b"a"] * 255, [b"a"] * 256,
+    (b"XACK", b"s", b"g", b"1-1"),  # effects may be tuples
+    [b"SET", bytearray(b"k"), memoryview(b"v")],  # not bytes: the join takes them
+], ids=lambda a: f"{len(a)}args")
+def test_encode_command_is_what_hiredis_packs(argv) -> None:  # noqa: ANN001
+    assert resp.encode_command(argv) == hiredis.pack_command(tuple(bytes(a) for a in argv))
+
+
+def test_encode_command_refuses_text() -> None:
+    with pytest.raises(TypeError):
+        resp.encode_command([b"SET", "k", b"v"])
