@@ -25,6 +25,8 @@ from typing import Any, TypeVar
 
 import aetcd
 import aetcd.exceptions
+import aetcd.rpc
+import grpc.aio
 
 from base.etcdconn import EtcdConfig
 from base.records import (  # noqa: F401 - the records are part of this module's interface
@@ -205,6 +207,8 @@ class Store(BaseStore):
         self._index = 0
         self.client = self.conn.client(0, RPC_TIMEOUT)
         self._closing: set = set()  # old clients' delayed closes
+        # lease -> (the client it was opened on, its LeaseKeepAlive stream): see keepalive()
+        self._keepalives: dict[int, tuple[aetcd.Client, Any]] = {}
 
     async def _call(self, op: Callable[[aetcd.Client], Awaitable[T]]) -> T:
         """Run `op` on the current endpoint; on a retryable failure try each other endpoint
@@ -263,6 +267,8 @@ class Store(BaseStore):
             raise Unreachable(f"cannot reach etcd at {self.url} ({why})") from None
 
     async def close(self) -> None:
+        for lease in list(self._keepalives):
+            self._drop_keepalive(lease)
         for t in list(self._closing):
             t.cancel()
         with contextlib.suppress(Exception):
@@ -292,10 +298,44 @@ class Store(BaseStore):
         return (await self._call(lambda c: c.lease(ttl))).id
 
     async def keepalive(self, lease: int) -> int:
-        r = await self._call(lambda c: c.refresh_lease(lease))
-        return int(r.TTL) if r is not None else 0
+        """Refresh a lease over one LeaseKeepAlive stream kept open per lease: a stream
+        opened per keep-alive (aetcd's refresh_lease) cost every process that holds a lease
+        ~1.5 ms of CPU a second more. One request is in flight on a stream at a time, and a
+        stream that failed or whose call was cancelled is dropped, never read again: the
+        reply read always answers the request just sent, which the fence dates a primary's
+        freshness from (base/lease.py)."""
+        async def op(c: aetcd.Client) -> int:
+            held = self._keepalives.get(lease)
+            if held is None or held[0] is not c:
+                self._drop_keepalive(lease)
+                await c.connect()
+                held = self._keepalives[lease] = (c, c.leasestub.LeaseKeepAlive(
+                    metadata=c.metadata))
+            call = held[1]
+            try:
+                await call.write(aetcd.rpc.LeaseKeepAliveRequest(ID=lease))
+                r = await call.read()
+            except BaseException as e:
+                self._drop_keepalive(lease)
+                if isinstance(e, aetcd.rpc.AioRpcError):
+                    aetcd.exceptions._handle_exception(e)  # raises the mapped client error
+                if isinstance(e, asyncio.InvalidStateError):  # the stream ended under us
+                    raise ConnectionAbortedError("lease keep-alive stream closed") from None
+                raise
+            if r is grpc.aio.EOF:
+                self._drop_keepalive(lease)
+                raise ConnectionAbortedError("lease keep-alive stream closed")
+            return int(r.TTL)
+
+        return await self._call(op)
+
+    def _drop_keepalive(self, lease: int) -> None:
+        held = self._keepalives.pop(lease, None)
+        if held is not None:
+            held[1].cancel()
 
     async def revoke(self, lease: int) -> None:
+        self._drop_keepalive(lease)
         await self._call(lambda c: c.revoke_lease(lease))
 
     async def watch(self, changed: asyncio.Event) -> None:
