@@ -17,6 +17,7 @@ cdef class ConsumerGroup:
     cdef public dict consumers
     cdef public Py_ssize_t nacked_total
 
+    @cython.locals(nack=tuple, maxes=list)
     cpdef deliver(self, sid, Consumer cons, now_ms)
     cpdef _own(self, sid, Consumer cons)
 

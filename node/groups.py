@@ -115,8 +115,15 @@ class ConsumerGroup:
         The entry may already be pending (XGROUP SETID moved the group back): it is then
         reassigned to this consumer with its delivery count reset to 1, as Redis does.
         """
+        nack = (now_ms, 1, cons.name)
+        maxes = self.pel._list.__dict__["_maxes"]
+        if not maxes or sid > maxes[-1]:
+            # Above everything pending (a `>` read's every entry): appended to the tails of
+            # both PELs, not inserted through SortedDict and SortedList (~8k instructions).
+            self._append_new([sid], cons, nack)
+            return nack
         self._own(sid, cons)
-        nack = self.pel[sid] = (now_ms, 1, cons.name)
+        self.pel[sid] = nack
         return nack
 
     def _own(self, sid: int, cons: Consumer) -> None:

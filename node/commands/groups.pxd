@@ -14,6 +14,8 @@ cdef Py_ssize_t _id_len(object sid) except -1
 @cython.locals(p=Py_ssize_t)
 cpdef bytes _id_text(object sid)
 
+cdef bytes _dec_text(object v)
+
 @cython.locals(fixed=Py_ssize_t, total=Py_ssize_t, n=Py_ssize_t)
 cpdef Py_ssize_t xclaim_run_len(key, groupname, consumer, now_ms, list sids) except -1
 
