@@ -9,6 +9,12 @@ cdef class EffectLog:
     cpdef emit(self, argv)
     cpdef publish(self, data)
 
+cdef class EffectBuffer:
+    cdef public list parts
+    cdef public Py_ssize_t size
+    cdef public bint scheduled, open
+    cdef public object loop, flush
+
 import cython
 
 # The offset of every effect nobody listens to (XADD with appendonly no): typed, a C loop.

@@ -11,6 +11,7 @@ replica lines up with them.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Callable
 from time import perf_counter_ns, time_ns
@@ -87,6 +88,36 @@ class EffectLog:
         self.offset += len(data)
         for fn in self.listeners:
             fn(data)
+
+
+class EffectBuffer:
+    """One loop iteration's effects gathered for one write (the AOF's, node/persistence.py):
+    an effect listener that the log calls as C when compiled. The first effect of an
+    iteration schedules `flush` (loop.call_soon); the owner's flush takes `parts`. An
+    interpreted listener cost ~2.2k instructions an effect, four a delivery. While not `open`
+    (no file to write) effects are ignored."""
+
+    __slots__ = ("parts", "size", "scheduled", "open", "loop", "flush")
+
+    def __init__(self, flush: Callable[[], None]) -> None:
+        self.parts: list[bytes] = []
+        self.size = 0
+        self.scheduled = False
+        self.open = False
+        self.loop: asyncio.AbstractEventLoop | None = None  # set when the owner starts
+        self.flush = flush
+
+    def __call__(self, data: bytes) -> None:
+        if not self.open:
+            return
+        self.parts.append(data)
+        self.size += len(data)
+        if not self.scheduled:
+            self.scheduled = True
+            loop = self.loop
+            if loop is None:
+                loop = self.loop = asyncio.get_running_loop()
+            loop.call_soon(self.flush)
 
 
 class EffectStreamError(Exception):

@@ -43,6 +43,7 @@ from node.aof import (
     check_aof,  # noqa: F401 - `xshard check-aof` (control/cli.py) imports it from here
     manifest_path,
 )
+from node.effects import EffectBuffer
 
 if TYPE_CHECKING:
     from node.server import Connection, Server
@@ -93,12 +94,12 @@ class Persistence:
         self.loaded_ids: ReplIds | None = None
         self.end_ids: ReplIds | None = None
         # AOF state
+        # The iteration's effects, gathered by a compiled listener (node/effects.py); `buf`,
+        # `buf_len` and `flush_scheduled` are its fields, `fd >= 0` its `open`.
+        self.effbuf = EffectBuffer(self._flush)
         self.fd = -1
         self.manifest = Manifest()
         self.incr_name = ""
-        self.buf: list[bytes] = []
-        self.buf_len = 0
-        self.flush_scheduled = False
         self.wrote_early = False  # this iteration's one early write happened (hold)
         self.written_offset = 0  # effect offset of the last byte written to the file
         self.synced_offset = 0  # effect offset covered by the last completed fsync
@@ -130,6 +131,39 @@ class Persistence:
         self.error_count = 0  # failed writes, fsyncs, manifest switches, saves, rewrites
         server.config_listeners.append(self.config_changed)
 
+    @property
+    def fd(self) -> int:
+        return self._fd
+
+    @fd.setter
+    def fd(self, fd: int) -> None:
+        self._fd = fd
+        self.effbuf.open = fd >= 0
+
+    @property
+    def buf(self) -> list[bytes]:
+        return self.effbuf.parts
+
+    @buf.setter
+    def buf(self, parts: list[bytes]) -> None:
+        self.effbuf.parts = parts
+
+    @property
+    def buf_len(self) -> int:
+        return self.effbuf.size
+
+    @buf_len.setter
+    def buf_len(self, n: int) -> None:
+        self.effbuf.size = n
+
+    @property
+    def flush_scheduled(self) -> bool:
+        return self.effbuf.scheduled
+
+    @flush_scheduled.setter
+    def flush_scheduled(self, v: bool) -> None:
+        self.effbuf.scheduled = v
+
     # --- start-up (node/loading.py) ------------------------------------------------------------
     def load(self) -> None:
         """Load the AOF (base + incrs) when enabled, else the snapshot file if there is one."""
@@ -142,7 +176,8 @@ class Persistence:
         if self.config.appendonly:
             # Only an open AOF listens: with appendonly no, effects are not even encoded
             # (node/effects.py), which is a third of a plain XADD's cost.
-            self.server.effects.listen(self._on_effect)
+            self.effbuf.loop = self.server.loop
+            self.server.effects.listen(self.effbuf)
             self._open_aof()
         self._apply_fsync_policy()
         self.server.loop.call_later(1.0 / max(self.config.hz, 1), self._second_tick)
@@ -261,18 +296,9 @@ class Persistence:
         return aux
 
     # --- the write path -----------------------------------------------------------------------
-    def _on_effect(self, data: bytes) -> None:
-        if self.fd < 0:
-            return
-        self.buf.append(data)
-        self.buf_len += len(data)
-        if not self.flush_scheduled:
-            self.flush_scheduled = True
-            self.server.loop.call_soon(self._flush)
-
     def _flush(self) -> None:
         """Write the iteration's effects with one write; with `always`, start the fsync."""
-        self.flush_scheduled = False
+        self.effbuf.scheduled = False
         self.wrote_early = False
         self._write_buf()
         if self.held and self.config.appendfsync != "always":
@@ -284,19 +310,21 @@ class Persistence:
 
     def _write_buf(self) -> None:
         """The buffered effects to the file with one write (kept for a retry if it fails)."""
-        if self.buf and self.fd >= 0:
-            data = b"".join(self.buf) if len(self.buf) > 1 else self.buf[0]
+        eb = self.effbuf  # its fields, not the properties: once or twice a loop iteration
+        parts = eb.parts
+        if parts and self._fd >= 0:
+            data = b"".join(parts) if len(parts) > 1 else parts[0]
             target = self.server.effects.offset
             try:
-                n = os.write(self.fd, data)
+                n = os.write(self._fd, data)
             except OSError as e:
                 self._write_failed(e.errno, data, 0)
                 return
             if n < len(data):
                 self._write_failed(errno.ENOSPC, data, n)
                 return
-            self.buf = []
-            self.buf_len = 0
+            eb.parts = []
+            eb.size = 0
             self.aof_size += n
             self.written_offset = target
             if self.write_error is not None:
@@ -376,7 +404,8 @@ class Persistence:
         reply leaves, as Redis writes its AOF buffer before replying: a killed process then
         never loses an acknowledged write, only a crashed machine can (up to a second)."""
         if self.config.appendfsync != "always":
-            if conn.held is None and not (self.buf and self.flush_scheduled
+            eb = self.effbuf
+            if conn.held is None and not (eb.parts and eb.scheduled
                                           and self.write_error is None):
                 return False
             if conn.held is None and not self.wrote_early:
@@ -631,7 +660,8 @@ class Persistence:
     def config_changed(self, name: str) -> None:
         if name == "appendonly":
             if self.config.appendonly and self.fd < 0:
-                self.server.effects.listen(self._on_effect)
+                self.effbuf.loop = self.server.loop
+                self.server.effects.listen(self.effbuf)
                 self.manifest = Manifest()
                 mpath = manifest_path(self.config)
                 if os.path.exists(mpath):  # an old AOF: replaced by a rewrite of the present
@@ -645,7 +675,7 @@ class Persistence:
                 else:
                     self._open_aof()
             elif not self.config.appendonly and self.fd >= 0:
-                self.server.effects.unlisten(self._on_effect)
+                self.server.effects.unlisten(self.effbuf)
                 self._flush()
                 try:
                     os.fsync(self.fd)
