@@ -391,12 +391,19 @@ class Config:
         return over, soft_since
 
     def obuf_limit(self, klass: str) -> tuple[int, int, int]:
-        """(hard bytes, soft bytes, soft seconds) for a client class."""
-        words = self.client_output_buffer_limit.split()
-        for i in range(0, len(words) - 3, 4):
-            if words[i] == klass:
-                return int(words[i + 1]), int(words[i + 2]), int(words[i + 3])
-        return 0, 0, 0
+        """(hard bytes, soft bytes, soft seconds) for a client class. The cron asks for every
+        client a few times a second: the setting is parsed again only when its text is
+        another string than the one parsed last."""
+        text = self.client_output_buffer_limit
+        cache = self.__dict__.get("_obuf_parsed")
+        if cache is None or cache[0] is not text:
+            words = text.split()
+            table: dict[str, tuple[int, int, int]] = {}
+            for i in range(0, len(words) - 3, 4):  # the first group of a class counts
+                table.setdefault(words[i], (int(words[i + 1]), int(words[i + 2]),
+                                            int(words[i + 3])))
+            cache = self.__dict__["_obuf_parsed"] = (text, table)
+        return cache[1].get(klass, (0, 0, 0))
 
 
 def _merge_obuf_limits(current: str, raw: bytes) -> str:
