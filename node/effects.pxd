@@ -15,6 +15,9 @@ cdef class EffectBuffer:
     cdef public bint scheduled, open
     cdef public object loop, flush
 
+cdef class ReplicationFeed(EffectBuffer):
+    cdef public object owner
+
 import cython
 
 # The offset of every effect nobody listens to (XADD with appendonly no): typed, a C loop.

@@ -15,7 +15,7 @@ import asyncio
 import logging
 from collections.abc import Callable
 from time import perf_counter_ns, time_ns
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from node.resp import encode_command, error_code
 from node.stream import Stream
@@ -118,6 +118,31 @@ class EffectBuffer:
             if loop is None:
                 loop = self.loop = asyncio.get_running_loop()
             loop.call_soon(self.flush)
+
+
+class ReplicationFeed(EffectBuffer):
+    """The replication's listener (node/replication/__init__.py): the iteration's effects
+    go to the backlog and to every replica with one write each (its `flush`). On a replica
+    with no replicas of its own, which republishes once per read from its primary, an effect
+    goes straight to the backlog: nothing to batch, so no loop callback per read. `owner` is
+    the Replication; the test reads its fields at each effect, as they change with roles and
+    attached replicas."""
+
+    __slots__ = ("owner",)
+
+    def __init__(self, owner: Any, flush: Callable[[], None]) -> None:
+        EffectBuffer.__init__(self, flush)
+        self.owner = owner
+        self.open = True
+
+    def __call__(self, data: bytes) -> None:
+        owner = self.owner
+        backlog = owner.backlog
+        if backlog is not None and not self.parts and owner.server.following \
+                and not owner.primary.replicas:
+            backlog.append(data)
+            return
+        EffectBuffer.__call__(self, data)
 
 
 class EffectStreamError(Exception):

@@ -43,6 +43,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from node import errors
+from node.effects import ReplicationFeed
 from node.replication.backlog import Backlog
 from node.replication.primary import ZERO_ID, PrimarySide
 from node.replication.replica import ReplicaSide
@@ -75,8 +76,10 @@ class Replication:
         self.replid_is_ours = True  # made here and never shared: see psync_position
         self.backlog: Backlog | None = None  # see ensure_backlog
         self.replicas_seen = time.monotonic()  # for repl-backlog-ttl
-        self._out: list[bytes] = []
-        self._flush_scheduled = False
+        # The effect stream's listener, compiled (node/effects.py): its `parts` are the
+        # iteration's effects not yet written to the backlog and the replicas.
+        self.feed = ReplicationFeed(self, self.flush)
+        self.feed.loop = self.loop
         self.primary = PrimarySide(self)
         self.replica = ReplicaSide(self)
         server.config_listeners.append(self._config_changed)
@@ -155,40 +158,29 @@ class Replication:
             self.replicas_seen = time.monotonic()
             backlog = self.backlog = Backlog(self.server.config.repl_backlog_size,
                                              self.server.effects.offset)
-            self.server.effects.listen(self._on_effect)
+            self.server.effects.listen(self.feed)
             log.info("Replication backlog created at offset %d (replication IDs '%s' and '%s')",
                      backlog.start, self.replid, self.replid2)
         return backlog
 
     def _free_backlog(self, idle: float) -> None:
         self.flush()
-        self.server.effects.unlisten(self._on_effect)
+        self.server.effects.unlisten(self.feed)
         self.backlog = None
         log.info("Replication backlog freed after %d seconds without connected replicas.",
                  int(idle))
 
-    def _on_effect(self, data: bytes) -> None:
-        backlog = self.backlog
-        if backlog is not None and self.server.following and not self.primary.replicas \
-                and not self._out:
-            # A replica with no replicas of its own publishes once per read from its primary
-            # (node/effects.py EffectApplier): nothing to batch, so no loop callback per read.
-            backlog.append(data)
-            return
-        self._out.append(data)
-        if not self._flush_scheduled:
-            self._flush_scheduled = True
-            self.loop.call_soon(self.flush)
-
     def flush(self) -> None:
         """Once per loop iteration: the iteration's effects go to the backlog and to every
         replica with one write each."""
-        self._flush_scheduled = False
-        out = self._out
+        feed = self.feed
+        feed.scheduled = False
+        out = feed.parts
         if not out:
             return
         data = out[0] if len(out) == 1 else b"".join(out)
-        self._out = []
+        feed.parts = []
+        feed.size = 0
         if self.backlog is not None:
             self.backlog.append(data)
         self.primary.feed(data)
