@@ -273,15 +273,16 @@ def test_differential_tests_pass_interpreted() -> None:
 
 def _pxd_classes(pxd: Path) -> dict[str, set[str]]:
     """cdef class name -> its declared attribute names, from a .pxd, with those of its base
-    when that is a cdef class declared in a .pxd of a compiled module."""
+    when that is a cdef class declared above it or in a .pxd of a compiled module."""
     out: dict[str, set[str]] = {}
     cur: set[str] | None = None
     for line in pxd.read_text().splitlines():
         m = re.match(r"cdef class (\w+)(?:\((\w+)\))?", line)
         if m:
             cur = out[m.group(1)] = set()
-            if m.group(2):
-                cur |= _declared_anywhere(m.group(2))
+            base = m.group(2)
+            if base:  # a base declared above in this .pxd, or in another compiled module's
+                cur |= set(out[base]) if base in out else _declared_anywhere(base)
             continue
         m = re.match(r"\s+cdef (?:public |readonly )?(?:(?:unsigned|signed|long|short) )*[\w.]+ "
                      r"([\w, ]+)$", line)  # C types of several words: long long, ...
