@@ -125,7 +125,7 @@ class ReplicationFeed(EffectBuffer):
     go to the backlog and to every replica with one write each (its `flush`). On a replica
     with no replicas of its own, which republishes once per read from its primary, an effect
     goes straight to the backlog: nothing to batch, so no loop callback per read. `owner` is
-    the Replication; the test reads its fields at each effect, as they change with roles and
+    the Replication; the check reads its fields at each effect, as they change with roles and
     attached replicas."""
 
     __slots__ = ("owner",)
