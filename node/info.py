@@ -89,7 +89,7 @@ def memory_figures(s: Server) -> dict[str, int]:
                  if c.conn is not None and c.conn.transport is not None)
     main, expires = sys.getsizeof(db.data), sys.getsizeof(db.expires)
     slots = sys.getsizeof(db.slots) + sum(map(sys.getsizeof, db.slots.values()))
-    aof = p.buf_len if p is not None else 0
+    aof = p.effbuf.size if p is not None else 0
     overhead = _STARTUP_RSS + backlog + normal + aof + main + expires + slots
     return {"rss": rss, "peak": s.peak_memory, "startup": _STARTUP_RSS, "backlog": backlog,
             "clients_normal": normal, "aof": aof, "main": main, "expires": expires,

@@ -94,8 +94,8 @@ class Persistence:
         self.loaded_ids: ReplIds | None = None
         self.end_ids: ReplIds | None = None
         # AOF state
-        # The iteration's effects, gathered by a compiled listener (node/effects.py); `buf`,
-        # `buf_len` and `flush_scheduled` are its fields, `fd >= 0` its `open`.
+        # The iteration's effects, gathered by a compiled listener (node/effects.py): its
+        # `parts`, their `size`, whether the write is `scheduled`; `fd >= 0` is its `open`.
         self.effbuf = EffectBuffer(self._flush)
         self.fd = -1
         self.manifest = Manifest()
@@ -139,30 +139,6 @@ class Persistence:
     def fd(self, fd: int) -> None:
         self._fd = fd
         self.effbuf.open = fd >= 0
-
-    @property
-    def buf(self) -> list[bytes]:
-        return self.effbuf.parts
-
-    @buf.setter
-    def buf(self, parts: list[bytes]) -> None:
-        self.effbuf.parts = parts
-
-    @property
-    def buf_len(self) -> int:
-        return self.effbuf.size
-
-    @buf_len.setter
-    def buf_len(self, n: int) -> None:
-        self.effbuf.size = n
-
-    @property
-    def flush_scheduled(self) -> bool:
-        return self.effbuf.scheduled
-
-    @flush_scheduled.setter
-    def flush_scheduled(self, v: bool) -> None:
-        self.effbuf.scheduled = v
 
     # --- start-up (node/loading.py) ------------------------------------------------------------
     def load(self) -> None:
@@ -220,7 +196,7 @@ class Persistence:
         ids = self._ids()
         if ids is not None:
             # Bytes still in the buffer go to the new file: it starts before them.
-            self.manifest.marks[name] = HistoryMark(self.server.effects.offset - self.buf_len,
+            self.manifest.marks[name] = HistoryMark(self.server.effects.offset - self.effbuf.size,
                                                     ids)
         self.end_ids = ids
         data = self.manifest.render()
@@ -310,7 +286,7 @@ class Persistence:
 
     def _write_buf(self) -> None:
         """The buffered effects to the file with one write (kept for a retry if it fails)."""
-        eb = self.effbuf  # its fields, not the properties: once or twice a loop iteration
+        eb = self.effbuf
         parts = eb.parts
         if parts and self._fd >= 0:
             data = b"".join(parts) if len(parts) > 1 else parts[0]
@@ -339,8 +315,8 @@ class Persistence:
                 os.ftruncate(self.fd, os.lseek(self.fd, 0, os.SEEK_END) - written)
             except OSError:
                 self.aof_size += written
-                self.buf = [data[written:]]
-                self.buf_len = len(data) - written
+                self.effbuf.parts = [data[written:]]
+                self.effbuf.size = len(data) - written
         self.error_count += 1
         if self.write_error is None:
             log.warning("Error writing to the AOF file: %s", os.strerror(err))
@@ -430,7 +406,7 @@ class Persistence:
             conn.held = []
             self.held.add(conn)
         conn.held.append((need, data))
-        if not self.flush_scheduled and not self.io_pending:
+        if not self.effbuf.scheduled and not self.io_pending:
             self._flush()
         return True
 
@@ -479,7 +455,7 @@ class Persistence:
             if self.manifest_error is not None and not self.io_pending:
                 data = self.manifest.render()
                 self._io(lambda: self._write_manifest(data), manifest=True)
-            if self.buf and not self.flush_scheduled:
+            if self.effbuf.parts and not self.effbuf.scheduled:
                 self._flush()
             now = time.monotonic()
             if self.fsync_error is not None or (
@@ -683,7 +659,7 @@ class Persistence:
                     pass
                 os.close(self.fd)
                 self.fd = -1
-                self.buf, self.buf_len = [], 0
+                self.effbuf.parts, self.effbuf.size = [], 0
                 self.write_error = self.fsync_error = None
                 self.synced_offset = self.written_offset = self.server.effects.offset
         if name in ("appendonly", "appendfsync"):
@@ -743,7 +719,7 @@ class Persistence:
             ("aof_current_size", self.aof_size + self.aof_base_size),
             ("aof_base_size", self.aof_base_size),
             ("aof_pending_rewrite", 0),
-            ("aof_buffer_length", self.buf_len),
+            ("aof_buffer_length", self.effbuf.size),
             ("aof_pending_bio_fsync", int(self.io_pending > 0)),
             ("aof_delayed_fsync", 0),
         ] if self.config.appendonly else [])

@@ -134,12 +134,12 @@ def test_a_failed_write_lets_the_reply_pass(loop: asyncio.AbstractEventLoop,
         p.fd = os.open(os.devnull, os.O_RDONLY)  # write() fails with EBADF
         try:
             srv.execute(w, [b"XADD", b"s1", b"1-1", b"f", b"v"])
-            assert len(r1.sent) == 1 and p.write_error is not None and p.buf
+            assert len(r1.sent) == 1 and p.write_error is not None and p.effbuf.parts
         finally:
             os.close(p.fd)
             p.fd = good
         _turn(loop)
-        assert p.write_error is None and not p.buf  # retried by the iteration's _flush
+        assert p.write_error is None and not p.effbuf.parts  # retried by the iteration's _flush
         assert b"1-1" in b"".join(x.read_bytes() for x in aof.glob("*.incr.*"))
     finally:
         wpeer.close()
